@@ -1,0 +1,26 @@
+"""Every environment switch helios reads, in one place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def device_choice() -> str | None:
+    """HELIOS_DEVICE: an index into the physical device list or a substring of a device name."""
+    value = os.environ.get("HELIOS_DEVICE", "").strip()
+    return value or None
+
+
+def validate() -> bool:
+    """HELIOS_VALIDATE=1 enables the Khronos validation layer and raises its messages as errors."""
+    return os.environ.get("HELIOS_VALIDATE", "") not in ("", "0", "false", "no")
+
+
+def cache_dir() -> Path:
+    """HELIOS_CACHE_DIR, else $XDG_CACHE_HOME/helios, else ~/.cache/helios."""
+    explicit = os.environ.get("HELIOS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "helios"

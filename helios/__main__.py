@@ -1,0 +1,74 @@
+"""`python -m helios info [--json]`: what device helios would use and what it offers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from helios.errors import HeliosError
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def format_report(info: dict) -> str:
+    """The readable form of a DeviceInfo dict."""
+    yes = lambda flag: "yes" if flag else "no"  # noqa: E731
+    features = ["timeline_semaphore", "float16", "int16", "int64", "float64", "storage_16bit", "storage_8bit",
+                "vulkan_memory_model", "scalar_block_layout", "synchronization2", "maintenance4",
+                "push_descriptor", "float_atomic_add_buffer", "float_atomic_add_shared", "subgroup_size_control"]
+    lines = [
+        f"device        {info['name']} (#{info['index']}, {info['device_type']})",
+        f"driver        {info['driver_name']} {info['driver_info']}",
+        f"vulkan        {info['api_version']}",
+        f"vendor/device 0x{info['vendor_id']:04x} / 0x{info['device_id']:04x}",
+        f"subgroups     size {info['subgroup_size']} (min {info['min_subgroup_size']}, "
+        f"max {info['max_subgroup_size']}); ops: {', '.join(info['subgroup_ops'])}",
+        f"workgroups    max size {tuple(info['max_workgroup_size'])}, max invocations "
+        f"{info['max_workgroup_invocations']}, max count {tuple(info['max_workgroup_count'])}",
+        f"shared memory {_human_bytes(info['max_shared_memory'])}",
+        f"buffers       max storage range {_human_bytes(info['max_storage_buffer_range'])}, max allocation "
+        f"{_human_bytes(info['max_memory_allocation_size'])}, offset alignment "
+        f"{info['min_storage_buffer_offset_alignment']}",
+        f"push consts   {info['max_push_constants_size']} bytes",
+        f"timestamps    period {info['timestamp_period_ns']} ns",
+        "memory heaps  " + "; ".join(
+            f"{_human_bytes(size)}{' device-local' if local else ''}" for size, local in info["memory_heaps"]
+        ),
+        "memory types  " + "; ".join(
+            f"#{t['index']} heap {t['heap']}: " + ",".join(
+                k.replace("_", "-") for k in ("device_local", "host_visible", "host_coherent", "host_cached") if t[k]
+            )
+            for t in info["memory_types"]
+        ),
+        f"unified mem   {yes(info['unified_memory'])}",
+        "features      " + ", ".join(f"{f}={yes(info[f])}" for f in features),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helios", description="helios: GPT training on Vulkan compute")
+    sub = parser.add_subparsers(dest="command", required=True)
+    info_cmd = sub.add_parser("info", help="report the Vulkan device helios would use")
+    info_cmd.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        from helios.device import get_device
+
+        info = get_device().info.to_dict()
+    except HeliosError as exc:
+        print(f"helios: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(json.dumps(info) if args.json else format_report(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmark commands: `python -m helios.bench <family>`; shared timing in `harness.py`."""

@@ -1,0 +1,77 @@
+"""python -m helios.spirv {list | dis NAME[:VARIANT] | validate}: inspect the registered kernels."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from helios.errors import HeliosError
+from helios.spirv import registry
+from helios.spirv.tools import SpirvValidationError, disassemble, validate
+
+
+def _load() -> tuple[list, int]:
+    """All kernels, and the number of kernel modules that failed to import (reported on stderr)."""
+    errors: list = []
+    kernels = registry.load_all(errors)
+    for name, exc in errors:
+        print(f"IMPORT FAILED {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return kernels, len(errors)
+
+
+def _list() -> int:
+    kernels, failed = _load()
+    for kernel in kernels:
+        extra = f"  (requires {', '.join(kernel.requires)})" if kernel.requires else ""
+        print(f"{kernel.name}: {', '.join(kernel.variants)}{extra}")
+    return 1 if failed else 0
+
+
+def _dis(target: str) -> int:
+    _load()
+    name, _, variant = target.partition(":")
+    print(disassemble(registry.get(name).module(variant or None)), end="")
+    return 0
+
+
+def _validate() -> int:
+    kernels, invalid = _load()
+    valid = 0
+    for kernel in kernels:
+        for vname in kernel.variants:
+            try:
+                validate(kernel.module(vname))
+                valid += 1
+            except SpirvValidationError as exc:
+                invalid += 1
+                print(f"INVALID {kernel.name}:{vname}\n{exc}\n", file=sys.stderr)
+            except HeliosError as exc:
+                if exc.exit_code == 2:  # setup problem (spirv-val missing): no point going on
+                    raise
+                invalid += 1
+                print(f"FAILED {kernel.name}:{vname}: {exc}\n", file=sys.stderr)
+    print(f"{valid} kernel variants valid, {invalid} invalid")
+    return 1 if invalid else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helios.spirv", description=__doc__.split(":")[1].strip())
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list registered kernels and their variants")
+    dis = sub.add_parser("dis", help="print the disassembly of a kernel variant (spirv-dis)")
+    dis.add_argument("target", metavar="NAME[:VARIANT]")
+    sub.add_parser("validate", help="run spirv-val on every registered kernel variant")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            return _list()
+        if args.command == "dis":
+            return _dis(args.target)
+        return _validate()
+    except HeliosError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Things a kernel reads and writes: storage buffers (and their vector views), function-local
+variables and arrays, and workgroup shared arrays. Indexing loads, index assignment stores."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from helios.spirv.grammar import Op
+from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, u32, vec, with_count
+from helios.spirv.values import Value
+
+if TYPE_CHECKING:
+    from helios.spirv.builder import KernelBuilder
+
+ACCESS = ("r", "w", "rw")
+
+
+class _Indexable:
+    """Shared load/store through an access chain: subclasses give the pointer of element k."""
+
+    b: KernelBuilder
+    elem: DType
+
+    def _pointer(self, k) -> tuple[int, DType, str]:
+        """(pointer id, element type, storage class) of element k."""
+        raise NotImplementedError
+
+    def _check(self, reading: bool) -> None:
+        pass
+
+    def __getitem__(self, k) -> Value:
+        self._check(reading=True)
+        ptr, t, _ = self._pointer(k)
+        return self.b._op(Op.Load, t, ptr)
+
+    def __setitem__(self, k, value) -> None:
+        self._check(reading=False)
+        ptr, t, _ = self._pointer(k)
+        v = self.b._as_value(value, t)
+        if v.type != t:
+            raise SpirvError(f"storing a {v.type.name} into an element of type {t.name}: use b.cast")
+        self.b._emit(Op.Store, ptr, v.id)
+
+
+class BufferView(_Indexable):
+    """A storage buffer seen as an array of `elem` (a scalar, or a vector of the buffer's scalar)."""
+
+    def __init__(self, buffer: Buffer, elem: DType) -> None:
+        self.buffer, self.b, self.elem = buffer, buffer.b, elem
+        self._var: int | None = None
+
+    @property
+    def var(self) -> int:
+        """The SPIR-V variable of this view (created on first use)."""
+        if self._var is None:
+            m, t = self.b.m, self.elem
+            if t.elem.width == 16:
+                m.require_capability("StorageBuffer16BitAccess")
+            arr = m.type_runtime_array(m.type_of(t), t.size)
+            block = m.type_block((arr,), (0,))
+            suffix = "" if isinstance(t, ScalarType) else f"_vec{t.count}"
+            self._var = m.global_variable("StorageBuffer", block, f"buf{self.buffer.binding}{suffix}")
+            m.decorate(self._var, "DescriptorSet", 0)
+            m.decorate(self._var, "Binding", self.buffer.binding)
+            if self.buffer.access == "r":
+                m.decorate(self._var, "NonWritable")
+            elif self.buffer.access == "w":
+                m.decorate(self._var, "NonReadable")
+        return self._var
+
+    def _check(self, reading: bool) -> None:
+        access = self.buffer.access
+        if reading and access == "w":
+            raise SpirvError(f"buffer binding {self.buffer.binding} is write-only ('w') but is read")
+        if not reading and access == "r":
+            raise SpirvError(f"buffer binding {self.buffer.binding} is read-only ('r') but is written")
+
+    def _pointer(self, k) -> tuple[int, DType, str]:
+        b = self.b
+        idx = b._as_index(k)
+        ptr_t = b.m.type_pointer("StorageBuffer", b.m.type_of(self.elem))
+        zero = b.m.constant(u32, 0)
+        ptr = b._op_id(Op.AccessChain, ptr_t, self.var, zero, idx.id)
+        return ptr, self.elem, "StorageBuffer"
+
+
+class Buffer(BufferView):
+    """A storage buffer binding (descriptor set 0). `buf[i]` indexes scalars; `buf.vec4[i]` indexes
+    vec4s of the same memory (element i covers scalars 4i..4i+3)."""
+
+    def __init__(self, b: KernelBuilder, binding: int, dtype: ScalarType, access: str) -> None:
+        self.b, self.binding, self.dtype, self.access = b, binding, dtype, access
+        self.views: dict[int, BufferView] = {1: self}
+        BufferView.__init__(self, self, dtype)
+
+    def view(self, n: int) -> BufferView:
+        """The view of this buffer as vectors of n elements (n = 1: scalars)."""
+        if n not in self.views:
+            self.views[n] = BufferView(self, vec(self.dtype, n))
+        return self.views[n]
+
+    @property
+    def vec2(self) -> BufferView:
+        return self.view(2)
+
+    @property
+    def vec4(self) -> BufferView:
+        return self.view(4)
+
+    def used_views(self) -> list[BufferView]:
+        return [v for _, v in sorted(self.views.items()) if v._var is not None]
+
+
+class Var:
+    """A function-local mutable variable: `v.value` loads, `v.value = x` stores, `v += x` works."""
+
+    def __init__(self, b: KernelBuilder, dtype: DType, ptr: int) -> None:
+        self.b, self.type, self.ptr = b, dtype, ptr
+
+    def load(self) -> Value:
+        return self.b._op(Op.Load, self.type, self.ptr)
+
+    def store(self, value) -> None:
+        v = self.b._as_value(value, self.type)
+        if v.type != self.type:
+            raise SpirvError(f"storing a {v.type.name} into a variable of type {self.type.name}: use b.cast")
+        self.b._emit(Op.Store, self.ptr, v.id)
+
+    @property
+    def value(self) -> Value:
+        return self.load()
+
+    @value.setter
+    def value(self, v) -> None:
+        self.store(v)
+
+    def __iadd__(self, o):
+        self.store(self.load() + o)
+        return self
+
+    def __isub__(self, o):
+        self.store(self.load() - o)
+        return self
+
+    def __imul__(self, o):
+        self.store(self.load() * o)
+        return self
+
+    def __itruediv__(self, o):
+        self.store(self.load() / o)
+        return self
+
+    def __ior__(self, o):
+        self.store(self.load() | o)
+        return self
+
+    def __iand__(self, o):
+        self.store(self.load() & o)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Var(%{self.ptr}: {self.type.name})"
+
+
+class _Array(_Indexable):
+    """An array variable (function-local or workgroup-shared) of `length` elements."""
+
+    storage = ""
+
+    def __init__(self, b: KernelBuilder, elem: DType, length, name: str) -> None:
+        self.b, self.elem = b, elem
+        m = b.m
+        if isinstance(length, Value):
+            length_id = length.id  # a specialization constant
+            self.length: int | Value = length
+        else:
+            if int(length) < 1:
+                raise SpirvError(f"array length must be at least 1, got {length}")
+            length_id = m.constant(u32, int(length))
+            self.length = int(length)
+        self.array_type = m.type_array(m.type_of(elem), length_id)
+        self.var = self._declare(name)
+
+    def _declare(self, name: str) -> int:
+        raise NotImplementedError
+
+    def _pointer(self, k) -> tuple[int, DType, str]:
+        b = self.b
+        if isinstance(k, int) and isinstance(self.length, int) and not 0 <= k < self.length:
+            raise SpirvError(f"index {k} out of range for an array of {self.length}")
+        idx = b._as_index(k)
+        ptr_t = b.m.type_pointer(self.storage, b.m.type_of(self.elem))
+        return b._op_id(Op.AccessChain, ptr_t, self.var, idx.id), self.elem, self.storage
+
+
+class LocalArray(_Array):
+    """A small function-local array (registers after unrolling, for register blocking)."""
+
+    storage = "Function"
+
+    def _declare(self, name: str) -> int:
+        return self.b._function_variable(self.array_type, name)
+
+
+class SharedArray(_Array):
+    """A workgroup shared array: visible to every invocation of the workgroup; sync with b.barrier()."""
+
+    storage = "Workgroup"
+
+    def _declare(self, name: str) -> int:
+        return self.b.m.global_variable("Workgroup", self.array_type, name)
+
+
+def vector_of(dtype: DType, n: int) -> DType:
+    return with_count(dtype, n)
+
+
+__all__ = ["Buffer", "BufferView", "Var", "LocalArray", "SharedArray", "ACCESS", "VectorType"]

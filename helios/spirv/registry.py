@@ -1,0 +1,69 @@
+"""The global kernel registry: every `Kernel` registers itself here by unique name."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING
+
+from helios.spirv.types import SpirvError
+
+if TYPE_CHECKING:
+    from helios.spirv.kernel import Kernel
+
+_KERNELS: dict[str, Kernel] = {}
+
+
+def _origin(kernel: Kernel) -> tuple[str, str]:
+    build = kernel.build
+    return getattr(build, "__module__", ""), getattr(build, "__qualname__", "")
+
+
+def register(kernel: Kernel) -> None:
+    """Add a kernel; a second kernel with the same name from elsewhere is an error (re-running the
+    same module, as a reload does, replaces it)."""
+    old = _KERNELS.get(kernel.name)
+    if old is not None and _origin(old) != _origin(kernel):
+        raise SpirvError(
+            f"kernel name {kernel.name!r} is already registered by {_origin(old)[0]}; names must be unique"
+        )
+    _KERNELS[kernel.name] = kernel
+
+
+def unregister(name: str) -> None:
+    _KERNELS.pop(name, None)
+
+
+def all_kernels() -> list[Kernel]:
+    """Registered kernels, sorted by name."""
+    return [_KERNELS[k] for k in sorted(_KERNELS)]
+
+
+def get(name: str) -> Kernel:
+    if name not in _KERNELS:
+        raise SpirvError(f"no kernel named {name!r} (registered: {', '.join(sorted(_KERNELS)) or 'none'})")
+    return _KERNELS[name]
+
+
+def load_all(errors: list[tuple[str, BaseException]] | None = None) -> list[Kernel]:
+    """Import every module of helios.kernels and helios.spirv.examples; return all kernels.
+
+    A module that fails to import raises, unless `errors` is given: then (module name, exception)
+    is appended to it and loading goes on (the CLI reports them).
+    """
+    names = []
+    try:
+        package = importlib.import_module("helios.kernels")
+    except ModuleNotFoundError as exc:
+        if exc.name != "helios.kernels":
+            raise
+    else:
+        names = sorted(i.name for i in pkgutil.iter_modules(package.__path__, "helios.kernels."))
+    for name in [*names, "helios.spirv.examples"]:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            if errors is None:
+                raise
+            errors.append((name, exc))
+    return all_kernels()

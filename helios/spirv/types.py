@@ -1,0 +1,110 @@
+"""Data types of kernel values: scalars (f32, f16, i32, u32, boolean) and vectors (vec(f32, 4))."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from helios.errors import HeliosError
+
+
+class SpirvError(HeliosError):
+    """A kernel was written in a way that cannot become valid SPIR-V (type mismatch, misuse of the DSL)."""
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    """A scalar type: kind is "float", "int" (signed), "uint" or "bool"; width in bits."""
+
+    name: str
+    kind: str
+    width: int
+
+    @property
+    def elem(self) -> ScalarType:
+        return self
+
+    @property
+    def count(self) -> int:
+        return 1
+
+    @property
+    def size(self) -> int:
+        """Size in bytes in a buffer (bool has none; it is 4 as a specialization constant)."""
+        return self.width // 8
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "bool"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class VectorType:
+    """A vector of 2 to 4 scalars."""
+
+    elem: ScalarType
+    count: int
+
+    @property
+    def name(self) -> str:
+        return f"vec{self.count}<{self.elem.name}>"
+
+    @property
+    def kind(self) -> str:
+        return self.elem.kind
+
+    @property
+    def size(self) -> int:
+        return self.elem.size * self.count
+
+    @property
+    def is_float(self) -> bool:
+        return self.elem.is_float
+
+    @property
+    def is_int(self) -> bool:
+        return self.elem.is_int
+
+    @property
+    def is_bool(self) -> bool:
+        return self.elem.is_bool
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+DType = ScalarType | VectorType
+
+f32 = ScalarType("f32", "float", 32)
+f16 = ScalarType("f16", "float", 16)
+i32 = ScalarType("i32", "int", 32)
+u32 = ScalarType("u32", "uint", 32)
+boolean = ScalarType("bool", "bool", 32)
+
+SCALARS = {t.name: t for t in (f32, f16, i32, u32, boolean)}
+
+
+@cache
+def vec(elem: ScalarType, n: int) -> VectorType:
+    """The vector type of n (2..4) elements of a scalar type: vec(f32, 4)."""
+    if not isinstance(elem, ScalarType):
+        raise SpirvError(f"vec() takes a scalar type, got {elem!r}")
+    if n not in (2, 3, 4):
+        raise SpirvError(f"vectors have 2, 3 or 4 components, not {n}")
+    return VectorType(elem, n)
+
+
+def with_count(t: DType, n: int) -> DType:
+    """t's element type with n components (a scalar when n == 1)."""
+    return t.elem if n == 1 else vec(t.elem, n)

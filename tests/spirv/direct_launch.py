@@ -141,3 +141,13 @@ def launch(module: ShaderModule, buffers: Mapping[int, np.ndarray], groups: tupl
     finally:
         for fn in reversed(cleanup):
             fn()
+
+
+def build_and_run(build, buffers: Mapping[int, np.ndarray], groups, push=None, spec=None,
+                  name: str = "test_kernel") -> dict[int, np.ndarray]:
+    """Build a kernel from a build function, check it with spirv-val, run it once, return its buffers."""
+    from helios.spirv import build_module, validate
+
+    module = build_module(name, lambda b, v: build(b))
+    validate(module)
+    return launch(module, buffers, groups, push=push, spec=spec)

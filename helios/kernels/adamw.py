@@ -1,0 +1,234 @@
+"""Fused multi-tensor AdamW over a flat parameter arena, and the global gradient norm / clip coefficient.
+
+`grad_norm` is a two-stage reduction entirely on the device: `grad_norm_partial` writes one sum of squares
+per workgroup (one dispatch per gradient tensor; a flat arena is one tensor), then `grad_norm_finish` (one
+workgroup) sums the partials in a fixed order and writes `norm` and `clip_coef = min(1, max_norm / (norm +
+1e-6))` to two (1,) tensors.
+
+`adamw_step` is ONE dispatch that updates params, m and v of the whole arena (torch.optim.AdamW math):
+
+    g = grad * clip_coef                      clip_coef read from its device buffer (1 when not given)
+    p = p * (1 - lr * weight_decay * mask)    decoupled weight decay, masked per element
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    p = p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)     bc1 = 1 - beta1^step, bc2 = 1 - beta2^step
+
+Bias corrections are computed on the host into push constants. The decay mask is a float32 0/1 tensor
+shaped like the arena (1 = decay), chosen over a per-tensor segment table because it costs one coalesced
+read per element and no search; `decay_mask=None` decays everything. When `norm` is given, every invocation
+reads it and the whole step is skipped (params, m and v untouched) if it is NaN/Inf or above `skip_above`,
+so the decision never visits the host.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from helios.kernels.cross_entropy import workgroup_sum
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+
+WG = 256
+MAX_PARTIALS = 1024  # workgroups of the first grad-norm stage, per tensor at most
+CLIP_EPS = 1e-6
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# -- numpy references ------------------------------------------------------------------------------
+
+def reference_grad_norm(grads, max_norm: float) -> tuple[float, float]:
+    """(global L2 norm over all arrays, clip coefficient min(1, max_norm / (norm + 1e-6)))."""
+    arrays = [grads] if isinstance(grads, np.ndarray) else list(grads)
+    norm = math.sqrt(sum(float(np.sum(np.asarray(a, dtype=np.float64) ** 2)) for a in arrays))
+    return norm, min(1.0, max_norm / (norm + CLIP_EPS))
+
+
+def reference_adamw(p, g, m, v, mask, *, lr, beta1, beta2, eps, weight_decay, step, clip_coef=1.0,
+                    norm=None, skip_above=math.inf):
+    """One AdamW step in numpy (in the arrays' dtype); returns new (p, m, v). mask None = decay all."""
+    if norm is not None and (not math.isfinite(norm) or norm > skip_above):
+        return p.copy(), m.copy(), v.copy()
+    dt = p.dtype
+    g = g * dt.type(clip_coef)
+    decay = dt.type(lr * weight_decay) * (np.ones_like(p) if mask is None else mask)
+    p = p * (1 - decay)
+    m = dt.type(beta1) * m + dt.type(1 - beta1) * g
+    v = dt.type(beta2) * v + dt.type(1 - beta2) * g * g
+    bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
+    denom = np.sqrt(v) / dt.type(math.sqrt(bc2)) + dt.type(eps)
+    p = p - dt.type(lr / bc1) * m / denom
+    return p, m, v
+
+
+# -- kernels ---------------------------------------------------------------------------------------
+
+def _build_partial(b: KernelBuilder, v: Variant) -> None:
+    """partials[offset + wg] = sum of squares of this workgroup's strided share of x."""
+    n = v.vec
+    b.local_size(WG)
+    x = b.buffer(0, f32, "r")
+    xv = x.view(n)
+    partials = b.buffer(1, f32, "rw")
+    count, offset = b.push("n", u32), b.push("offset", u32)
+    wg, lid, groups = b.workgroup_id(0), b.local_id(0), b.num_workgroups(0)
+    acc = b.var(f32, 0.0)
+    items = count / n
+    with b.for_range(wg * WG + lid, items, step=groups * WG) as i:
+        xi = xv[i]
+        acc += b.dot(xi, xi) if n > 1 else xi * xi
+    if n > 1:  # the last count % n scalars
+        with b.if_((wg == 0) & (lid == 0)):
+            with b.for_range(items * n, count) as i:
+                acc += x[i] * x[i]
+    total = workgroup_sum(b, acc.value, b.shared(f32, WG))
+    with b.if_(lid == 0):
+        partials[offset + wg] = total
+
+
+def _build_finish(b: KernelBuilder, v: Variant) -> None:
+    """norm = sqrt(sum of partials); clip = min(1, max_norm / (norm + 1e-6))."""
+    b.local_size(WG)
+    partials = b.buffer(0, f32, "r")
+    norm_out, clip_out = b.buffer(1, f32, "w"), b.buffer(2, f32, "w")
+    count, max_norm = b.push("n", u32), b.push("max_norm", f32)
+    lid = b.local_id(0)
+    acc = b.var(f32, 0.0)
+    with b.for_range(lid, count, step=WG) as i:
+        acc += partials[i]
+    norm = b.sqrt(workgroup_sum(b, acc.value, b.shared(f32, WG)))
+    with b.if_(lid == 0):
+        norm_out[0] = norm
+        clip_out[0] = b.min(max_norm / (norm + CLIP_EPS), 1.0)
+
+
+def _build_adamw(b: KernelBuilder, v: Variant) -> None:
+    """One invocation per element (or vec4 of elements; the invocation after the last quad does the tail)."""
+    n = v.vec
+    b.local_size(WG)
+    bufs = [b.buffer(k, f32, acc) for k, acc in enumerate(("rw", "r", "rw", "rw", "r"))]
+    clip_buf, norm_buf = b.buffer(5, f32, "r"), b.buffer(6, f32, "r")
+    count = b.push("n", u32)
+    beta1, beta2, eps, wd_lr, step_size, sqrt_bc2, skip_above = (
+        b.push(k, f32) for k in ("beta1", "beta2", "eps", "wd_lr", "step_size", "sqrt_bc2", "skip_above"))
+    masked = b.push("masked", u32)
+    norm = norm_buf[0]
+    bits = b.bitcast(norm, u32)
+    # NaN/Inf tested on the exponent bits, which no driver fast-math can fold away.
+    skip = ((bits & 0x7F800000) == 0x7F800000) | (norm > skip_above)
+    clip = clip_buf[0]
+    i = b.global_id(0) + b.global_id(1) * (b.num_workgroups(0) * WG)
+    items = count / n
+
+    def update(views, k) -> None:
+        p_buf, g_buf, m_buf, v_buf, mask_buf = views
+        g = g_buf[k] * clip
+        p = p_buf[k]
+        decay = b.var(p.type, b.splat(b.const(1.0), p.count))
+        with b.if_(masked != 0):  # read the mask only when there is one (else a 4-float stand-in is bound)
+            decay.value = mask_buf[k]
+        p = p * (1.0 - decay.value * wd_lr)
+        m = m_buf[k] * beta1 + g * (1.0 - beta1)
+        vv = v_buf[k] * beta2 + g * g * (1.0 - beta2)
+        m_buf[k], v_buf[k] = m, vv
+        p_buf[k] = p - m * step_size / (b.sqrt(vv) / sqrt_bc2 + eps)
+
+    with b.if_(~skip):
+        with b.if_(i < items):
+            update([buf.view(n) for buf in bufs], i)
+        if n > 1:
+            with b.if_(i == items):
+                with b.for_range(items * n, count) as k:
+                    update(bufs, k)
+
+
+GRAD_NORM_PARTIAL = Kernel("grad_norm_partial", _build_partial, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+                           flops=lambda n: 2 * n, bytes=lambda n: 4 * n)
+GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar": {}},
+                          grid=lambda n: (1, 1, 1), flops=lambda n: n, bytes=lambda n: 4 * n + 8)
+ADAMW = Kernel(
+    "adamw", _build_adamw, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    flops=lambda n: 18 * n,
+    bytes=lambda n, masked=True: (28 + (4 if masked else 0)) * n,  # p, m, v read+written; g (and mask) read
+)
+
+
+# -- ops -------------------------------------------------------------------------------------------
+
+def _rt():
+    import helios.runtime as rt
+
+    return rt
+
+
+def _grid(items: int, group: int) -> tuple[int, int, int]:
+    groups = max(1, ceil_div(items, group))
+    gx = min(groups, _rt().get_runtime().max_groups[0])
+    return gx, ceil_div(groups, gx), 1
+
+
+_CONSTANTS: dict[tuple[int, float], tuple[object, object]] = {}
+
+
+def _constant(value: float):
+    """A cached device tensor of 4 copies of value (the default clip coefficient, norm and mask stand-in)."""
+    rt = _rt()
+    runtime = rt.get_runtime()
+    key = (id(runtime), value)
+    found = _CONSTANTS.get(key)
+    if found is None or found[0] is not runtime:
+        found = _CONSTANTS[key] = (runtime, rt.from_numpy(np.full(4, value, dtype=np.float32)))
+    return found[1]
+
+
+def _partial_groups(n: int, vec: int) -> int:
+    return max(1, min(MAX_PARTIALS, ceil_div(n, WG * vec * 4)))
+
+
+def grad_norm(grads, max_norm: float):
+    """(norm (1,), clip_coef (1,)) of a tensor or a list of tensors (global L2 norm), on the device:
+    one dispatch per tensor, then one to finish."""
+    rt = _rt()
+    tensors = list(grads) if isinstance(grads, list | tuple) else [grads]
+    plan = []
+    total = 0
+    for t in tensors:
+        n = int(t.numel)
+        vec = 4 if n >= 4 else 1
+        groups = _partial_groups(n, vec)
+        plan.append((t, n, vec, groups, total))
+        total += groups
+    partials = rt.empty((total,))
+    for t, n, vec, groups, offset in plan:
+        rt.launch(GRAD_NORM_PARTIAL, [t, partials], push={"n": n, "offset": offset}, grid=(groups, 1, 1),
+                  variant="vec4" if vec == 4 else "scalar")
+    norm, clip = rt.empty((1,)), rt.empty((1,))
+    rt.launch(GRAD_NORM_FINISH, [partials, norm, clip], push={"n": total, "max_norm": float(max_norm)},
+              grid=(1, 1, 1))
+    return norm, clip
+
+
+def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta2: float, eps: float,
+               weight_decay: float, step: int, clip_coef=None, norm=None, skip_above: float = math.inf):
+    """One fused AdamW step over a flat arena (one dispatch); returns params. See the module docstring."""
+    rt = _rt()
+    n = int(params.numel)
+    for name, t in (("grads", grads), ("m", m), ("v", v), ("decay_mask", decay_mask)):
+        if t is not None and int(t.numel) != n:
+            raise ValueError(f"adamw_step: {name} has {t.numel} elements, params {n}")
+    if step < 1:
+        raise ValueError(f"adamw_step: step counts from 1, got {step}")
+    vec = 4 if n >= 4 else 1
+    one = _constant(1.0)
+    bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+    push = {"n": n, "beta1": beta1, "beta2": beta2, "eps": eps, "wd_lr": lr * weight_decay,
+            "step_size": lr / bc1, "sqrt_bc2": math.sqrt(bc2),
+            "skip_above": skip_above if norm is not None else math.inf, "masked": int(decay_mask is not None)}
+    buffers = [params, grads, m, v, decay_mask if decay_mask is not None else one,
+               clip_coef if clip_coef is not None else one, norm if norm is not None else _constant(0.0)]
+    items = n // vec + (1 if n % vec else 0)
+    rt.launch(ADAMW, buffers, push=push, grid=_grid(items, WG), variant="vec4" if vec == 4 else "scalar")
+    return params

@@ -1,0 +1,227 @@
+"""Cross-entropy fused with softmax: the loss and dlogits of [N, V] logits in one pass per row.
+
+Three dispatches, none of which is ever read back by the host:
+1. `cross_entropy_count` (one workgroup): n_valid = number of rows whose target is in [0, V) and not
+   `ignore_index`; dlogits are scaled by it, so it must exist before any row is written.
+2. `cross_entropy_rows` (one workgroup per row): an online max/sum-of-exp pass over the row (each
+   invocation keeps its own running max and rescaled sum, merged across the workgroup), then a second pass
+   writing `dlogits = grad_scale * (softmax - onehot) / n_valid` (zeros on ignored rows) and the row loss
+   `logsumexp - x[target]` (0 on ignored rows). Rows longer than the workgroup are strided over, so any
+   vocabulary size works; "vec4" needs V % 4 == 0.
+3. `cross_entropy_mean` (one workgroup): loss = sum(row losses) / n_valid, summed in a fixed order, so the
+   loss is deterministic (float atomics would not be).
+When every row is ignored the loss and dlogits are 0 (torch returns NaN). A target outside [0, V) that is
+not ignore_index is treated as ignored (torch raises).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, i32, u32
+
+WG_ROW = 128  # invocations per row
+WG_REDUCE = 256  # invocations of the single-workgroup count and mean kernels
+FLT_MAX = 3.4028234663852886e38
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# -- numpy reference -------------------------------------------------------------------------------
+
+def reference(logits: np.ndarray, targets: np.ndarray, ignore_index: int = -1, grad_scale: float = 1.0):
+    """(loss scalar, dlogits [N, V]) in the dtype of logits (use float64 for a precise reference)."""
+    x = logits.reshape(-1, logits.shape[-1])
+    t = targets.reshape(-1).astype(np.int64)
+    vocab = x.shape[1]
+    valid = (t != ignore_index) & (t >= 0) & (t < vocab)
+    n_valid = int(valid.sum())
+    m = x.max(axis=1, keepdims=True)
+    e = np.exp(x - m)
+    s = e.sum(axis=1, keepdims=True)
+    lse = (m + np.log(s))[:, 0]
+    safe_t = np.where(valid, t, 0)
+    row_loss = np.where(valid, lse - x[np.arange(x.shape[0]), safe_t], 0.0)
+    loss = row_loss.sum() / max(n_valid, 1)
+    d = e / s
+    d[np.arange(x.shape[0]), safe_t] -= 1.0
+    d *= np.where(valid, grad_scale / max(n_valid, 1), 0.0)[:, None]
+    return np.asarray(loss, dtype=x.dtype), d.astype(x.dtype).reshape(logits.shape)
+
+
+# -- shared reduction helpers (also used by kernels/adamw.py) ---------------------------------------
+
+def workgroup_combine(b: KernelBuilder, values, shared, combine):
+    """Fold per-subgroup results over the workgroup; every invocation gets the folded values.
+
+    `values` are f32 scalars already reduced over the subgroup (e.g. by b.subgroup_add); `shared` holds one
+    shared array per value, at least as long as the number of subgroups. Subgroup k's entries are folded
+    in order k = 0, 1, ... with `combine(acc, entry)` (lists of Values), so the result is deterministic.
+    The caller must not reuse the shared arrays without another barrier.
+    """
+    sid = b.subgroup_id()
+    with b.if_(b.subgroup_local_id() == 0):
+        for sh, x in zip(shared, values, strict=True):
+            sh[sid] = x
+    b.barrier()
+    accs = [b.var(f32, sh[0]) for sh in shared]
+    with b.for_range(1, b.num_subgroups()) as k:
+        new = combine([a.value for a in accs], [sh[k] for sh in shared])
+        for a, x in zip(accs, new, strict=True):
+            a.value = x
+    return [a.value for a in accs]
+
+
+def workgroup_sum(b: KernelBuilder, x, shared):
+    """The sum of the f32 x over the workgroup, in every invocation (subgroup adds, then a fixed-order fold)."""
+    (total,) = workgroup_combine(b, [b.subgroup_add(x)], [shared], lambda acc, e: [acc[0] + e[0]])
+    return total
+
+
+# -- kernels ---------------------------------------------------------------------------------------
+
+def _is_valid(b: KernelBuilder, t, vocab, ignore):
+    return (t != ignore) & (t >= 0) & (b.cast(t, u32) < vocab)
+
+
+def _build_count(b: KernelBuilder, v: Variant) -> None:
+    """stats[0] = number of valid targets (one workgroup, strided)."""
+    b.local_size(WG_REDUCE)
+    targets = b.buffer(0, i32, "r")
+    stats = b.buffer(1, f32, "w")
+    n_rows, vocab, ignore = b.push("n_rows", u32), b.push("vocab", u32), b.push("ignore_index", i32)
+    lid = b.local_id(0)
+    count = b.var(f32, 0.0)
+    with b.for_range(lid, n_rows, step=WG_REDUCE) as r:
+        count += b.cast(_is_valid(b, targets[r], vocab, ignore), f32)
+    total = workgroup_sum(b, count.value, b.shared(f32, WG_REDUCE))
+    with b.if_(lid == 0):
+        stats[0] = total
+
+
+def _merge(b: KernelBuilder, m, s, m2, s2):
+    """(max, sum of exp relative to that max) of two partial (max, sum) pairs."""
+    mx = b.max(m, m2)
+    return mx, s * b.exp(m - mx) + s2 * b.exp(m2 - mx)
+
+
+def _build_rows(b: KernelBuilder, v: Variant) -> None:
+    """One workgroup per row: online max/sum, merge, then dlogits and the row loss."""
+    n = v.vec
+    b.local_size(WG_ROW)
+    logits = b.buffer(0, f32, "r")
+    lv = logits.view(n)
+    targets = b.buffer(1, i32, "r")
+    stats = b.buffer(2, f32, "r")
+    dlogits = b.buffer(3, f32, "w").view(n)
+    losses = b.buffer(4, f32, "w")
+    n_rows, vocab, ignore, grad_scale = (b.push("n_rows", u32), b.push("vocab", u32), b.push("ignore_index", i32),
+                                         b.push("grad_scale", f32))
+    row = b.workgroup_id(0) + b.workgroup_id(1) * b.num_workgroups(0)
+    lid = b.local_id(0)
+    with b.if_(row < n_rows):  # uniform over the workgroup, so the barrier inside is fine
+        cols = vocab / n
+        base = row * cols
+        m = b.var(lv.elem, b.splat(b.const(-FLT_MAX), n))
+        s = b.var(lv.elem, b.splat(b.const(0.0), n))
+        with b.for_range(lid, cols, step=WG_ROW) as j:
+            x = lv[base + j]
+            mn = b.max(m.value, x)
+            s.value = s.value * b.exp(m.value - mn) + b.exp(x - mn)
+            m.value = mn
+        mm, ss = m.value, s.value
+        if n > 1:  # fold the components of this invocation's vector
+            pm, ps = mm[0], ss[0]
+            for k in range(1, n):
+                pm, ps = _merge(b, pm, ps, mm[k], ss[k])
+            mm, ss = pm, ps
+        gm = b.subgroup_max(mm)
+        gs = b.subgroup_add(ss * b.exp(mm - gm))
+        sh = [b.shared(f32, WG_ROW, "row_max"), b.shared(f32, WG_ROW, "row_sum")]
+        big_m, big_s = workgroup_combine(b, [gm, gs], sh, lambda acc, e: list(_merge(b, acc[0], acc[1], e[0], e[1])))
+        lse = big_m + b.log(big_s)
+        t = targets[row]
+        valid = _is_valid(b, t, vocab, ignore)
+        coef = b.select(valid, grad_scale / b.max(stats[0], 1.0), 0.0)
+        tu = b.cast(t, u32)
+        with b.for_range(lid, cols, step=WG_ROW) as j:
+            p = b.exp(lv[base + j] - lse)
+            if n == 1:
+                hit = b.cast(tu == j, f32)
+            else:
+                idx = b.vector(*(j * n + k for k in range(n)))
+                hit = b.cast(idx == b.splat(tu, n), f32)
+            dlogits[base + j] = (p - hit) * coef
+        with b.if_(lid == 0):
+            x_t = logits[row * vocab + b.select(valid, tu, 0)]
+            losses[row] = b.select(valid, lse - x_t, 0.0)
+
+
+def _build_mean(b: KernelBuilder, v: Variant) -> None:
+    """loss[0] = sum(losses) / max(n_valid, 1), one workgroup, fixed order."""
+    b.local_size(WG_REDUCE)
+    losses = b.buffer(0, f32, "r")
+    stats = b.buffer(1, f32, "r")
+    loss = b.buffer(2, f32, "w")
+    n_rows = b.push("n_rows", u32)
+    lid = b.local_id(0)
+    acc = b.var(f32, 0.0)
+    with b.for_range(lid, n_rows, step=WG_REDUCE) as r:
+        acc += losses[r]
+    total = workgroup_sum(b, acc.value, b.shared(f32, WG_REDUCE))
+    with b.if_(lid == 0):
+        loss[0] = total / b.max(stats[0], 1.0)
+
+
+CROSS_ENTROPY_COUNT = Kernel("cross_entropy_count", _build_count, variants={"scalar": {}},
+                             grid=lambda n, vocab: (1, 1, 1), flops=lambda n, vocab: n,
+                             bytes=lambda n, vocab: 4 * n + 4)
+CROSS_ENTROPY_ROWS = Kernel(
+    "cross_entropy_rows", _build_rows, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    grid=lambda n, vocab: _row_grid(n),
+    flops=lambda n, vocab: 12 * n * vocab,  # ~2 exps, max, fma in pass 1; exp, sub, mul in pass 2
+    bytes=lambda n, vocab: 12 * n * vocab + 12 * n,  # logits read twice, dlogits written once
+)
+CROSS_ENTROPY_MEAN = Kernel("cross_entropy_mean", _build_mean, variants={"scalar": {}},
+                            grid=lambda n, vocab: (1, 1, 1), flops=lambda n, vocab: n,
+                            bytes=lambda n, vocab: 4 * n + 8)
+
+
+def _row_grid(n_rows: int) -> tuple[int, int, int]:
+    from helios.device import get_device
+
+    gx = max(1, min(n_rows, get_device().info.max_workgroup_count[0]))
+    return gx, ceil_div(max(n_rows, 1), gx), 1
+
+
+def flops(n_rows: int, vocab: int) -> int:
+    """FLOPs of one cross_entropy call (all three dispatches)."""
+    return CROSS_ENTROPY_ROWS.flops(n_rows, vocab) + 2 * n_rows
+
+
+def nbytes(n_rows: int, vocab: int) -> int:
+    """Bytes moved by one cross_entropy call (all three dispatches)."""
+    return CROSS_ENTROPY_ROWS.bytes(n_rows, vocab) + 8 * n_rows + 12
+
+
+# -- op --------------------------------------------------------------------------------------------
+
+def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1.0, out=None):
+    """(loss (1,), dlogits) for logits [..., V] and int32 targets [...]; loss is the mean over valid rows and
+    dlogits = grad_scale * (softmax - onehot) / n_valid (0 on ignored rows). `out` receives dlogits."""
+    import helios.runtime as rt
+
+    vocab = int(logits.shape[-1])
+    n_rows = int(np.prod(tuple(logits.shape)[:-1]))
+    if int(np.prod(tuple(targets.shape))) != n_rows:
+        raise ValueError(f"targets {tuple(targets.shape)} do not match the {n_rows} rows of logits")
+    dlogits = rt.empty(tuple(logits.shape)) if out is None else out
+    stats, losses, loss = rt.empty((1,)), rt.empty((max(n_rows, 1),)), rt.empty((1,))
+    push = {"n_rows": n_rows, "vocab": vocab, "ignore_index": int(ignore_index)}
+    rt.launch(CROSS_ENTROPY_COUNT, [targets, stats], push=push, grid=(1, 1, 1))
+    rt.launch(CROSS_ENTROPY_ROWS, [logits, targets, stats, dlogits, losses], push={**push, "grad_scale": grad_scale},
+              grid=_row_grid(n_rows), variant="vec4" if vocab % 4 == 0 else "scalar")
+    rt.launch(CROSS_ENTROPY_MEAN, [losses, stats, loss], push={"n_rows": n_rows}, grid=(1, 1, 1))
+    return loss, dlogits

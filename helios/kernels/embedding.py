@@ -1,0 +1,241 @@
+"""Token (+ learned position) embedding: lookup and its backward scatter-add into the table gradient.
+
+Forward: `out[n] = table[ids[n]] (+ pos_table[n % T])` for the N = B*T rows of `ids [B, T]`.
+Backward: `table_grad[v] += sum of dy[n] over n with ids[n] == v`, in one of two ways:
+- "atomic": one invocation per (row, column) adds `dy[n, c]` into `table_grad[ids[n], c]` with a float
+  atomic. Fast, but the summation order (and so the last bits) varies run to run.
+- "scan" / "scan_vec4": one invocation per (vocab row, column or column quad) scans all ids and sums the
+  matching rows in row order. No atomics, deterministic, O(V * D * N) id reads: the fallback for devices
+  without `float_atomic_add_buffer` (and for anyone who wants bit-reproducible gradients).
+The position gradient is always the deterministic gather `pos_grad[t] += sum_b dy[b*T + t]`.
+
+An id outside [0, V) reads as a zero row and contributes no gradient (torch would raise instead).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, i32, u32
+
+WG = 64  # invocations per workgroup for every kernel here (memory-bound; small groups pack lavapipe's threads)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# -- numpy references -------------------------------------------------------------------------------
+
+def reference(ids: np.ndarray, table: np.ndarray, pos_table: np.ndarray | None = None) -> np.ndarray:
+    """out [N, D] = table[ids] (+ pos_table[n % T]); ids [B, T]; invalid ids give zero rows."""
+    ids2 = ids.reshape(-1, ids.shape[-1]) if ids.ndim > 1 else ids.reshape(1, -1)
+    flat = ids2.reshape(-1).astype(np.int64)
+    valid = (flat >= 0) & (flat < table.shape[0])
+    out = np.where(valid[:, None], table[np.clip(flat, 0, table.shape[0] - 1)], 0).astype(table.dtype)
+    if pos_table is not None:
+        t = ids2.shape[1]
+        out = out + np.tile(pos_table[:t], (ids2.shape[0], 1))
+    return out
+
+
+def reference_backward(ids: np.ndarray, dy: np.ndarray, vocab: int, n_pos: int | None = None):
+    """(table_grad [V, D], pos_grad [n_pos, D] or None) for out = reference(ids, table, pos_table)."""
+    ids2 = ids.reshape(-1, ids.shape[-1]) if ids.ndim > 1 else ids.reshape(1, -1)
+    flat = ids2.reshape(-1).astype(np.int64)
+    dy = dy.reshape(flat.size, -1)
+    valid = (flat >= 0) & (flat < vocab)
+    tg = np.zeros((vocab, dy.shape[1]), dtype=dy.dtype)
+    np.add.at(tg, flat[valid], dy[valid])
+    if n_pos is None:
+        return tg, None
+    b, t = ids2.shape
+    pg = np.zeros((n_pos, dy.shape[1]), dtype=dy.dtype)
+    pg[:t] = dy.reshape(b, t, -1).sum(axis=0)
+    return tg, pg
+
+
+# -- kernels -----------------------------------------------------------------------------------------
+
+def _linear_id(b: KernelBuilder):
+    """Invocation index over a 2-D grid of 1-D workgroups (x fastest), so any size fits the grid limits."""
+    return b.global_id(0) + b.global_id(1) * (b.num_workgroups(0) * WG)
+
+
+def _grid(items: int) -> tuple[int, int, int]:
+    """A (gx, gy, 1) grid of WG-wide groups covering `items` invocations within the device's limits."""
+    from helios.device import get_device
+
+    groups = max(1, ceil_div(items, WG))
+    gx = min(groups, get_device().info.max_workgroup_count[0])
+    return gx, ceil_div(groups, gx), 1
+
+
+def _build_lookup(b: KernelBuilder, v: Variant) -> None:
+    """out[n, c] = table[ids[n], c] (+ pos[n % T, c]); one invocation per output element (or quad)."""
+    b.local_size(WG)
+    ids = b.buffer(0, i32, "r")
+    table = b.buffer(1, f32, "r").view(v.vec)
+    out = b.buffer(2, f32, "w").view(v.vec)
+    pos = b.buffer(3, f32, "r").view(v.vec) if v.pos else None
+    n_rows, dv, vocab, seq = b.push("n_rows", u32), b.push("dv", u32), b.push("vocab", u32), b.push("T", u32)
+    i = _linear_id(b)
+    with b.if_(i < n_rows * dv):
+        row, c = i / dv, i % dv
+        tok = ids[row]
+        valid = (tok >= 0) & (b.cast(tok, u32) < vocab)
+        safe = b.cast(b.clamp(tok, 0, b.cast(vocab, i32) - 1), u32)  # never read outside the table
+        x = b.select(valid, table[safe * dv + c], 0.0)
+        if pos is not None:
+            x = x + pos[(row % seq) * dv + c]
+        out[i] = x
+
+
+def _build_scatter_atomic(b: KernelBuilder, v: Variant) -> None:
+    """table_grad[ids[n], c] += dy[n, c] with float atomics; one invocation per element of dy."""
+    b.local_size(WG)
+    ids = b.buffer(0, i32, "r")
+    dy = b.buffer(1, f32, "r")
+    grad = b.buffer(2, f32, "rw")
+    n_rows, d, vocab = b.push("n_rows", u32), b.push("d", u32), b.push("vocab", u32)
+    i = _linear_id(b)
+    with b.if_(i < n_rows * d):
+        row, c = i / d, i % d
+        tok = ids[row]
+        with b.if_((tok >= 0) & (b.cast(tok, u32) < vocab)):
+            b.atomic_add(grad, b.cast(tok, u32) * d + c, dy[i])
+
+
+def _build_scatter_scan(b: KernelBuilder, v: Variant) -> None:
+    """table_grad[r, c] (+)= sum of dy[n, c] over ids[n] == r, summed in row order; no atomics."""
+    b.local_size(WG)
+    ids = b.buffer(0, i32, "r")
+    dy = b.buffer(1, f32, "r").view(v.vec)
+    grad = b.buffer(2, f32, "rw").view(v.vec)
+    n_rows, dv, vocab, accumulate = b.push("n_rows", u32), b.push("dv", u32), b.push("vocab", u32), \
+        b.push("accumulate", u32)
+    i = _linear_id(b)
+    with b.if_(i < vocab * dv):
+        r, c = i / dv, i % dv
+        zero = b.splat(b.const(0.0), v.vec)
+        acc = b.var(grad.elem, zero)
+        with b.if_(accumulate != 0):
+            acc.value = grad[i]
+        target = b.cast(r, i32)
+        with b.for_range(0, n_rows) as n:
+            with b.if_(ids[n] == target):
+                acc += dy[n * dv + c]
+        grad[i] = acc.value
+
+
+def _build_pos_grad(b: KernelBuilder, v: Variant) -> None:
+    """pos_grad[t, c] (+)= sum_b dy[b*T + t, c] for t < T; rows t >= T are left (or set to 0)."""
+    b.local_size(WG)
+    dy = b.buffer(0, f32, "r").view(v.vec)
+    grad = b.buffer(1, f32, "rw").view(v.vec)
+    batch, seq, n_pos, dv, accumulate = (b.push(k, u32) for k in ("B", "T", "n_pos", "dv", "accumulate"))
+    i = _linear_id(b)
+    with b.if_(i < n_pos * dv):
+        t, c = i / dv, i % dv
+        acc = b.var(grad.elem, b.splat(b.const(0.0), v.vec))
+        with b.if_(accumulate != 0):
+            acc.value = grad[i]
+        with b.if_(t < seq):
+            with b.for_range(0, batch) as k:
+                acc += dy[(k * seq + t) * dv + c]
+        grad[i] = acc.value
+
+
+EMBEDDING = Kernel(
+    "embedding", _build_lookup,
+    variants={"scalar": {"vec": 1, "pos": False}, "vec4": {"vec": 4, "pos": False},
+              "pos_scalar": {"vec": 1, "pos": True}, "pos_vec4": {"vec": 4, "pos": True}},
+    grid=lambda n, d, vec=1: _grid(n * d // vec),
+    flops=lambda n, d, pos=False: n * d if pos else 0,
+    bytes=lambda n, d, pos=False: 4 * n + 4 * n * d * (3 if pos else 2),
+)
+EMBEDDING_BACKWARD_ATOMIC = Kernel(
+    "embedding_backward_atomic", _build_scatter_atomic, variants={"atomic": {}},
+    grid=lambda n, d: _grid(n * d),
+    flops=lambda n, d: n * d, bytes=lambda n, d: 4 * n + 12 * n * d,
+    requires=("float_atomic_add_buffer",),
+)
+EMBEDDING_BACKWARD_SCAN = Kernel(
+    "embedding_backward_scan", _build_scatter_scan,
+    variants={"scan": {"vec": 1}, "scan_vec4": {"vec": 4}},
+    grid=lambda vocab, d, vec=1: _grid(vocab * d // vec),
+    flops=lambda n, vocab, d: n * d, bytes=lambda n, vocab, d: 4 * n * vocab * d + 4 * n * d + 8 * vocab * d,
+)
+EMBEDDING_POS_BACKWARD = Kernel(
+    "embedding_pos_backward", _build_pos_grad,
+    variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    grid=lambda n_pos, d, vec=1: _grid(n_pos * d // vec),
+    flops=lambda n, d: n * d, bytes=lambda n, n_pos, d: 4 * n * d + 8 * n_pos * d,
+)
+
+
+# -- ops -------------------------------------------------------------------------------------------
+
+def _rt():
+    import helios.runtime as rt
+
+    return rt
+
+
+def _rows(ids) -> tuple[int, int]:
+    """(N, T) of an ids tensor [B, T] (a 1-D ids tensor is one sequence)."""
+    shape = tuple(ids.shape)
+    return int(np.prod(shape)), int(shape[-1])
+
+
+def embedding(ids, table, pos_table=None, out=None):
+    """Rows of `table` [V, D] for ids [B, T] as [N, D] (N = B*T); with pos_table adds pos_table[n % T]."""
+    rt = _rt()
+    n, seq = _rows(ids)
+    vocab, d = int(table.shape[0]), int(table.shape[1])
+    if pos_table is not None and int(pos_table.shape[0]) < seq:
+        raise ValueError(f"pos_table has {pos_table.shape[0]} rows but the sequences are {seq} long")
+    out = rt.empty((n, d)) if out is None else out
+    vec = 4 if d % 4 == 0 else 1
+    name = ("pos_" if pos_table is not None else "") + ("vec4" if vec == 4 else "scalar")
+    buffers = [ids, table, out] + ([pos_table] if pos_table is not None else [])
+    rt.launch(EMBEDDING, buffers, push={"n_rows": n, "dv": d // vec, "vocab": vocab, "T": seq},
+              grid=_grid(n * d // vec), variant=name)
+    return out
+
+
+def scatter_variant() -> str:
+    """"atomic" where the device has float atomic adds on buffers, else the deterministic "scan"."""
+    from helios.device import get_device
+
+    return "atomic" if get_device().info.float_atomic_add_buffer else "scan"
+
+
+def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, variant: str | None = None):
+    """Scatter-add dy [N, D] rows into table_grad [V, D] (and position rows into pos_grad); returns
+    (table_grad, pos_grad). Without accumulate the gradients are overwritten. `variant`: "atomic" or
+    "scan" (default: `scatter_variant()`)."""
+    rt = _rt()
+    n, seq = _rows(ids)
+    vocab, d = int(table_grad.shape[0]), int(table_grad.shape[1])
+    vec = 4 if d % 4 == 0 else 1
+    variant = variant or scatter_variant()
+    if variant == "atomic":
+        if not accumulate:
+            rt.fill(table_grad, 0.0)
+        rt.launch(EMBEDDING_BACKWARD_ATOMIC, [ids, dy, table_grad], push={"n_rows": n, "d": d, "vocab": vocab},
+                  grid=_grid(n * d), variant="atomic")
+    elif variant == "scan":
+        rt.launch(EMBEDDING_BACKWARD_SCAN, [ids, dy, table_grad],
+                  push={"n_rows": n, "dv": d // vec, "vocab": vocab, "accumulate": int(accumulate)},
+                  grid=_grid(vocab * d // vec), variant="scan_vec4" if vec == 4 else "scan")
+    else:
+        raise ValueError(f"embedding_backward variant must be 'atomic' or 'scan', not {variant!r}")
+    if pos_grad is not None:
+        n_pos = int(pos_grad.shape[0])
+        if n_pos < seq:
+            raise ValueError(f"pos_grad has {n_pos} rows but the sequences are {seq} long")
+        rt.launch(EMBEDDING_POS_BACKWARD, [dy, pos_grad],
+                  push={"B": n // seq, "T": seq, "n_pos": n_pos, "dv": d // vec, "accumulate": int(accumulate)},
+                  grid=_grid(n_pos * d // vec), variant="vec4" if vec == 4 else "scalar")
+    return table_grad, pos_grad

@@ -1,0 +1,152 @@
+"""Rotary position embedding (RoPE) on the fused QKV layout [B, T, (H + 2*Hkv) * D].
+
+Convention: LLaMA / Hugging Face "rotate_half" (half-split). Within each q and k head of dim D, element i
+(i < D/2) pairs with element i + D/2, and the pair is rotated by the angle t * base^(-2i/D), t being the
+position (row % T):
+
+    y[i]       = x[i] * cos - x[i + D/2] * sin
+    y[i + D/2] = x[i + D/2] * cos + x[i] * sin
+
+The v heads (the last Hkv * D columns of a row) are copied unchanged. The backward (vector-Jacobian
+product) is the inverse rotation (sin -> -sin). cos/sin come from a float64 table [2, T, D/2] built once
+per (T, D, base) on the host and uploaded (cached), which is more accurate than f32 sin/cos of large
+angles on the device. trainer/backends/torch_model.py builds the same table the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+
+WG = 64
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# -- numpy reference -------------------------------------------------------------------------------
+
+def rope_table(seq: int, head_dim: int, base: float) -> np.ndarray:
+    """float64 [2, T, D/2]: cos and sin of t * base^(-2i/D)."""
+    half = head_dim // 2
+    inv_freq = float(base) ** (-np.arange(half, dtype=np.float64) * 2.0 / head_dim)
+    angles = np.arange(seq, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.stack([np.cos(angles), np.sin(angles)])
+
+
+def reference(qkv: np.ndarray, n_head: int, n_kv_head: int, head_dim: int, base: float,
+              backward: bool = False) -> np.ndarray:
+    """numpy RoPE over [B, T, (H + 2*Hkv) * D] (any float dtype); backward=True rotates by -angle."""
+    b, t, _ = qkv.shape
+    cos, sin = rope_table(t, head_dim, base)
+    if backward:
+        sin = -sin
+    half = head_dim // 2
+    out = qkv.copy()
+    n_rot = n_head + n_kv_head
+    heads = qkv[:, :, : n_rot * head_dim].reshape(b, t, n_rot, head_dim)
+    x1, x2 = heads[..., :half], heads[..., half:]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    rotated = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    out[:, :, : n_rot * head_dim] = rotated.reshape(b, t, n_rot * head_dim).astype(qkv.dtype)
+    return out
+
+
+# -- kernel ----------------------------------------------------------------------------------------
+
+def _build(b: KernelBuilder, v: Variant) -> None:
+    """One invocation per rotated (i, i + D/2) pair group of `vec` pairs, then per copied v element group."""
+    b.local_size(WG)
+    n = v.vec
+    if v.inplace:
+        src = dst = b.buffer(0, f32, "rw").view(n)
+        table = b.buffer(1, f32, "r").view(n)
+    else:
+        src = b.buffer(0, f32, "r").view(n)
+        table = b.buffer(1, f32, "r").view(n)
+        dst = b.buffer(2, f32, "w").view(n)
+    n_rows, seq, width, halfv, n_rot, copy_v = (b.push(k, u32) for k in
+                                                 ("n_rows", "T", "width", "halfv", "n_rot", "copy_v"))
+    sign = b.push("sign", f32)
+    # Per row: n_rot * halfv rotation items, then (when copying) the v columns in vec-wide items.
+    rot_items = n_rot * halfv
+    rot_cols = rot_items * 2 * n  # scalar columns covered by q and k heads
+    per_row = rot_items + copy_v * ((width - rot_cols) / n)
+    i = b.global_id(0) + b.global_id(1) * (b.num_workgroups(0) * WG)
+    with b.if_(i < n_rows * per_row):
+        row, j = i / per_row, i % per_row
+        rowv = row * (width / n)  # row start in vec units (width is a multiple of vec)
+        with b.if_(j < rot_items):
+            head, k = j / halfv, j % halfv
+            e0 = rowv + head * (2 * halfv) + k
+            e1 = e0 + halfv
+            t = row % seq
+            c = table[t * halfv + k]
+            s = table[(seq + t) * halfv + k] * sign
+            x0, x1 = src[e0], src[e1]
+            dst[e0] = x0 * c - x1 * s
+            dst[e1] = x1 * c + x0 * s
+        with b.else_():
+            e = rowv + rot_cols / n + (j - rot_items)
+            dst[e] = src[e]
+
+
+ROPE = Kernel(
+    "rope", _build,
+    variants={"scalar": {"vec": 1, "inplace": False}, "vec4": {"vec": 4, "inplace": False},
+              "scalar_inplace": {"vec": 1, "inplace": True}, "vec4_inplace": {"vec": 4, "inplace": True}},
+    flops=lambda rows, n_rot, head_dim: 6 * rows * n_rot * head_dim // 2,
+    bytes=lambda rows, width, n_rot, head_dim, inplace=False: 4 * rows * (
+        2 * n_rot * head_dim + (0 if inplace else 2 * (width - n_rot * head_dim))),
+)
+
+
+# -- op --------------------------------------------------------------------------------------------
+
+_TABLES: dict[tuple[int, int, int, float], tuple[object, object]] = {}
+
+
+def _table(seq: int, head_dim: int, base: float):
+    """The cached device cos/sin table [2, T, D/2] (float32) for this runtime and (T, D, base)."""
+    import helios.runtime as rt
+
+    runtime = rt.get_runtime()
+    key = (id(runtime), seq, head_dim, float(base))
+    found = _TABLES.get(key)
+    if found is None or found[0] is not runtime:  # the runtime is kept so that its id() cannot be reused
+        table = np.ascontiguousarray(rope_table(seq, head_dim, base), dtype=np.float32)
+        found = _TABLES[key] = (runtime, rt.from_numpy(table))
+    return found[1]
+
+
+def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward: bool = False, out=None):
+    """Rotate the q and k heads of a fused [B, T, (H + 2*Hkv) * D] tensor (v copied unchanged).
+
+    backward=True applies the inverse rotation (the VJP). `out=qkv` rotates in place (v is not touched).
+    """
+    import helios.runtime as rt
+
+    if head_dim % 2:
+        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    shape = tuple(qkv.shape)
+    width = (n_head + 2 * n_kv_head) * head_dim
+    if shape[-1] != width:
+        raise ValueError(f"qkv rows have {shape[-1]} columns, expected (H + 2*Hkv) * D = {width}")
+    seq = shape[-2] if len(shape) >= 2 else 1
+    n_rows = int(np.prod(shape[:-1]))
+    half = head_dim // 2
+    vec = 4 if half % 4 == 0 else 1
+    inplace = out is qkv
+    out = rt.empty(shape) if out is None else out
+    n_rot = n_head + n_kv_head
+    per_row = n_rot * half // vec + (0 if inplace else n_kv_head * head_dim // vec)
+    name = ("vec4" if vec == 4 else "scalar") + ("_inplace" if inplace else "")
+    buffers = [qkv, _table(seq, head_dim, base)] + ([] if inplace else [out])
+    groups = max(1, ceil_div(n_rows * per_row, WG))
+    gx = min(groups, rt.get_runtime().max_groups[0])
+    rt.launch(ROPE, buffers, variant=name, grid=(gx, ceil_div(groups, gx), 1),
+              push={"n_rows": n_rows, "T": seq, "width": width, "halfv": half // vec, "n_rot": n_rot,
+                    "copy_v": 0 if inplace else 1, "sign": -1.0 if backward else 1.0})
+    return out

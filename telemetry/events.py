@@ -1,0 +1,118 @@
+"""The JSON-lines event log: one `{"event": ..., "t": ..., ...}` object per line, flushed per line.
+
+Events the trainer writes: config, resume, step, eval, sample, ckpt, skip, end. Readers skip malformed
+or truncated lines with a warning (a run being written, or killed mid-line, is normal).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN/Inf have no JSON form: they become null (a `skip` event says why)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return _jsonable(value.item())
+    return value
+
+
+class MetricsWriter:
+    """Appends events to RUN_DIR/metrics.jsonl, one flushed line each."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Write one event (t defaults to now, Unix seconds); returns the record as written."""
+        record = {"event": event, "t": fields.pop("t", time.time())}
+        record.update(fields)
+        record = _jsonable(record)
+        if self._file is not None:
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            self._file.flush()
+        return record
+
+    def close(self) -> None:
+        """Close the file (further emits are dropped)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def metrics_path(run_or_file: str | Path) -> Path:
+    """RUN_DIR/metrics.jsonl for a run directory; a file path is returned as is."""
+    p = Path(run_or_file)
+    return p / METRICS_FILE if p.is_dir() else p
+
+
+def parse_lines(lines: Iterator[str] | list[str], source: str = "metrics") -> Iterator[dict[str, Any]]:
+    """Events from text lines; a malformed line, or one without event/t, is skipped with a warning."""
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            warnings.warn(f"{source}:{lineno}: skipping malformed line", stacklevel=2)
+            continue
+        if not isinstance(record, dict) or "event" not in record or "t" not in record:
+            warnings.warn(f"{source}:{lineno}: skipping a line that is not an event", stacklevel=2)
+            continue
+        yield record
+
+
+def read_events(run_or_file: str | Path) -> list[dict[str, Any]]:
+    """Every readable event of a run, in file order; [] when there is no log yet."""
+    path = metrics_path(run_or_file)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    return list(parse_lines(text.splitlines(), str(path)))
+
+
+class EventTail:
+    """Incremental reader for a growing log: each poll() returns the complete new lines' events."""
+
+    def __init__(self, run_or_file: str | Path):
+        self.path = metrics_path(run_or_file)
+        self._offset = 0
+        self._lineno = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Events appended since the last poll; a partial last line waits for its newline."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:
+            return []
+        self._offset += end
+        lines = chunk[:end].decode("utf-8", errors="replace").splitlines()
+        events = list(parse_lines(lines, f"{self.path}@{self._lineno}"))
+        self._lineno += len(lines)
+        return events

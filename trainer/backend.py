@@ -1,0 +1,152 @@
+"""The narrow contract between the training loop and whatever computes the model.
+
+Two implementations: `helios` (Vulkan compute, `trainer/backends/helios.py`) and `torch`
+(`trainer/backends/torch_ref.py`, the CPU reference oracle). The loop only ever talks to `Backend`.
+
+Conventions every backend follows (see docs/TRAINER.md for parameter names and layouts):
+- token arrays are int32 `[batch, block]`; targets `y` are `x` shifted one position right;
+- loss is the mean cross-entropy over every token of every micro-batch of the step;
+- AdamW with decoupled weight decay on 2-D+ weights except the embeddings `wte`/`wpe`, global-norm clipping;
+- a step is all-or-nothing: a skipped step (NaN/Inf or spike) leaves parameters and Adam state untouched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainer.config import ModelConfig, OptimConfig
+from trainer.errors import BackendUnavailableError
+
+COUNTER_KEYS = ("dispatches", "submits", "barriers", "host_waits", "pool_bytes", "pool_regions", "pool_classes",
+                "device_allocs")
+# Counters that grow monotonically; the loop logs their per-step difference. The pool_* ones are gauges.
+CUMULATIVE_COUNTERS = ("dispatches", "submits", "barriers", "host_waits", "device_allocs")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimizer step reports. Times are host wall-clock milliseconds.
+
+    skipped: None (applied), "nan" (NaN/Inf loss or grad norm) or "spike" (grad_norm > spike_threshold).
+    clip_coef: the factor gradients were scaled by (1.0 when not clipped).
+    wait_ms: time the host spent blocked waiting on the device (the step's one host read).
+    """
+
+    loss: float
+    grad_norm: float
+    clip_coef: float
+    skipped: str | None
+    fwd_ms: float
+    bwd_ms: float
+    opt_ms: float
+    wait_ms: float
+
+
+class Backend(ABC):
+    """A model plus its AdamW optimizer on some device."""
+
+    @classmethod
+    @abstractmethod
+    def create(cls, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> Backend:
+        """A freshly initialised model (normal(0, 0.02), residual projections 0.02/sqrt(2*n_layer)) and optimizer."""
+
+    @abstractmethod
+    def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float, grad_clip: float,
+                   spike_threshold: float | None, inject_nan: bool = False) -> StepResult:
+        """Accumulate gradients over micro_batches, clip to grad_clip (0: off), take one AdamW step at lr.
+
+        NaN/Inf loss or grad norm -> nothing applied, skipped="nan"; grad norm above spike_threshold ->
+        nothing applied, skipped="spike". inject_nan makes the step see a NaN (a test hook).
+        """
+
+    @abstractmethod
+    def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Mean cross-entropy of one batch, no dropout, no gradient."""
+
+    @abstractmethod
+    def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
+                 rng: np.random.Generator) -> np.ndarray:
+        """n new token ids (int32, 1-D) continuing prompt_ids (1-D, non-empty); temperature 0 means greedy.
+
+        The context is cropped to the last block_size tokens; sampling draws only from rng.
+        """
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """fp32 copies: `param.<name>`, `adam_m.<name>`, `adam_v.<name>`, plus `adam_step` (int64 scalar)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore from `state_dict()` output; raises ValueError naming the first missing/extra/misshapen key."""
+
+    @abstractmethod
+    def counters(self) -> dict[str, int]:
+        """Device counters keyed by COUNTER_KEYS: the CUMULATIVE_COUNTERS since creation, pool_* as now."""
+
+    @abstractmethod
+    def num_params(self) -> int:
+        """Number of trainable scalars (tied weights counted once)."""
+
+    @abstractmethod
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token (forward + backward), for throughput and MFU."""
+
+    @abstractmethod
+    def device_name(self) -> str:
+        """Human-readable name of the device the model runs on."""
+
+    @abstractmethod
+    def peak_flops(self) -> float | None:
+        """The device's peak fp32 FLOP/s, or None when unknown (MFU is then null)."""
+
+
+BACKENDS = {
+    "helios": "trainer.backends.helios:HeliosBackend",
+    "torch": "trainer.backends.torch_ref:TorchBackend",
+}
+
+
+def backend_class(kind: str) -> type[Backend]:
+    """The Backend class for a name in BACKENDS, imported lazily (torch is never needed unless asked for)."""
+    if kind not in BACKENDS:
+        raise BackendUnavailableError(f"unknown backend '{kind}'; valid backends: {', '.join(BACKENDS)}")
+    module_name, cls_name = BACKENDS[kind].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise BackendUnavailableError(
+                f"the {kind} backend is not available yet ({module_name} is missing); try --backend torch"
+            ) from None
+        raise BackendUnavailableError(f"the {kind} backend needs the Python package '{exc.name}', which is "
+                                      f"not installed") from None
+    return getattr(module, cls_name)
+
+
+def create_backend(kind: str, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> Backend:
+    """Create a backend by name."""
+    return backend_class(kind).create(model_cfg, optim_cfg, seed)
+
+
+def flops_per_token(model_cfg: ModelConfig, n_params: int) -> float:
+    """PaLM-style training FLOPs per token: 6*N (N without position embeddings) + 12*L*H*head_dim*T attention."""
+    m = model_cfg
+    n = n_params - (m.block_size * m.n_embd if m.arch == "gpt2" else 0)
+    return 6.0 * n + 12.0 * m.n_layer * m.n_head * m.head_dim * m.block_size
+
+
+def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
+    """One token id from float64 logits: greedy at temperature 0, else softmax(logits/T) over the top_k."""
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    z = logits / temperature
+    if top_k is not None and 0 < top_k < z.size:
+        kth = np.partition(z, -top_k)[-top_k]
+        z = np.where(z < kth, -np.inf, z)
+    p = np.exp(z - z.max())
+    cdf = np.cumsum(p)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), z.size - 1))

@@ -1,0 +1,1 @@
+"""Backend implementations: `torch_ref` (CPU reference) and `helios` (Vulkan compute)."""

@@ -1,0 +1,194 @@
+"""The PyTorch reference backend: fp32 on the CPU, the oracle the helios backend is checked against.
+
+AdamW is written out (not torch.optim) so its state is exactly the `adam_m.*`/`adam_v.*`/`adam_step`
+the checkpoint format names, and so a skipped step provably touches nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from trainer.backend import COUNTER_KEYS, Backend, StepResult, flops_per_token, sample_logits
+from trainer.config import ModelConfig, OptimConfig
+from trainer.errors import BackendUnavailableError
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ModuleNotFoundError:  # torch is a test-only dependency
+    raise BackendUnavailableError("the torch backend needs PyTorch: pip install 'torch==2.13.0'") from None
+
+from trainer.backends.torch_model import GPT  # noqa: E402  (after the torch check, for its clear message)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+class TorchBackend(Backend):
+    """GPT + AdamW in PyTorch on the CPU."""
+
+    def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+        self.cfg, self.optim, self.seed = model_cfg, optim_cfg, seed
+        self.model = GPT(model_cfg)
+        self.model.init_weights(seed)
+        self.model.train()
+        self.names = [name for name, _ in self.model.named_parameters()]
+        self.params = [p for _, p in self.model.named_parameters()]
+        self.decay = [self.model.decays(n, p) for n, p in zip(self.names, self.params, strict=True)]
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+        self.step = 0
+
+    @classmethod
+    def create(cls, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> TorchBackend:
+        """A freshly initialised model and zeroed AdamW state."""
+        return cls(model_cfg, optim_cfg, seed)
+
+    def _loss(self, x: np.ndarray, y: np.ndarray) -> torch.Tensor:
+        logits = self.model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)))
+        target = torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), target.view(-1))
+
+    def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float, grad_clip: float,
+                   spike_threshold: float | None, inject_nan: bool = False) -> StepResult:
+        """Forward/backward over micro_batches, one global-norm clip and one AdamW update (or a skip)."""
+        if self.cfg.dropout > 0:
+            # Dropout masks come from the step number, so a resumed run draws the same masks without saving RNGs.
+            torch.manual_seed(self.seed * 1_000_003 + self.step)
+        for p in self.params:
+            p.grad = None
+        n = len(micro_batches)
+        fwd_ms = bwd_ms = 0.0
+        loss_sum = torch.zeros(())
+        for x, y in micro_batches:
+            t0 = time.perf_counter()
+            loss = self._loss(x, y)
+            fwd_ms += _ms(t0)
+            t0 = time.perf_counter()
+            (loss / n).backward()
+            bwd_ms += _ms(t0)
+            loss_sum += loss.detach()
+        t0 = time.perf_counter()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        if inject_nan:
+            norm, loss_sum = norm * float("nan"), loss_sum * float("nan")
+        opt_ms = _ms(t0)
+        t0 = time.perf_counter()
+        loss_val, norm_val = torch.stack([loss_sum / n, norm]).tolist()  # the step's one host read
+        wait_ms = _ms(t0)
+        t0 = time.perf_counter()
+        skipped, clip_coef = None, 1.0
+        if not (math.isfinite(loss_val) and math.isfinite(norm_val)):
+            skipped = "nan"
+        elif spike_threshold is not None and norm_val > spike_threshold:
+            skipped = "spike"
+        else:
+            if grad_clip > 0:
+                clip_coef = min(1.0, grad_clip / (norm_val + 1e-6))
+            self._adamw(grads, lr, clip_coef)
+        for p in self.params:
+            p.grad = None
+        opt_ms += _ms(t0)
+        return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
+
+    @torch.no_grad()
+    def _adamw(self, grads: list[torch.Tensor], lr: float, clip_coef: float) -> None:
+        """p <- p*(1 - lr*wd) [decayed params only] - lr * m_hat / (sqrt(v_hat) + eps), with g scaled by clip_coef."""
+        b1, b2 = self.optim.betas
+        wd, eps = self.optim.weight_decay, self.optim.eps
+        self.step += 1
+        bc1, bc2 = 1.0 - b1 ** self.step, 1.0 - b2 ** self.step
+        for p, g, m, v, decay in zip(self.params, grads, self.m, self.v, self.decay, strict=True):
+            if clip_coef != 1.0:
+                g = g * clip_coef
+            m.mul_(b1).add_(g, alpha=1.0 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+            if decay and wd:
+                p.mul_(1.0 - lr * wd)
+            p.addcdiv_(m, (v / bc2).sqrt_().add_(eps), value=-lr / bc1)
+
+    @torch.no_grad()
+    def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Mean cross-entropy without dropout or gradients."""
+        self.model.eval()
+        try:
+            return float(self._loss(x, y))
+        finally:
+            self.model.train()
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
+                 rng: np.random.Generator) -> np.ndarray:
+        """n sampled tokens after prompt_ids (full recompute per token: this is the reference, not the fast path)."""
+        ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
+        if not ids:
+            raise ValueError("generate needs a non-empty prompt")
+        out = []
+        self.model.eval()
+        try:
+            for _ in range(n):
+                ctx = torch.tensor([ids[-self.cfg.block_size:]], dtype=torch.int64)
+                logits = self.model(ctx)[0, -1].double().numpy()
+                nxt = sample_logits(logits, temperature, top_k, rng)
+                ids.append(nxt)
+                out.append(nxt)
+        finally:
+            self.model.train()
+        return np.asarray(out, dtype=np.int32)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of parameters and AdamW moments, plus the AdamW step count."""
+        out: dict[str, np.ndarray] = {}
+        for name, p, m, v in zip(self.names, self.params, self.m, self.v, strict=True):
+            out[f"param.{name}"] = p.detach().numpy().copy()
+            out[f"adam_m.{name}"] = m.numpy().copy()
+            out[f"adam_v.{name}"] = v.numpy().copy()
+        out["adam_step"] = np.array(self.step, dtype=np.int64)
+        return out
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Copy a state_dict in; the key set and every shape must match this model exactly."""
+        expected = set(self.state_dict_keys())
+        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+        if missing or extra:
+            raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")
+        for name, p, m, v in zip(self.names, self.params, self.m, self.v, strict=True):
+            for prefix, dst in (("param", p), ("adam_m", m), ("adam_v", v)):
+                src = np.asarray(state[f"{prefix}.{name}"])
+                if tuple(src.shape) != tuple(dst.shape):
+                    raise ValueError(f"{prefix}.{name} has shape {list(src.shape)}, the model needs {list(dst.shape)}")
+                dst.copy_(torch.from_numpy(np.ascontiguousarray(src, dtype=np.float32)))
+        self.step = int(np.asarray(state["adam_step"]).reshape(()))
+
+    def state_dict_keys(self) -> list[str]:
+        """Every key state_dict() produces."""
+        return [f"{k}.{n}" for n in self.names for k in ("param", "adam_m", "adam_v")] + ["adam_step"]
+
+    def counters(self) -> dict[str, int]:
+        """All zeros: the CPU reference has no device queue or memory pool."""
+        return dict.fromkeys(COUNTER_KEYS, 0)
+
+    def num_params(self) -> int:
+        """Trainable scalars (a tied head shares wte)."""
+        return sum(p.numel() for p in self.params)
+
+    def flops_per_token(self) -> float:
+        """6N + attention term; see trainer.backend.flops_per_token."""
+        return flops_per_token(self.cfg, self.num_params())
+
+    def device_name(self) -> str:
+        """The CPU and torch's thread count."""
+        return f"CPU (torch {torch.__version__}, {torch.get_num_threads()} threads)"
+
+    def peak_flops(self) -> float | None:
+        """Unknown for a CPU: MFU is reported as null."""
+        return None
+

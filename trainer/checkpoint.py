@@ -1,0 +1,170 @@
+"""Checkpoints: `RUN_DIR/ckpt-<step>/{model.safetensors,state.json}` plus an atomically updated `latest` pointer.
+
+A checkpoint is built in a temp directory, every file fsynced, renamed into place, and only then is
+`latest` replaced (temp file + os.replace). Any failure on the way (a full disk included) leaves the
+previous checkpoint and `latest` exactly as they were.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.errors import CheckpointError
+
+FORMAT = 1
+LATEST = "latest"
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "state.json"
+_CKPT_RE = re.compile(r"^ckpt-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: its directory, tensors (state_dict layout) and state.json contents."""
+
+    path: Path
+    step: int
+    tensors: dict[str, np.ndarray]
+    state: dict[str, Any]
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write bytes and fsync them (the one place checkpoint bytes hit the disk; tests inject ENOSPC here)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it is durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete-looking ckpt-<step> directory, oldest first."""
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := _CKPT_RE.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def latest_path(run_dir: Path) -> Path | None:
+    """The checkpoint `latest` points at, or None when the run has none yet."""
+    pointer = run_dir / LATEST
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {pointer}: {exc.strerror or exc}") from None
+    if not _CKPT_RE.match(name):
+        raise CheckpointError(f"{pointer} is corrupt (holds {name[:40]!r}, expected ckpt-<step>)")
+    path = run_dir / name
+    if not path.is_dir():
+        raise CheckpointError(f"{pointer} points at {name}, which does not exist")
+    return path
+
+
+def _describe(run_dir: Path) -> str:
+    """'latest still points at ckpt-N' (or 'there is no earlier checkpoint') for error messages."""
+    try:
+        prev = latest_path(run_dir)
+    except CheckpointError:
+        prev = None
+    return f"latest still points at {prev.name}" if prev else "there is no earlier checkpoint"
+
+
+def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], state: dict[str, Any],
+                    keep: int) -> Path:
+    """Write ckpt-<step> atomically, point `latest` at it, keep the `keep` newest; returns its path."""
+    from safetensors.numpy import save
+
+    final = run_dir / f"ckpt-{step}"
+    tmp = run_dir / f".ckpt-{step}.tmp{os.getpid()}"
+    try:
+        if final.is_dir():
+            # Same step already saved (e.g. SIGUSR1 then the end of the run): the state is identical.
+            _point_latest(run_dir, final.name)
+            return final
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        blob = save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "helios"})
+        state = dict(state, format=FORMAT, step=step, time=time.time(),
+                     model_file={"name": MODEL_FILE, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
+        _write_file(tmp / MODEL_FILE, blob)
+        _write_file(tmp / STATE_FILE, json.dumps(state, indent=1).encode("utf-8"))
+        _fsync_dir(tmp)
+        os.rename(tmp, final)
+        _fsync_dir(run_dir)
+        _point_latest(run_dir, final.name)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise CheckpointError(f"could not write checkpoint ckpt-{step} in {run_dir}: {reason}; "
+                              f"{_describe(run_dir)}") from None
+    _prune(run_dir, keep, final)
+    return final
+
+
+def _point_latest(run_dir: Path, name: str) -> None:
+    """Replace the `latest` pointer atomically."""
+    tmp = run_dir / f".{LATEST}.tmp{os.getpid()}"
+    try:
+        _write_file(tmp, (name + "\n").encode("utf-8"))
+        os.replace(tmp, run_dir / LATEST)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(run_dir)
+
+
+def _prune(run_dir: Path, keep: int, current: Path) -> None:
+    """Delete all but the `keep` newest checkpoints (never the current one); failures only leave extra files."""
+    ckpts = [p for _, p in list_checkpoints(run_dir)]
+    for path in ckpts[:-keep] if keep > 0 else []:
+        if path != current:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Read and verify a checkpoint directory (sizes and SHA-256 of the tensor file, then its contents)."""
+    from safetensors.numpy import load
+
+    try:
+        state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise ValueError(f"unknown format {state.get('format') if isinstance(state, dict) else state!r}")
+        step, expect = int(state["step"]), state["model_file"]
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} has no {STATE_FILE} (incomplete or not a checkpoint)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {path}/{STATE_FILE} is corrupt: {exc}") from None
+    try:
+        blob = (path / MODEL_FILE).read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path / MODEL_FILE}: {exc.strerror or exc}") from None
+    if len(blob) != expect.get("bytes"):
+        raise CheckpointError(f"checkpoint {path / MODEL_FILE} is truncated or corrupt: {len(blob)} bytes, "
+                              f"expected {expect.get('bytes')}")
+    if hashlib.sha256(blob).hexdigest() != expect.get("sha256"):
+        raise CheckpointError(f"checkpoint {path / MODEL_FILE} is corrupt: its SHA-256 does not match state.json")
+    try:
+        tensors = load(blob)
+    except Exception as exc:  # safetensors raises its own error type for every kind of bad file
+        raise CheckpointError(f"checkpoint {path / MODEL_FILE} is corrupt: {exc}") from None
+    return Checkpoint(path, step, tensors, state)

@@ -1,0 +1,338 @@
+"""Training configuration: TOML sections loaded into validated, frozen dataclasses.
+
+One dataclass per section (`[model]`, `[data]`, `[optim]`, `[schedule]`, `[train]`, `[run]`). Every
+problem (malformed TOML, unknown section or key, wrong type, impossible value) raises `ConfigError`
+whose message names the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network: GPT-2 style (learned positions, LayerNorm, GELU) or LLaMA style (RoPE, RMSNorm, SwiGLU, GQA)."""
+
+    arch: str = "gpt2"
+    n_layer: int = 4
+    n_head: int = 4
+    n_kv_head: int | None = None  # None resolves to n_head (plain multi-head attention)
+    n_embd: int = 128
+    block_size: int = 128
+    vocab_size: int = 4096
+    dropout: float = 0.0
+    bias: bool = True
+    softcap: float = 0.0  # > 0: attention scores become softcap * tanh(scores / softcap)
+    tie_embeddings: bool = True
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn_hidden(self) -> int:
+        """MLP hidden width: 4*n_embd for gpt2; for llama 8/3*n_embd rounded up to a multiple of 64 (GPU-friendly)."""
+        if self.arch == "gpt2":
+            return 4 * self.n_embd
+        return 64 * math.ceil(8 * self.n_embd / 3 / 64)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the text comes from and how it is tokenized."""
+
+    dataset: str | None = None  # a named dataset ("shakespeare"); exclusive with path
+    path: str | None = None  # any local UTF-8 text file
+    tokenizer: str = "bpe"
+    val_fraction: float = 0.1
+    root: str = "data"  # cache directory for named datasets
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with decoupled weight decay and clipping by global gradient norm."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0  # 0 turns clipping off
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Learning-rate schedule: linear warmup, then decay to min_lr by lr_decay_iters."""
+
+    warmup_iters: int = 0
+    decay: str = "cosine"
+    lr_decay_iters: int | None = None  # None resolves to train.max_iters
+    min_lr: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The loop: batch shape, length, cadence of eval/log/checkpoint/sample, failure policy."""
+
+    batch_size: int = 8
+    grad_accum: int = 1
+    max_iters: int = 1000
+    eval_interval: int = 100  # 0: only at the end
+    eval_iters: int = 10
+    log_interval: int = 10
+    ckpt_interval: int = 200  # 0: only at the end
+    keep_ckpts: int = 3
+    seed: int = 1337
+    nan_policy: str = "skip"
+    spike_threshold: float | None = None  # grad norm above this skips the step
+    sample_interval: int = 0  # 0: only at the end
+    sample_tokens: int = 100
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where the run lives: out_dir/name."""
+
+    out_dir: str = "runs"
+    name: str | None = None  # None resolves to the config file's stem
+
+    @property
+    def dir(self) -> Path:
+        """The run directory."""
+        return Path(self.out_dir) / (self.name or "run")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole, validated training configuration."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain JSON-able form (tuples become lists); `config_from_dict` reads it back."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig, "data": DataConfig, "optim": OptimConfig,
+    "schedule": ScheduleConfig, "train": TrainConfig, "run": RunConfig,
+}
+
+_Rule = tuple[Callable[[Any], bool], str]
+_pos: _Rule = (lambda v: v > 0, "a positive number")
+_nonneg: _Rule = (lambda v: v >= 0, "zero or more")
+_fraction: _Rule = (lambda v: 0 <= v < 1, "a number in [0, 1)")
+_name_re = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+# Per-key value rules; cross-key rules live in _check_relations.
+RULES: dict[tuple[str, str], _Rule] = {
+    ("model", "arch"): (lambda v: v in ("gpt2", "llama"), 'one of "gpt2", "llama"'),
+    ("model", "n_layer"): _pos, ("model", "n_head"): _pos, ("model", "n_embd"): _pos,
+    ("model", "n_kv_head"): _pos, ("model", "block_size"): _pos,
+    ("model", "vocab_size"): (lambda v: 257 <= v <= 2**32 - 1, "an integer from 257 (256 bytes + end-of-text) up"),
+    ("model", "dropout"): _fraction, ("model", "softcap"): _nonneg,
+    ("model", "rope_base"): _pos, ("model", "norm_eps"): _pos,
+    ("data", "tokenizer"): (lambda v: v == "bpe", '"bpe" (byte-level BPE trained on the training split)'),
+    ("data", "dataset"): (lambda v: v == "shakespeare", '"shakespeare" (or use path = "FILE.txt")'),
+    ("data", "path"): (lambda v: v != "", "a path to a UTF-8 text file"),
+    ("data", "val_fraction"): (lambda v: 0 < v < 1, "a number strictly between 0 and 1"),
+    ("data", "root"): (lambda v: v != "", "a directory path"),
+    ("optim", "lr"): _pos, ("optim", "eps"): _pos, ("optim", "weight_decay"): _nonneg,
+    ("optim", "grad_clip"): _nonneg,
+    ("optim", "betas"): (lambda v: all(0 <= b < 1 for b in v), "two numbers in [0, 1), e.g. [0.9, 0.95]"),
+    ("schedule", "warmup_iters"): _nonneg, ("schedule", "lr_decay_iters"): _pos, ("schedule", "min_lr"): _nonneg,
+    ("schedule", "decay"): (lambda v: v in ("cosine", "linear", "constant"), 'one of "cosine", "linear", "constant"'),
+    ("train", "batch_size"): _pos, ("train", "grad_accum"): _pos, ("train", "max_iters"): _pos,
+    ("train", "eval_interval"): _nonneg, ("train", "eval_iters"): _pos, ("train", "log_interval"): _pos,
+    ("train", "ckpt_interval"): _nonneg, ("train", "keep_ckpts"): _pos, ("train", "seed"): _nonneg,
+    ("train", "nan_policy"): (lambda v: v in ("skip", "stop"), 'one of "skip", "stop"'),
+    ("train", "spike_threshold"): _pos, ("train", "sample_interval"): _nonneg,
+    ("train", "sample_tokens"): _nonneg,
+    ("run", "out_dir"): (lambda v: v != "", "a directory path"),
+    ("run", "name"): (lambda v: bool(_name_re.match(v)), "letters, digits, '_', '-', '.' (no slashes)"),
+}
+
+
+def _fmt(value: Any) -> str:
+    """A value as it would appear in TOML (strings quoted), for error messages."""
+    return json.dumps(value) if isinstance(value, (str, list, tuple, bool)) else repr(value)
+
+
+def _coerce(section: str, key: str, hint: Any, value: Any) -> Any:
+    """Check `value` against the field's type hint, returning it in canonical form or raising ConfigError."""
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
+        # TOML has no null; "none" (from the CLI or a file) restores an optional key's default meaning.
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and inner is not str):
+            return None
+        return _coerce(section, key, inner, value)
+    where = f"[{section}] {key} = {_fmt(value)}"
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} has the wrong type ({type(value).__name__}): expected true or false")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} has the wrong type ({type(value).__name__}): expected an integer")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{where} is not allowed: expected a finite number")
+            return float(value)
+        raise ConfigError(f"{where} has the wrong type ({type(value).__name__}): expected a number")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where} has the wrong type ({type(value).__name__}): expected a string")
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if isinstance(value, (list, tuple)) and len(value) == len(args):
+            return tuple(_coerce(section, key, a, v) for a, v in zip(args, value, strict=True))
+        raise ConfigError(f"{where} has the wrong type: expected a list of {len(args)} numbers")
+    raise AssertionError(f"unsupported config type {hint!r}")  # a programming error, not a user one
+
+
+def _build_section(section: str, raw: Any, source: str) -> Any:
+    """One section's dataclass from its TOML table, checking keys, types and per-key rules."""
+    cls = SECTIONS[section]
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: [{section}] must be a table of keys, got {_fmt(raw)}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in hints:
+            raise ConfigError(f"{source}: unknown key '{key}' in [{section}]; valid keys: {', '.join(valid)}")
+        value = _coerce(section, key, hints[key], value)
+        rule = RULES.get((section, key))
+        if rule is not None and value is not None and not rule[0](value):
+            raise ConfigError(f"{source}: [{section}] {key} = {_fmt(value)} is not allowed: expected {rule[1]}")
+        values[key] = value
+    return cls(**values)
+
+
+def _check_relations(cfg: Config, source: str) -> Config:
+    """Cross-key rules; also resolves the keys whose default depends on another key."""
+    m, d, s, t = cfg.model, cfg.data, cfg.schedule, cfg.train
+
+    def bad(where: str, value: Any, allowed: str) -> ConfigError:
+        return ConfigError(f"{source}: {where} = {_fmt(value)} is not allowed: {allowed}")
+
+    if m.n_kv_head is None:
+        m = dataclasses.replace(m, n_kv_head=m.n_head)
+    if m.n_embd % m.n_head:
+        raise bad("[model] n_embd", m.n_embd, f"must be divisible by n_head ({m.n_head})")
+    if m.n_head % m.n_kv_head:
+        raise bad("[model] n_head", m.n_head, f"must be divisible by n_kv_head ({m.n_kv_head})")
+    if m.arch == "llama" and m.head_dim % 2:
+        raise bad("[model] n_embd", m.n_embd, f"llama RoPE needs an even head dim; n_embd/n_head = {m.head_dim}")
+    if d.dataset is not None and d.path is not None:
+        raise bad("[data] path", d.path, "set either dataset or path, not both")
+    if d.dataset is None and d.path is None:
+        d = dataclasses.replace(d, dataset="shakespeare")
+    if s.lr_decay_iters is None:
+        s = dataclasses.replace(s, lr_decay_iters=t.max_iters)
+    if s.lr_decay_iters < s.warmup_iters:
+        raise bad("[schedule] lr_decay_iters", s.lr_decay_iters, f"must be at least warmup_iters ({s.warmup_iters})")
+    if s.min_lr > cfg.optim.lr:
+        raise bad("[schedule] min_lr", s.min_lr, f"must not exceed optim.lr ({cfg.optim.lr})")
+    return dataclasses.replace(cfg, model=m, data=d, schedule=s)
+
+
+def config_from_dict(raw: Mapping[str, Any], source: str = "config", default_name: str | None = None) -> Config:
+    """Validate a parsed TOML/JSON document into a Config (raises ConfigError)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: expected a table of sections, got {_fmt(raw)}")
+    sections = {}
+    for name, table in raw.items():
+        if name not in SECTIONS:
+            hint = "" if isinstance(table, Mapping) else f" (top-level key '{name}' must sit inside a section)"
+            raise ConfigError(f"{source}: unknown section [{name}]{hint}; valid sections: {', '.join(SECTIONS)}")
+        sections[name] = _build_section(name, table, source)
+    cfg = Config(**sections)
+    if cfg.run.name is None:
+        name = re.sub(r"[^A-Za-z0-9_.\-]", "_", default_name or "run")
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, name=name))
+    return _check_relations(cfg, source)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """`section.key=value` -> (section, key, value); the value is read as TOML, else taken as a bare string."""
+    match = re.fullmatch(r"([A-Za-z_][\w-]*)\.([A-Za-z_][\w-]*)=(.*)", text, flags=re.S)
+    if not match:
+        raise ConfigError(f"override '--{text}' is not allowed: expected --section.key=value, "
+                          "e.g. --train.max_iters=50")
+    section, key, raw = match.groups()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # lets --run.name=foo work without shell-quoting TOML strings
+    return section, key, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of the parsed document with each `section.key=value` override set."""
+    merged = {k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+    for text in overrides:
+        section, key, value = parse_override(text)
+        table = merged.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"override '--{text}': '{section}' is not a section")
+        table[key] = value
+    return merged
+
+
+def load_config_text(text: str, source: str = "config", overrides: Sequence[str] = (),
+                     default_name: str | None = None) -> Config:
+    """Parse TOML text (plus CLI overrides) into a validated Config."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # The message carries "(at line L, column C)".
+        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    return config_from_dict(apply_overrides(raw, overrides), source, default_name)
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
+    """Read a TOML file (None: all defaults) plus overrides into a validated Config."""
+    if path is None:
+        return load_config_text("", "defaults", overrides)
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    return load_config_text(text, str(path), overrides, default_name=path.stem)
+
+
+def model_signature(model: ModelConfig) -> dict[str, Any]:
+    """The model keys that must match between a checkpoint and the run loading it (dropout may differ)."""
+    d = dataclasses.asdict(model)
+    d.pop("dropout")
+    return d

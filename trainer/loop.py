@@ -1,0 +1,215 @@
+"""The training loop: batches, schedule, the backend's step, NaN/spike policy, eval, samples, checkpoints, telemetry.
+
+Library code: it never prints. Every event goes to the metrics log and to an optional listener (the
+CLI's progress display). Signals are turned into requests on `Controls` by the CLI; the loop honours
+them between steps, so a checkpoint always holds a whole step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer import env
+from trainer.backend import CUMULATIVE_COUNTERS, Backend
+from trainer.checkpoint import Checkpoint, save_checkpoint
+from trainer.config import Config, model_signature
+from trainer.errors import CheckpointError, TrainingDivergedError
+from trainer.schedule import lr_at
+from trainer.tokens import BatchSampler, PreparedData
+
+SAMPLE_TEMPERATURE = 0.8
+SAMPLE_TOP_K = 50
+DEFAULT_PROMPT = "\n"
+
+
+@dataclass
+class Controls:
+    """Requests from outside the loop (signal handlers): save a checkpoint, or save and stop."""
+
+    save_requested: bool = False
+    stop_requested: str | None = None  # the reason, e.g. "SIGTERM"
+
+
+def sample_text(backend: Backend, tokenizer: Any, prompt: str, n: int, temperature: float, top_k: int | None,
+                rng: np.random.Generator) -> str:
+    """Generate n tokens after prompt and decode them (ids the tokenizer does not know are dropped)."""
+    ids = tokenizer.encode(prompt or DEFAULT_PROMPT, add_special_tokens=False).ids or [0]
+    out = backend.generate(np.asarray(ids, dtype=np.int32), n, temperature, top_k, rng)
+    known = [int(i) for i in out if int(i) < tokenizer.get_vocab_size()]
+    return tokenizer.decode(known)
+
+
+def eval_batches(cfg: Config, tokens: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The fixed evaluation batches: the same every time (seeded by train.seed), so evals are comparable."""
+    t = cfg.train
+    sampler = BatchSampler(tokens, cfg.model.block_size, t.batch_size, np.random.default_rng([t.seed, 0xE7A1]))
+    return [sampler.next() for _ in range(t.eval_iters)]
+
+
+def evaluate(cfg: Config, backend: Backend, tokens: np.ndarray) -> float:
+    """Mean loss over the fixed evaluation batches of a split."""
+    return float(np.mean([backend.eval_loss(x, y) for x, y in eval_batches(cfg, tokens)]))
+
+
+class Trainer:
+    """Runs `train.max_iters` steps of a backend over prepared data, logging to a MetricsWriter."""
+
+    def __init__(self, cfg: Config, backend: Backend, backend_kind: str, data: PreparedData, run_dir: Path,
+                 listener: Callable[[dict], None] | None = None, controls: Controls | None = None):
+        self.cfg, self.backend, self.backend_kind, self.data = cfg, backend, backend_kind, data
+        self.run_dir, self.listener = run_dir, listener
+        self.writer: Any = None  # the MetricsWriter, set by run()
+        self.controls = controls or Controls()
+        t = cfg.train
+        self.sampler = BatchSampler(data.train, cfg.model.block_size, t.batch_size, np.random.default_rng(t.seed))
+        self.step = 0
+        self.resumed_from: str | None = None
+        self._tokenizer: Any = None
+
+    # --- events and checkpoints ---------------------------------------------------------------------
+
+    def emit(self, event: str, **fields: Any) -> dict:
+        """Log an event and hand it to the listener."""
+        record = self.writer.emit(event, **fields) if self.writer is not None else {"event": event, **fields}
+        if self.listener is not None:
+            self.listener(record)
+        return record
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one."""
+        saved = ckpt.state
+        if saved.get("tokenizer_sha256") != self.data.tokenizer_hash:
+            raise CheckpointError(
+                f"checkpoint {ckpt.path.name} was trained with a different tokenizer "
+                f"(sha256 {str(saved.get('tokenizer_sha256'))[:12]}, "
+                f"the data now gives {self.data.tokenizer_hash[:12]}); "
+                "use a new [run] name or restore the original data"
+            )
+        want = model_signature(self.cfg.model)
+        have = (saved.get("config") or {}).get("model") or {}
+        diff = [f"{k} {have.get(k)!r} -> {v!r}" for k, v in want.items() if have.get(k) != v]
+        if diff:
+            raise CheckpointError(f"checkpoint {ckpt.path.name} is from a different model config "
+                                  f"({'; '.join(diff)}); use a new [run] name or the original [model] settings")
+        try:
+            self.backend.load_state_dict(ckpt.tensors)
+        except (ValueError, KeyError) as exc:
+            raise CheckpointError(f"checkpoint {ckpt.path.name} does not fit this model: {exc}") from None
+        self.sampler.set_state(saved["data_rng"])
+        self.step = ckpt.step
+        self.resumed_from = ckpt.path.name
+
+    def save(self, reason: str) -> Path:
+        """Write a checkpoint of the current step and log a `ckpt` event."""
+        t0 = time.perf_counter()
+        state = {"config": self.cfg.to_dict(), "backend": self.backend_kind,
+                 "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
+                 "data_rng": self.sampler.state()}
+        path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts)
+        self.emit("ckpt", step=self.step, path=path.name, reason=reason, ms=(time.perf_counter() - t0) * 1000)
+        return path
+
+    @property
+    def tokenizer(self) -> Any:
+        """The run's tokenizer, loaded on first use."""
+        if self._tokenizer is None:
+            self._tokenizer = self.data.tokenizer()
+        return self._tokenizer
+
+    def do_eval(self) -> float:
+        """Evaluate on the validation split and log an `eval` event."""
+        t0 = time.perf_counter()
+        loss = evaluate(self.cfg, self.backend, self.data.val)
+        self.emit("eval", step=self.step, val_loss=loss, ms=(time.perf_counter() - t0) * 1000)
+        return loss
+
+    def do_sample(self) -> str:
+        """Generate a short sample (seeded by the step, so resumed runs sample the same) and log it."""
+        rng = np.random.default_rng([self.cfg.train.seed, self.step])
+        text = sample_text(self.backend, self.tokenizer, DEFAULT_PROMPT, self.cfg.train.sample_tokens,
+                           SAMPLE_TEMPERATURE, SAMPLE_TOP_K, rng)
+        self.emit("sample", step=self.step, prompt=DEFAULT_PROMPT, text=text)
+        return text
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def run(self, writer: Any) -> str:
+        """Train to max_iters logging to writer (a MetricsWriter); returns "done" or "stopped" (a stop request).
+
+        Raises TrainingDivergedError under nan_policy = "stop" after checkpointing the last good state.
+        """
+        self.writer = writer
+        cfg, t, b = self.cfg, self.cfg.train, self.backend
+        self.emit("config", config=cfg.to_dict(), backend=self.backend_kind, device=b.device_name(),
+                  num_params=b.num_params(), flops_per_token=b.flops_per_token(), peak_flops=b.peak_flops(),
+                  start_step=self.step, max_iters=t.max_iters, resumed_from=self.resumed_from,
+                  tokenizer_sha256=self.data.tokenizer_hash, train_tokens=len(self.data.train),
+                  val_tokens=len(self.data.val))
+        if self.step >= t.max_iters:
+            self.emit("end", step=self.step, status="done")
+            return "done"
+        inject, delay = env.inject_nan_steps(), env.step_delay_s()
+        tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size
+        fpt, peak = b.flops_per_token(), b.peak_flops()
+        prev = b.counters()
+        last_eval = last_sample = last_ckpt = -1
+        while self.step < t.max_iters:
+            lr = lr_at(self.step, cfg.schedule, cfg.optim.lr)
+            micro = [self.sampler.next() for _ in range(t.grad_accum)]
+            t0 = time.perf_counter()
+            res = b.train_step(micro, lr, cfg.optim.grad_clip, t.spike_threshold, inject_nan=self.step + 1 in inject)
+            step_s = time.perf_counter() - t0
+            self.step += 1
+            now = b.counters()
+            counters = {k: now[k] - prev.get(k, 0) if k in CUMULATIVE_COUNTERS else now[k] for k in now}
+            prev = now
+            tok_s = tokens_per_step / step_s if step_s > 0 else 0.0
+            self.emit("step", step=self.step, loss=res.loss, lr=lr, grad_norm=res.grad_norm, clip_coef=res.clip_coef,
+                      skipped=res.skipped, tok_per_s=tok_s, step_ms=step_s * 1000, fwd_ms=res.fwd_ms,
+                      bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, **counters,
+                      mfu=fpt * tok_s / peak if peak else None)
+            if res.skipped:
+                self.emit("skip", step=self.step, reason=res.skipped, loss=res.loss, grad_norm=res.grad_norm,
+                          policy=t.nan_policy if res.skipped == "nan" else "skip")
+                if res.skipped == "nan" and t.nan_policy == "stop":
+                    path = self.save("nan")
+                    self.emit("end", step=self.step, status="diverged")
+                    raise TrainingDivergedError(
+                        f"loss or gradient norm became NaN/Inf at step {self.step} (nan_policy = \"stop\"); the "
+                        f"parameters were left untouched and saved in {path}"
+                    )
+            if t.eval_interval and self.step % t.eval_interval == 0:
+                self.do_eval()
+                last_eval = self.step
+            if t.sample_interval and t.sample_tokens and self.step % t.sample_interval == 0:
+                self.do_sample()
+                last_sample = self.step
+            if t.ckpt_interval and self.step % t.ckpt_interval == 0:
+                self.save("interval")
+                last_ckpt = self.step
+            if self.controls.stop_requested:
+                if last_ckpt != self.step:
+                    self.save(self.controls.stop_requested)
+                self.emit("end", step=self.step, status="stopped", reason=self.controls.stop_requested)
+                return "stopped"
+            if self.controls.save_requested:
+                self.controls.save_requested = False
+                if last_ckpt != self.step:
+                    self.save("signal")
+                    last_ckpt = self.step
+            if delay:
+                time.sleep(delay)
+        if last_eval != self.step:
+            self.do_eval()
+        if t.sample_tokens and last_sample != self.step:
+            self.do_sample()
+        if last_ckpt != self.step:
+            self.save("end")
+        self.emit("end", step=self.step, status="done")
+        return "done"

@@ -1,0 +1,89 @@
+"""Run-directory plumbing shared by the CLI commands: creating/checking it, the resolved config, loading a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.backend import Backend, create_backend
+from trainer.checkpoint import latest_path, load_checkpoint
+from trainer.config import Config, config_from_dict
+from trainer.data import write_text_atomic
+from trainer.errors import CheckpointError, ConfigError, TrainerError
+from trainer.loop import Trainer
+from trainer.tokens import PreparedData, prepare_data
+
+RESOLVED = "resolved.json"
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create the run directory and prove it is writable, or raise a TrainerError saying why not."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise TrainerError(f"run directory {run_dir} is not writable: {exc.strerror or exc}; "
+                           "set [run] out_dir/name to a writable place") from None
+
+
+def write_resolved(run_dir: Path, cfg: Config, backend_kind: str) -> None:
+    """Save the fully resolved config (every default filled in) beside the checkpoints."""
+    doc = {"backend": backend_kind, "config": cfg.to_dict()}
+    try:
+        write_text_atomic(run_dir / RESOLVED, json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        raise TrainerError(f"cannot write {run_dir / RESOLVED}: {exc.strerror or exc}") from None
+
+
+def read_resolved(run_dir: Path) -> tuple[Config, str]:
+    """The (config, backend name) a run directory was trained with."""
+    path = run_dir / RESOLVED
+    if not run_dir.is_dir():
+        raise TrainerError(f"run directory {run_dir} does not exist")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        raw, kind = doc["config"], doc["backend"]
+    except FileNotFoundError:
+        raise TrainerError(f"{run_dir} is not a run directory (no {RESOLVED}); start one with `trainer run`") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path} is corrupt: {exc}") from None
+    return config_from_dict(raw, str(path)), kind
+
+
+@dataclass
+class LoadedRun:
+    """A finished or running run, loaded read-only for sampling or evaluation."""
+
+    cfg: Config
+    backend: Backend
+    data: PreparedData
+    trainer: Trainer
+    checkpoint: str
+
+
+def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
+    """Config, data and the latest checkpoint of a run directory, in a fresh backend."""
+    cfg, saved_kind = read_resolved(run_dir)
+    kind = backend_kind or saved_kind
+    latest = latest_path(run_dir)
+    if latest is None:
+        raise CheckpointError(f"run {run_dir} has no checkpoint yet")
+    ckpt = load_checkpoint(latest)
+    data = prepare_data(cfg)
+    backend = create_backend(kind, cfg.model, cfg.optim, cfg.train.seed)
+    trainer = Trainer(cfg, backend, kind, data, run_dir)
+    trainer.restore(ckpt)
+    return LoadedRun(cfg, backend, data, trainer, latest.name)
+
+
+def describe_data(data: PreparedData) -> dict[str, Any]:
+    """A short JSON-able description of a prepared dataset (for `prepare` output)."""
+    return {"text": str(data.text_path), "cache": str(data.cache_dir), "tokenizer": str(data.tokenizer_path),
+            "tokenizer_sha256": data.tokenizer_hash, "tokenizer_vocab": data.tokenizer_vocab,
+            "train_tokens": len(data.train), "val_tokens": len(data.val), "dtype": str(data.train.dtype)}

@@ -1,0 +1,200 @@
+"""Tokenizer and token arrays: byte-level BPE trained on the training split, tokens as a uint16/uint32 memmap.
+
+`prepare_data(cfg)` is idempotent: it reuses the cache when the text, vocab and split are unchanged.
+`BatchSampler` draws (x, y) batches from a seeded numpy Generator whose state goes into checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.config import Config
+from trainer.data import clean_text, fetch_shakespeare, read_text_file, write_text_atomic
+from trainer.errors import ConfigError, DataError
+
+EOT = "<|endoftext|>"
+CACHE_FORMAT = 1
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def train_bpe(text: str, vocab_size: int) -> Any:
+    """A byte-level BPE `tokenizers.Tokenizer` trained on text, with <|endoftext|> as id 0."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_chunks(text), trainer=trainer)
+    return tok
+
+
+def _chunks(text: str, size: int = 1 << 16) -> list[str]:
+    """Text in pieces cut at line ends (the pre-tokenizer splits at whitespace anyway)."""
+    out, start = [], 0
+    while start < len(text):
+        end = text.find("\n", min(start + size, len(text))) + 1 or len(text)
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+def encode(tok: Any, text: str) -> np.ndarray:
+    """Token ids of text as a uint32 array (encoded in line-aligned chunks, in parallel)."""
+    ids = [enc.ids for enc in tok.encode_batch(_chunks(text), add_special_tokens=False)]
+    return np.fromiter((i for chunk in ids for i in chunk), dtype=np.uint32)
+
+
+def load_tokenizer(path: Path) -> Any:
+    """Load a saved tokenizer.json."""
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise DataError(f"cannot load tokenizer {path}: {exc}") from None
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits, else uint32."""
+    return np.dtype(np.uint16 if vocab_size <= 65536 else np.uint32)
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """A tokenized dataset on disk: tokenizer, train/val token memmaps, and their provenance."""
+
+    cache_dir: Path
+    text_path: Path
+    tokenizer_path: Path
+    tokenizer_hash: str
+    tokenizer_vocab: int
+    train: np.ndarray
+    val: np.ndarray
+
+    def tokenizer(self) -> Any:
+        """The tokenizer object."""
+        return load_tokenizer(self.tokenizer_path)
+
+
+def text_source(cfg: Config) -> tuple[Path, Path]:
+    """(text file, directory the cache goes in) for the configured dataset, fetching named datasets."""
+    d = cfg.data
+    if d.path is not None:
+        path = Path(d.path)
+        return path, path.parent / f"{path.name}.helios"
+    return fetch_shakespeare(Path(d.root)), Path(d.root) / "shakespeare"
+
+
+def _split_point(text: str, val_fraction: float) -> int:
+    """Character index where validation text starts, moved to a line start when one is near."""
+    cut = int(len(text) * (1 - val_fraction))
+    newline = text.find("\n", cut)
+    return newline + 1 if 0 <= newline < len(text) - 1 else cut
+
+
+def prepare_data(cfg: Config) -> PreparedData:
+    """Fetch/read, clean, split, train the tokenizer and tokenize; cached under the dataset's directory."""
+    text_path, base = text_source(cfg)
+    raw = read_text_file(text_path)
+    text_hash = sha256_bytes(raw.encode("utf-8"))
+    vocab = cfg.model.vocab_size
+    cache = base / f"bpe-{vocab}-val{cfg.data.val_fraction:g}"
+    meta_path = cache / "meta.json"
+    want = {"format": CACHE_FORMAT, "text_sha256": text_hash, "vocab_size": vocab,
+            "val_fraction": cfg.data.val_fraction, "tokenizer": cfg.data.tokenizer}
+    meta = _read_meta(meta_path)
+    if meta is None or any(meta.get(k) != v for k, v in want.items()):
+        meta = _build_cache(raw, cache, want)
+    dtype = np.dtype(meta["dtype"])
+    train = np.memmap(cache / "train.bin", dtype=dtype, mode="r", shape=(meta["train_tokens"],))
+    val = np.memmap(cache / "val.bin", dtype=dtype, mode="r", shape=(meta["val_tokens"],))
+    tok_path = cache / "tokenizer.json"
+    data = PreparedData(cache, text_path, tok_path, sha256_bytes(tok_path.read_bytes()), meta["tokenizer_vocab"],
+                        train, val)
+    check_fits(cfg, data)
+    return data
+
+
+def _read_meta(path: Path) -> dict | None:
+    """The cache's meta.json, or None when absent or unreadable (the cache is then rebuilt)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _build_cache(raw: str, cache: Path, want: dict) -> dict:
+    """Clean, split, train BPE on the train part, tokenize both parts, write everything atomically."""
+    text = clean_text(raw)
+    cut = _split_point(text, want["val_fraction"])
+    train_text, val_text = text[:cut], text[cut:]
+    if not train_text.strip() or not val_text.strip():
+        raise DataError(f"text too short to split into train and validation ({len(text)} characters)")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create data cache {cache}: {exc.strerror or exc}") from None
+    tok = train_bpe(train_text, want["vocab_size"])
+    dtype = token_dtype(tok.get_vocab_size())
+    tok_json = tok.to_str()
+    write_text_atomic(cache / "tokenizer.json", tok_json)
+    counts = {}
+    for split, part in (("train", train_text), ("val", val_text)):
+        ids = encode(tok, part).astype(dtype)
+        tmp = cache / f".{split}.bin.tmp"
+        ids.tofile(tmp)
+        os.replace(tmp, cache / f"{split}.bin")
+        counts[split] = int(ids.size)
+    meta = dict(want, dtype=dtype.name, tokenizer_vocab=tok.get_vocab_size(), tokenizer_sha256=sha256_bytes(
+        tok_json.encode("utf-8")), train_tokens=counts["train"], val_tokens=counts["val"])
+    write_text_atomic(cache / "meta.json", json.dumps(meta, indent=2))
+    return meta
+
+
+def check_fits(cfg: Config, data: PreparedData) -> None:
+    """Reject a config the data cannot serve: a block longer than a split, a vocab smaller than the tokenizer's."""
+    shortest = min(len(data.train), len(data.val))
+    if cfg.model.block_size + 1 > shortest:
+        which = "validation" if len(data.val) < len(data.train) else "training"
+        raise ConfigError(
+            f"[model] block_size = {cfg.model.block_size} is not allowed: the {which} split has only {shortest} "
+            f"tokens, so block_size must be at most {max(shortest - 1, 0)} (use a longer text or a smaller block)"
+        )
+    if data.tokenizer_vocab > cfg.model.vocab_size:
+        raise ConfigError(f"[model] vocab_size = {cfg.model.vocab_size} is not allowed: the tokenizer has "
+                          f"{data.tokenizer_vocab} tokens")
+
+
+class BatchSampler:
+    """Random (x, y) windows from a token array, driven by a seeded numpy Generator (its state is checkpointed)."""
+
+    def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, rng: np.random.Generator):
+        self.tokens, self.block_size, self.batch_size, self.rng = tokens, block_size, batch_size, rng
+        self._offsets = np.arange(block_size + 1)
+
+    def next(self) -> tuple[np.ndarray, np.ndarray]:
+        """One batch: x and y int32 [batch_size, block_size], y shifted one token right of x."""
+        starts = self.rng.integers(0, len(self.tokens) - self.block_size, size=self.batch_size)
+        window = np.asarray(self.tokens[starts[:, None] + self._offsets], dtype=np.int32)
+        return window[:, :-1], window[:, 1:]
+
+    def state(self) -> dict:
+        """The Generator's state (JSON-able)."""
+        return self.rng.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        """Restore a state from `state()`."""
+        self.rng.bit_generator.state = state

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import struct
 
-import numpy as np
-
 from helios.spirv import grammar as g
 from helios.spirv.types import DType, ScalarType, SpirvError, VectorType
 
@@ -56,7 +54,7 @@ def scalar_words(dtype: ScalarType, value) -> list[int]:
         if dtype.width == 32:
             return [struct.unpack("<I", struct.pack("<f", float(value)))[0]]
         if dtype.width == 16:
-            return [int(np.array(value, dtype=np.float16).view(np.uint16))]
+            return [struct.unpack("<H", struct.pack("<e", float(value)))[0]]
     elif dtype.kind in ("int", "uint"):
         v = int(value)
         lo, hi = (-(1 << 31), (1 << 31) - 1) if dtype.kind == "int" else (0, (1 << 32) - 1)

@@ -1,0 +1,108 @@
+"""Fused (flash) causal multi-head attention on the fused QKV layout: op functions of docs/OPS.md.
+
+q, k and v are read in place from qkv [B, T, (H + 2*Hkv) * D]; the forward writes o [B, T, H*D] and
+lse [B, H, T]; the backward returns dqkv in the fused layout. The B x H x T x T score matrix never
+exists: scores are recomputed block by block. Backward is FlashAttention-2's two-kernel form, chosen
+because it needs no float atomics and is deterministic: a preprocess kernel D = rowsum(dO * O), a
+query-parallel kernel for dQ, and a key-parallel kernel for dK/dV that also sums over the query heads of
+each KV group (GQA), so every gradient element is written exactly once by one invocation.
+
+Two variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only; lavapipe) and
+"tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). `choose_variant()` picks by device type.
+"""
+
+from __future__ import annotations
+
+import math
+
+from helios.kernels.attention_backward import (
+    ATTENTION_BACKWARD_DKV,
+    ATTENTION_BACKWARD_DQ,
+    ATTENTION_BACKWARD_PRE,
+    dkv_grid,
+    pre_grid,
+)
+from helios.kernels.attention_common import MAX_D4, VARIANTS, spec_values
+from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops, forward_grid
+from helios.kernels.attention_reference import reference, reference_backward
+from helios.kernels.attention_rng import stream_key
+from helios.runtime import Tensor, empty, launch
+
+_override: str | None = None
+
+
+def choose_variant() -> str:
+    """"rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere."""
+    if _override is not None:
+        return _override
+    from helios.device import get_device
+
+    info = get_device().info
+    return "rowwise" if info.device_type == "cpu" or info.subgroup_size < 4 else "tiled"
+
+
+def set_variant(name: str | None) -> None:
+    """Force a variant for every later call (tests and benchmarks); None restores the device's choice."""
+    global _override
+    if name is not None and name not in VARIANTS:
+        raise ValueError(f"unknown attention variant {name!r} (variants: {', '.join(VARIANTS)})")
+    _override = name
+
+
+def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: float) -> None:
+    if D % 4 or not 4 <= D <= 4 * MAX_D4:
+        raise ValueError(f"flash_attention: head_dim must be a multiple of 4 in [4, {4 * MAX_D4}], got {D}")
+    if Hkv < 1 or H % Hkv:
+        raise ValueError(f"flash_attention: n_head ({H}) must be a multiple of n_kv_head ({Hkv})")
+    if tuple(qkv.shape) not in ((B, T, (H + 2 * Hkv) * D), (B * T, (H + 2 * Hkv) * D)):
+        raise ValueError(f"flash_attention: qkv has shape {tuple(qkv.shape)}, expected "
+                         f"[{B}, {T}, {(H + 2 * Hkv) * D}]")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"flash_attention: dropout_p must be in [0, 1), got {dropout_p}")
+
+
+def _push(T, H, Hkv, D, softcap, dropout_p, seed, offset) -> dict:
+    return {"T": T, "H": H, "Hkv": Hkv, "group": H // Hkv, "scale": 1.0 / math.sqrt(D),
+            "softcap": float(softcap), "dropout_p": float(dropout_p),
+            "inv_keep": 1.0 / (1.0 - dropout_p), "rng_key": stream_key(seed, offset) if dropout_p > 0 else 0}
+
+
+def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, head_dim: int, causal: bool = True,
+                    softcap: float = 0.0, dropout_p: float = 0.0, seed: int = 0, offset: int = 0):
+    """(o [B, T, n_head * head_dim], lse [B, n_head, T]) of softmax(q k^T / sqrt(D)) v, one dispatch."""
+    H, Hkv, D = n_head, n_kv_head, head_dim
+    _check(qkv, B, T, H, Hkv, D, dropout_p)
+    variant = choose_variant()
+    o, lse = empty((B, T, H * D)), empty((B, H, T))
+    launch(ATTENTION_FORWARD, [qkv, o, lse], push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
+           grid=forward_grid(B, T, H, variant), spec=spec_values(variant, D, causal, softcap, dropout_p),
+           variant=variant)
+    return o, lse
+
+
+def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B: int, T: int, n_head: int,
+                             n_kv_head: int, head_dim: int, causal: bool = True, softcap: float = 0.0,
+                             dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> Tensor:
+    """dqkv [B, T, (n_head + 2 * n_kv_head) * head_dim]: dQ, and dK/dV summed over each KV group."""
+    H, Hkv, D = n_head, n_kv_head, head_dim
+    _check(qkv, B, T, H, Hkv, D, dropout_p)
+    variant = choose_variant()
+    push = _push(T, H, Hkv, D, softcap, dropout_p, seed, offset)
+    spec = spec_values(variant, D, causal, softcap, dropout_p)
+    delta = empty((B, H, T))
+    launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H}, grid=pre_grid(B, T, H),
+           spec={"D4": D // 4})
+    dqkv = empty((B, T, (H + 2 * Hkv) * D))
+    bufs = [qkv, lse, do, delta, dqkv]
+    launch(ATTENTION_BACKWARD_DQ, bufs, push=push, grid=forward_grid(B, T, H, variant), spec=spec,
+           variant=variant)
+    launch(ATTENTION_BACKWARD_DKV, bufs, push=push, grid=dkv_grid(B, T, Hkv, variant), spec=spec,
+           variant=variant)
+    return dqkv
+
+
+__all__ = [
+    "flash_attention", "flash_attention_backward", "reference", "reference_backward", "choose_variant",
+    "set_variant", "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ",
+    "ATTENTION_BACKWARD_DKV",
+]

@@ -1,0 +1,190 @@
+"""Pieces shared by the flash-attention kernels: declarations, the row/lane geometry, streamed operands.
+
+Every attention kernel is row-parallel: a group of TPR invocations ("lanes") owns one row (a query row for
+the forward and dQ kernels, a key row for the dK/dV kernel) and lane l holds the vec4 components
+l, l + TPR, l + 2*TPR, ... of the head dimension in registers (NV = ceil(D4 / TPR) of them). The other
+operand is streamed KB rows at a time: read straight from the fused QKV tensor (variant "rowwise",
+TPR = 1: no shared memory, no barriers, the fast kind on lavapipe) or from BC-row tiles staged in shared
+memory by the whole workgroup (variant "tiled", TPR = 4: the fast kind on GPUs). Dot products over the
+head dimension are summed over the TPR lanes of a row with subgroup shuffles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, vec
+
+vec4 = vec(f32, 4)
+NEG = -1.0e30  # "minus infinity" for running maxima: finite, so exp(NEG - NEG) never makes a NaN
+MAX_D4 = 32  # head_dim <= 128
+
+VARIANTS = {
+    # one query row per invocation; K/V rows read in place (uniform addresses, no shared memory)
+    "rowwise": {"tiled": False, "tpr": 1, "wg": 64, "kb": 4, "bc": 0},
+    # 4 lanes per row, 32 rows per workgroup, BC-key tiles of K/V in shared memory
+    "tiled": {"tiled": True, "tpr": 4, "wg": 128, "kb": 2, "bc": 32},
+}
+
+
+def rows_per_group(v: Variant | dict) -> int:
+    """Rows one workgroup owns."""
+    p = v.params if isinstance(v, Variant) else v
+    return p["wg"] // p["tpr"]
+
+
+def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropout_p: float) -> dict:
+    """Specialization constants of a launch (they pick code paths, so they key the pipeline)."""
+    p = VARIANTS[variant]
+    d4 = head_dim // 4
+    return {"D4": d4, "NV": -(-d4 // p["tpr"]), "TILE4": max(1, p["bc"]) * d4, "CAUSAL": bool(causal),
+            "SOFTCAP": softcap > 0.0, "DROPOUT": dropout_p > 0.0}
+
+
+@dataclass
+class Decl:
+    """The declarations every attention kernel shares (push constants and spec constants)."""
+
+    T: Value
+    H: Value
+    Hkv: Value
+    group: Value
+    scale: Value
+    cap: Value
+    p_drop: Value
+    inv_keep: Value
+    rng_key: Value
+    D4: Value
+    NV: Value
+    TILE4: Value
+    causal: Value
+    softcap: Value
+    dropout: Value
+
+
+def declare(b: KernelBuilder) -> Decl:
+    """Push constants (shapes and scalars) and spec constants (head dim and code-path switches)."""
+    T, H, Hkv, group = (b.push(n, u32) for n in ("T", "H", "Hkv", "group"))
+    scale, cap, p_drop, inv_keep = (b.push(n, f32) for n in ("scale", "softcap", "dropout_p", "inv_keep"))
+    rng_key = b.push("rng_key", u32)
+    D4, NV, TILE4 = b.spec("D4", u32, 16), b.spec("NV", u32, 16), b.spec("TILE4", u32, MAX_D4)
+    causal, softcap, dropout = (b.spec(n, boolean, d) for n, d in (("CAUSAL", True), ("SOFTCAP", False),
+                                                                    ("DROPOUT", False)))
+    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, rng_key, D4, NV, TILE4, causal, softcap, dropout)
+
+
+@dataclass
+class Rows:
+    """Where this invocation sits: row index, lane, and the workgroup's (row block, head, batch)."""
+
+    block: Value
+    head: Value
+    batch: Value
+    row: Value  # may be >= T (padding rows: computed on a clamped row, never written)
+    row_c: Value  # min(row, T - 1)
+    lane: Value
+    R: int
+
+
+def rows(b: KernelBuilder, v: Variant, d: Decl) -> Rows:
+    """Grid (row blocks, heads, batch); the row/lane split of the workgroup."""
+    b.local_size(v.wg)
+    R = rows_per_group(v)
+    if v.tpr == 1:
+        r, lane = b.local_id(0), b.const(0, u32)
+    else:
+        # Number the invocations by subgroup so that a row's lanes share a subgroup whatever the
+        # driver's local-id -> subgroup mapping (the workgroup size is a multiple of the subgroup size).
+        flat = b.subgroup_id() * b.subgroup_size() + b.subgroup_local_id()
+        r, lane = flat / v.tpr, flat % v.tpr
+    block = b.workgroup_id(0)
+    row = block * R + r
+    return Rows(block, b.workgroup_id(1), b.workgroup_id(2), row, b.min(row, d.T - 1), lane, R)
+
+
+def lane_reduce(b: KernelBuilder, v: Variant, x: Value) -> Value:
+    """Sum of x over the TPR lanes of a row (they are adjacent in one subgroup)."""
+    mask = 1
+    while mask < v.tpr:
+        x = x + b.subgroup_shuffle_xor(x, mask)
+        mask *= 2
+    return x
+
+
+def comp(b: KernelBuilder, v: Variant, d: Decl, lane: Value, t: Value) -> tuple[Value, Value]:
+    """(component index c = lane + TPR*t clamped to D4 - 1, c < D4) of register slot t."""
+    if v.tpr == 1:
+        return t, b.const(True, boolean)
+    c = lane + t * v.tpr
+    return b.min(c, d.D4 - 1), c < d.D4
+
+
+def load_rows(b: KernelBuilder, v: Variant, d: Decl, src, base: Value, lane: Value, regs, mul=None) -> None:
+    """regs[t] <- the lane's components of the row starting at vec4 `base` of src (0 past D4)."""
+    with b.for_range(0, d.NV, unroll=True) as t:
+        c, ok = comp(b, v, d, lane, t)
+        x = src.vec4[base + c]
+        if mul is not None:
+            x = x * mul
+        regs[t] = x if v.tpr == 1 else b.select(ok, x, b.splat(0.0, 4))
+
+
+def zero_regs(b: KernelBuilder, d: Decl, *arrays) -> None:
+    with b.for_range(0, d.NV, unroll=True) as t:
+        for a in arrays:
+            a[t] = b.splat(0.0, 4)
+
+
+class Stream:
+    """The streamed operand rows (K and V, or Q and dO): in place, or through shared-memory tiles.
+
+    `tiles(lo, hi)` yields (tile start, tile end) with the tile's rows staged (one pass for "rowwise");
+    `at(k, j, c)` is component c of row j of operand k in the current tile.
+    """
+
+    def __init__(self, b: KernelBuilder, v: Variant, d: Decl, src, bases: list[Value], stride: Value) -> None:
+        self.b, self.v, self.d, self.src, self.bases, self.stride = b, v, d, src, bases, stride
+        self.shared = [b.shared(vec4, d.TILE4, f"tile{k}") for k in range(len(bases))] if v.tiled else None
+        self.t0 = None
+
+    def load(self, k: int, row: Value, c: Value) -> Value:
+        """Component c of row `row` of operand k, from the device buffer."""
+        return self.src.vec4[self.bases[k] + row * self.stride + c]
+
+    def at(self, k: int, j: Value, c: Value) -> Value:
+        """Component c of row j (clamped for "rowwise", tile-relative for "tiled") of operand k."""
+        if self.shared is None:
+            return self.load(k, j, c)
+        return self.shared[k][(j - self.t0) * self.d.D4 + c]
+
+    def run(self, lo: Value, hi: Value, step_fn, T: Value) -> None:
+        """Call step_fn(j0) for j0 = lo, lo + KB, ... < hi, with rows j0 .. j0 + KB - 1 readable."""
+        b, v, d = self.b, self.v, self.d
+        if self.shared is None:
+            with b.for_range(lo, hi, step=v.kb) as j0:
+                step_fn(j0)
+            return
+        with b.for_range(lo, hi, step=v.bc) as t0:
+            self.t0 = t0
+            n = v.bc * d.D4
+            with b.for_range(b.local_index(), n, step=v.wg) as e:
+                jj, c = e / d.D4, e % d.D4
+                row = b.min(t0 + jj, T - 1)
+                for k in range(len(self.bases)):
+                    self.shared[k][e] = self.load(k, row, c)
+            b.barrier()
+            nk = b.min(hi - t0, v.bc)
+            with b.for_range(0, nk, step=v.kb) as jj0:
+                step_fn(t0 + jj0)
+            b.barrier()
+
+
+def key_index(b: KernelBuilder, j0: Value, u: int, T: Value) -> tuple[Value, Value]:
+    """(row j0 + u, that row clamped to T - 1)."""
+    j = j0 + u
+    return j, b.min(j, T - 1)
+
+
+def tile_row(stream: Stream, j: Value, jc: Value) -> Value:
+    """The row index `at` expects: in the tile, rows past T are staged clamped, so j itself works."""
+    return jc if stream.shared is None else j

@@ -1,0 +1,118 @@
+"""Flash-attention forward kernel: o and the per-row log-sum-exp in one pass over K/V, no T x T scores.
+
+Each query row keeps its scaled q, a running max m, a running sum l and an unnormalised output
+accumulator; every KB keys it rescales by exp(m_old - m_new) (the online-softmax recurrence).
+"""
+
+from __future__ import annotations
+
+from helios.kernels.attention_common import (
+    NEG,
+    VARIANTS,
+    Stream,
+    comp,
+    declare,
+    key_index,
+    lane_reduce,
+    load_rows,
+    rows,
+    rows_per_group,
+    tile_row,
+    vec4,
+    zero_regs,
+)
+from helios.kernels.attention_rng import keep_device
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+
+
+def capped(b: KernelBuilder, d, s):
+    """The softcapped score and its tanh (s when softcap is off; the compiler drops the dead branch)."""
+    th = b.tanh(s / d.cap)
+    return b.select(d.softcap, d.cap * th, s), th
+
+
+def dropped(b: KernelBuilder, d, p, idx):
+    """p * keep / (1 - p_drop) when dropout is on, else p."""
+    keep = keep_device(b, idx, d.rng_key, d.p_drop)
+    return b.select(d.dropout, b.select(keep, p * d.inv_keep, 0.0), p)
+
+
+def build_forward(b: KernelBuilder, v: Variant) -> None:
+    """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w)."""
+    qkv, o, lse = b.buffer(0, f32, "r"), b.buffer(1, f32, "w"), b.buffer(2, f32, "w")
+    d = declare(b)
+    rw = rows(b, v, d)
+    T = d.T
+    S4 = (d.H + d.Hkv * 2) * d.D4  # vec4s per token of qkv
+    tok0 = rw.batch * T
+    q = b.local_array(vec4, d.NV, "q")
+    acc = b.local_array(vec4, d.NV, "acc")
+    load_rows(b, v, d, qkv, (tok0 + rw.row_c) * S4 + rw.head * d.D4, rw.lane, q, mul=d.scale)
+    zero_regs(b, d, acc)
+    m, l = b.var(f32, NEG, "m"), b.var(f32, 0.0, "l")
+    kbase = tok0 * S4 + (d.H + rw.head / d.group) * d.D4
+    stream = Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
+    # Causal: keys past the block's last row are masked for every row of the block (uniform bound).
+    hi = b.select(d.causal, b.min(T, (rw.block + 1) * rw.R), T)
+    drop_row = ((rw.batch * d.H + rw.head) * T + rw.row) * T
+
+    def step(j0):
+        js = [key_index(b, j0, u, T) for u in range(v.kb)]
+        parts = [b.var(f32, 0.0) for _ in js]
+        with b.for_range(0, d.NV, unroll=True) as t:
+            c, _ = comp(b, v, d, rw.lane, t)
+            qt = q[t]
+            for part, (j, jc) in zip(parts, js, strict=True):
+                part += b.dot(qt, stream.at(0, tile_row(stream, j, jc), c))
+        scores, valid = [], []
+        for part, (j, _) in zip(parts, js, strict=True):
+            s, _ = capped(b, d, lane_reduce(b, v, part.value))
+            ok = (j < T) & (~d.causal | (j <= rw.row))
+            valid.append(ok)
+            scores.append(b.select(ok, s, NEG))
+        m_old = m.value
+        m_new = m_old
+        for s in scores:
+            m_new = b.max(m_new, s)
+        alpha = b.exp(m_old - m_new)
+        ps = [b.select(ok, b.exp(s - m_new), 0.0) for s, ok in zip(scores, valid, strict=True)]
+        total = ps[0]
+        for p in ps[1:]:
+            total = total + p
+        l.value = l.value * alpha + total
+        m.value = m_new
+        ps = [dropped(b, d, p, drop_row + j) for p, (j, _) in zip(ps, js, strict=True)]
+        with b.for_range(0, d.NV, unroll=True) as t:
+            c, _ = comp(b, v, d, rw.lane, t)
+            a = acc[t] * alpha
+            for p, (j, jc) in zip(ps, js, strict=True):
+                a = a + stream.at(1, tile_row(stream, j, jc), c) * p
+            acc[t] = a
+
+    stream.run(b.const(0, u32), hi, step, T)
+    with b.if_(rw.row < T):
+        inv = 1.0 / l.value
+        obase = (tok0 + rw.row) * (d.H * d.D4) + rw.head * d.D4
+        with b.for_range(0, d.NV, unroll=True) as t:
+            c, ok = comp(b, v, d, rw.lane, t)
+            with b.if_(ok):
+                o.vec4[obase + c] = acc[t] * inv
+        with b.if_(rw.lane == 0):
+            lse[(rw.batch * d.H + rw.head) * T + rw.row] = m.value + b.log(l.value)
+
+
+def attention_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> float:
+    """Algorithmic forward FLOPs (QK^T and PV), halved for causal masking."""
+    return 4.0 * B * H * T * T * D * (0.5 if causal else 1.0)
+
+
+def forward_grid(B: int, T: int, H: int, variant: str) -> tuple[int, int, int]:
+    return (-(-T // rows_per_group(VARIANTS[variant])), H, B)
+
+
+ATTENTION_FORWARD = Kernel(
+    "attention_forward", build_forward, variants=VARIANTS, grid=forward_grid,
+    flops=attention_flops,
+    bytes=lambda B, T, H, Hkv, D: 4 * B * T * D * (H + 2 * Hkv + H) + 4 * B * H * T,
+    requires=(),
+)

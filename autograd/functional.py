@@ -1,0 +1,171 @@
+"""The functional surface users call (`autograd.functional as F`): each function applies one registered op."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autograd.ops import elementwise as E
+from autograd.ops import nn as N
+from autograd.ops import reduce as R
+from autograd.tensor import Tensor
+
+
+def _constant_like(a: Tensor, value: float) -> Tensor:
+    from helios import runtime as rt
+
+    return Tensor(rt.full(a.shape, float(value)))
+
+
+def _as_tensor(a: Tensor, b) -> Tensor:
+    return b if isinstance(b, Tensor) else _constant_like(a, b)
+
+
+def add(a: Tensor, b) -> Tensor:
+    if not isinstance(b, Tensor) and b == 0:
+        return a
+    return E.Add.apply(a, _as_tensor(a, b))
+
+
+def sub(a: Tensor, b) -> Tensor:
+    return E.Sub.apply(a, _as_tensor(a, b))
+
+
+def mul(a: Tensor, b) -> Tensor:
+    if not isinstance(b, Tensor):
+        return E.Scale.apply(a, float(b))
+    return E.Mul.apply(a, b)
+
+
+def div(a: Tensor, b) -> Tensor:
+    if not isinstance(b, Tensor):
+        return E.Scale.apply(a, 1.0 / float(b))
+    return E.Div.apply(a, b)
+
+
+def scale(x: Tensor, s: float) -> Tensor:
+    return E.Scale.apply(x, float(s))
+
+
+def neg(x: Tensor) -> Tensor:
+    return E.Neg.apply(x)
+
+
+def clone(x: Tensor) -> Tensor:
+    return E.Clone.apply(x)
+
+
+def exp(x: Tensor) -> Tensor:
+    return E.Exp.apply(x)
+
+
+def log(x: Tensor) -> Tensor:
+    return E.Log.apply(x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return E.Sqrt.apply(x)
+
+
+def relu(x: Tensor) -> Tensor:
+    return E.Relu.apply(x)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (torch's approximate="tanh")."""
+    return E.Gelu.apply(x)
+
+
+def silu(x: Tensor) -> Tensor:
+    return E.Silu.apply(x)
+
+
+def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
+    return E.Clamp.apply(x, lo, hi)
+
+
+def softcap(x: Tensor, cap: float) -> Tensor:
+    return E.Softcap.apply(x, float(cap))
+
+
+def masked_fill(x: Tensor, mask: Tensor, value: float) -> Tensor:
+    return E.MaskedFill.apply(x, mask, float(value))
+
+
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    return E.SwiGLU.apply(gate, up)
+
+
+def dropout(x: Tensor, p: float, seed: int, offset: int, training: bool = True) -> Tensor:
+    if not training or p == 0.0:
+        return x
+    return E.Dropout.apply(x, float(p), int(seed), int(offset))
+
+
+def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int, training: bool = True) -> Tensor:
+    """x + dropout(y), one kernel."""
+    if not training or p == 0.0:
+        return add(x, y)
+    return E.ResidualDropoutAdd.apply(x, y, float(p), int(seed), int(offset))
+
+
+def sum(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - mirrors torch.sum
+    return R.Sum.apply(x, axis)
+
+
+def mean(x: Tensor, axis: int | None = -1) -> Tensor:
+    return R.Mean.apply(x, axis)
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    shape = tuple(int(s) for s in shape)
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        shape = tuple(x.numel() // known if s == -1 else s for s in shape)
+    if int(np.prod(shape)) != x.numel():
+        raise ValueError(f"cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) to {shape}")
+    out = R.Reshape.apply(x, shape)
+    out._version = x._version  # a view: in-place changes to either are changes to both
+    return out
+
+
+def softmax(x: Tensor) -> Tensor:
+    """Softmax over the last axis."""
+    return R.Softmax.apply(x)
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+    return R.LayerNorm.apply(x, weight, bias, float(eps))
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    return R.RMSNorm.apply(x, weight, float(eps))
+
+
+def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False) -> Tensor:
+    return N.MatMul.apply(a, b, trans_a, trans_b)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: Tensor | None = None,
+           gelu: bool = False) -> Tensor:
+    """x @ weight^T + bias, optionally GELU then + residual, fused into the matmul."""
+    return N.Linear.apply(x, weight, bias, residual, gelu)
+
+
+def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None) -> Tensor:
+    return N.Embedding.apply(ids, table, pos_table)
+
+
+def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:
+    return N.Rope.apply(qkv, n_head, n_kv_head, head_dim, float(base))
+
+
+def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, head_dim: int, *,
+                    softcap: float = 0.0, dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> Tensor:
+    """Causal attention over a fused QKV tensor [B, T, (H + 2*Hkv) * D] -> [B, T, H * D]."""
+    return N.FlashAttention.apply(qkv, B, T, n_head, n_kv_head, head_dim, float(softcap), float(dropout_p),
+                                  int(seed), int(offset))
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1) -> Tensor:
+    """Mean cross-entropy over rows whose target is not `ignore_index`; shape (1,)."""
+    return N.CrossEntropy.apply(logits, targets, int(ignore_index))

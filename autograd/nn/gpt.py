@@ -1,0 +1,148 @@
+"""GPT in both styles: GPT-2 (learned positions, LayerNorm, GELU, tied head) and LLaMA (RoPE, RMSNorm,
+SwiGLU, GQA, tied or untied head). Pre-norm blocks; parameter names match the PyTorch reference twin
+(`trainer/backends/torch_model.py`), so state dicts copy across unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from autograd import functional as F
+from autograd.nn.layers import (
+    MLP,
+    CausalSelfAttention,
+    Dropout,
+    Embedding,
+    LayerNorm,
+    Linear,
+    RMSNorm,
+    RngCursor,
+    SwiGLUMLP,
+    residual_std,
+)
+from autograd.nn.module import Module
+from autograd.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    arch: str = "gpt2"  # "gpt2" | "llama"
+    n_layer: int = 4
+    n_head: int = 4
+    n_kv_head: int | None = None
+    n_embd: int = 128
+    block_size: int = 128
+    vocab_size: int = 4096
+    dropout: float = 0.0
+    bias: bool = True
+    softcap: float = 0.0
+    tie_embeddings: bool = True
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn_hidden(self) -> int:
+        if self.arch == "gpt2":
+            return 4 * self.n_embd
+        return 64 * math.ceil(8 * self.n_embd / 3 / 64)
+
+
+class Block(Module):
+    def __init__(self, cfg: GPTConfig, rng, seed: int, cursor: RngCursor):
+        super().__init__()
+        llama = cfg.arch == "llama"
+        norm = (lambda: RMSNorm(cfg.n_embd, cfg.norm_eps)) if llama else (
+            lambda: LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias))
+        proj_std = residual_std(cfg.n_layer)
+        self.ln_1 = norm()
+        self.attn = CausalSelfAttention(
+            cfg.n_embd, cfg.n_head, cfg.kv_heads, bias=cfg.bias, rope_base=cfg.rope_base if llama else None,
+            softcap=cfg.softcap, dropout=cfg.dropout, rng=rng, proj_std=proj_std, seed=seed, cursor=cursor,
+        )
+        self.ln_2 = norm()
+        mlp = SwiGLUMLP if llama else MLP
+        self.mlp = mlp(cfg.n_embd, cfg.ffn_hidden, bias=cfg.bias, dropout=cfg.dropout, rng=rng, proj_std=proj_std,
+                       seed=seed, cursor=cursor)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.attn(self.ln_1(x), residual=x)
+        return self.mlp(self.ln_2(x), residual=x)
+
+
+class GPT(Module):
+    """Token ids [B, T] -> logits [B, T, vocab] (or the mean cross-entropy when targets are given)."""
+
+    def __init__(self, cfg: GPTConfig, seed: int = 0, pack: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.cursor = RngCursor()
+        rng = np.random.default_rng(seed)
+        self.wte = Embedding(cfg.vocab_size, cfg.n_embd, rng=rng)
+        if cfg.arch == "gpt2":
+            self.wpe = Embedding(cfg.block_size, cfg.n_embd, rng=rng)
+        self.drop = Dropout(cfg.dropout, seed, self.cursor)
+        self.h = _ModuleList([Block(cfg, rng, seed, self.cursor) for _ in range(cfg.n_layer)])
+        self.ln_f = RMSNorm(cfg.n_embd, cfg.norm_eps) if cfg.arch == "llama" else LayerNorm(
+            cfg.n_embd, cfg.norm_eps, cfg.bias)
+        if not cfg.tie_embeddings:
+            self.lm_head = Linear(cfg.n_embd, cfg.vocab_size, bias=False, rng=rng)
+        if pack:
+            self.pack_parameters()
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *, forward_index: int | None = None) -> Tensor:
+        """`forward_index` seeds this pass's dropout masks (step * grad_accum + micro-step in training)."""
+        B, T = idx.shape
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
+        if forward_index is not None:
+            self.cursor.begin(forward_index)
+        x = self.wte(idx, self.wpe if self.cfg.arch == "gpt2" else None)
+        x = self.drop(x)
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        head = self.wte.weight if self.cfg.tie_embeddings else self.lm_head.weight
+        logits = F.linear(x, head)
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits, targets)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self) -> float:
+        """6 * matmul parameters + attention's 12 * n_layer * n_embd * T (the PaLM accounting)."""
+        cfg = self.cfg
+        n = self.num_params() - (cfg.block_size * cfg.n_embd if cfg.arch == "gpt2" else 0)
+        return 6.0 * n + 12.0 * cfg.n_layer * cfg.n_embd * cfg.block_size
+
+
+class _ModuleList(Module):
+    """Submodules named 0, 1, 2, ... (PyTorch's `h.0.attn...` naming)."""
+
+    def __init__(self, modules: list[Module]):
+        super().__init__()
+        self._items = []
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+            self._items.append(m)
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i: int) -> Module:
+        return self._items[i]

@@ -1,0 +1,1 @@
+"""Every differentiable op, registered once as a Function with its forward and VJP side by side."""

@@ -1,0 +1,212 @@
+"""Elementwise ops: forward and vector-Jacobian product side by side, each calling helios kernels."""
+
+from __future__ import annotations
+
+from autograd.function import Context, Function
+from helios import ops
+
+
+def broadcast_kind(a, b) -> str:
+    """How `b` lines up with `a`: "same", "row" ([N] over [..., N]) or "col" ([..., 1] over [..., N])."""
+    if tuple(b.shape) == tuple(a.shape):
+        return "same"
+    if len(b.shape) == 1 and b.shape[0] == a.shape[-1]:
+        return "row"
+    if tuple(b.shape) == tuple(a.shape[:-1]) + (1,):
+        return "col"
+    raise ValueError(
+        f"cannot broadcast shape {tuple(b.shape)} over {tuple(a.shape)}: helios broadcasts only an equal shape, "
+        f"a row vector [{a.shape[-1]}] or a column {tuple(a.shape[:-1]) + (1,)}"
+    )
+
+
+def reduce_to(grad, kind: str, shape):
+    """Sum a full-shape gradient down to the shape of a broadcast operand."""
+    if kind == "same":
+        return grad
+    if kind == "row":
+        return ops.sum_rows(grad.reshape(-1, grad.shape[-1]))
+    return ops.sum(grad, axis=-1).reshape(*shape)
+
+
+class Add(Function):
+    @staticmethod
+    def forward(ctx: Context, a, b):
+        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
+        return ops.add(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        db = reduce_to(dy, ctx.kind, ctx.b_shape) if ctx.needs_input_grad[1] else None
+        return dy, db
+
+
+class Sub(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
+        return ops.sub(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        db = ops.neg(reduce_to(dy, ctx.kind, ctx.b_shape)) if ctx.needs_input_grad[1] else None
+        return dy, db
+
+
+class Mul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
+        ctx.save_for_backward(a, b)
+        return ops.mul(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved_tensors
+        da = ops.mul(dy, b) if ctx.needs_input_grad[0] else None
+        db = reduce_to(ops.mul(dy, a), ctx.kind, ctx.b_shape) if ctx.needs_input_grad[1] else None
+        return da, db
+
+
+class Div(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
+        ctx.save_for_backward(a, b)
+        return ops.div(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved_tensors
+        da = ops.div(dy, b) if ctx.needs_input_grad[0] else None
+        db = None
+        if ctx.needs_input_grad[1]:  # d(a/b)/db = -a/b^2
+            db = reduce_to(ops.neg(ops.div(ops.div(ops.mul(dy, a), b), b)), ctx.kind, ctx.b_shape)
+        return da, db
+
+
+class Scale(Function):
+    @staticmethod
+    def forward(ctx, x, s: float):
+        ctx.s = s
+        return ops.scale(x, s)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ops.scale(dy, ctx.s), None
+
+
+class Neg(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return ops.neg(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ops.neg(dy)
+
+
+class Clone(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return ops.clone(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy
+
+
+def _unary(name: str, forward_op, backward_op, saves: str):
+    """A unary op whose VJP is `backward_op(saved, dy)`, saving the input ("x") or the output ("y")."""
+
+    def forward(ctx, x):
+        y = forward_op(x)
+        ctx.save_for_backward(x if saves == "x" else y)
+        return y
+
+    def backward(ctx, dy):
+        (saved,) = ctx.saved_tensors
+        return backward_op(saved, dy)
+
+    return type(name, (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
+Exp = _unary("Exp", ops.exp, ops.exp_backward, "y")
+Log = _unary("Log", ops.log, ops.log_backward, "x")
+Sqrt = _unary("Sqrt", ops.sqrt, ops.sqrt_backward, "y")
+Relu = _unary("Relu", ops.relu, ops.relu_backward, "x")
+Gelu = _unary("Gelu", ops.gelu, ops.gelu_backward, "x")
+Silu = _unary("Silu", ops.silu, ops.silu_backward, "x")
+
+
+class Clamp(Function):
+    @staticmethod
+    def forward(ctx, x, lo=None, hi=None):
+        ctx.lo, ctx.hi = lo, hi
+        ctx.save_for_backward(x)
+        return ops.clamp(x, lo, hi)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return ops.clamp_backward(x, dy, ctx.lo, ctx.hi), None, None
+
+
+class Softcap(Function):
+    @staticmethod
+    def forward(ctx, x, cap: float):
+        ctx.cap = cap
+        ctx.save_for_backward(x)
+        return ops.softcap(x, cap)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return ops.softcap_backward(x, dy, ctx.cap), None
+
+
+class MaskedFill(Function):
+    @staticmethod
+    def forward(ctx, x, mask, value: float):
+        ctx.save_for_backward(mask)
+        return ops.masked_fill(x, mask, value)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (mask,) = ctx.saved_tensors
+        return ops.masked_fill(dy, mask, 0.0), None, None
+
+
+class SwiGLU(Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return ops.swiglu(gate, up)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up = ctx.saved_tensors
+        return ops.swiglu_backward(gate, up, dy)
+
+
+class Dropout(Function):
+    @staticmethod
+    def forward(ctx, x, p: float, seed: int, offset: int):
+        ctx.args = (p, seed, offset)
+        return ops.dropout(x, p, seed, offset)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ops.dropout_backward(dy, *ctx.args), None, None, None
+
+
+class ResidualDropoutAdd(Function):
+    @staticmethod
+    def forward(ctx, x, y, p: float, seed: int, offset: int):
+        ctx.args = (p, seed, offset)
+        return ops.residual_dropout_add(x, y, p, seed, offset)
+
+    @staticmethod
+    def backward(ctx, dout):
+        dy = ops.residual_dropout_add_backward(dout, *ctx.args) if ctx.needs_input_grad[1] else None
+        return dout, dy, None, None, None

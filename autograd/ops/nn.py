@@ -1,0 +1,153 @@
+"""Model-level ops: matmul/linear with fused epilogues, embedding, RoPE, attention, cross-entropy."""
+
+from __future__ import annotations
+
+from autograd.function import ACCUMULATED, Function
+from autograd.ops.reduce import _param_grad
+from helios import ops
+from helios import runtime as rt
+
+
+def _rows(t):
+    """View a [..., K] tensor as [M, K] (a reshape shares the buffer)."""
+    return t.reshape(-1, t.shape[-1])
+
+
+class MatMul(Function):
+    """C = op(a) @ op(b) for 2-D or batched 3-D operands, with transposes read in place."""
+
+    @staticmethod
+    def forward(ctx, a, b, trans_a: bool = False, trans_b: bool = False):
+        ctx.trans = (trans_a, trans_b)
+        ctx.save_for_backward(a, b)
+        return ops.matmul(a, b, trans_a=trans_a, trans_b=trans_b)
+
+    @staticmethod
+    def backward(ctx, dc):
+        a, b = ctx.saved_tensors
+        ta, tb = ctx.trans
+        da = db = None
+        if ctx.needs_input_grad[0]:  # dA = dC op(B)^T, laid out as A is
+            da = ops.matmul(b, dc, trans_a=tb, trans_b=True) if ta else ops.matmul(dc, b, trans_b=not tb)
+        if ctx.needs_input_grad[1]:  # dB = op(A)^T dC, laid out as B is
+            db = ops.matmul(dc, a, trans_a=True, trans_b=ta) if tb else ops.matmul(a, dc, trans_a=not ta)
+        return da, db, None, None
+
+
+class Linear(Function):
+    """y = act(x @ W^T + b) (+ residual): one dispatch forward; dX, dW, db one dispatch each backward.
+
+    Weight and bias gradients are accumulated straight into the parameters' gradient buffers
+    (a beta=1 matmul epilogue), so gradient accumulation costs no extra dispatch.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w, b=None, residual=None, gelu: bool = False):
+        x2 = _rows(x)
+        res2 = _rows(residual) if residual is not None else None
+        preact = rt.empty((x2.shape[0], w.shape[0])) if gelu else None
+        y = ops.matmul(x2, w, trans_b=True, bias=b, gelu=gelu, residual=res2, preact_out=preact)
+        ctx.gelu, ctx.has_bias, ctx.x_shape = gelu, b is not None, tuple(x.shape)
+        ctx.save_for_backward(x2, w, preact)
+        return y.reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w, preact = ctx.saved_tensors
+        dy2 = _rows(dy)
+        dres = dy if ctx.needs_input_grad[3] else None
+        if ctx.gelu:
+            dy2 = ops.gelu_backward(preact, dy2)
+        dx = ops.matmul(dy2, w).reshape(*ctx.x_shape) if ctx.needs_input_grad[0] else None
+        dw = db = None
+        if ctx.needs_input_grad[1]:
+            sink = ctx.grad_sink(1)
+            dw = ops.matmul(dy2, x2, trans_a=True, out=sink, beta=1.0 if sink is not None else 0.0)
+            dw = ACCUMULATED if sink is not None else dw
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = _param_grad(ctx, 2, ops.sum_rows(dy2, out=ctx.grad_sink(2), accumulate=ctx.grad_sink(2) is not None))
+        return dx, dw, db, dres, None
+
+
+class Embedding(Function):
+    """Token rows (+ learned position rows) for int32 ids [B, T]; backward scatter-adds rows."""
+
+    @staticmethod
+    def forward(ctx, ids, table, pos_table=None):
+        ctx.save_for_backward(ids)
+        ctx.table_shape = tuple(table.shape)
+        ctx.pos_shape = tuple(pos_table.shape) if pos_table is not None else None
+        out = ops.embedding(ids, table, pos_table)
+        return out.reshape(*ids.shape, table.shape[1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        (ids,) = ctx.saved_tensors
+        table_grad = ctx.grad_sink(1) if ctx.needs_input_grad[1] else None
+        pos_grad = ctx.grad_sink(2) if ctx.pos_shape is not None and ctx.needs_input_grad[2] else None
+        fresh_table = table_grad is None and ctx.needs_input_grad[1]
+        fresh_pos = pos_grad is None and ctx.pos_shape is not None and ctx.needs_input_grad[2]
+        if fresh_table:
+            table_grad = rt.zeros(ctx.table_shape)
+        if fresh_pos:
+            pos_grad = rt.zeros(ctx.pos_shape)
+        if table_grad is None:  # only the position table needs a gradient: scatter into a scratch table
+            table_grad = rt.zeros(ctx.table_shape)
+        ops.embedding_backward(ids, _rows(dy), table_grad, pos_grad, accumulate=True)
+        dtable = (table_grad if fresh_table else ACCUMULATED) if ctx.needs_input_grad[1] else None
+        dpos = None
+        if ctx.pos_shape is not None and ctx.needs_input_grad[2]:
+            dpos = pos_grad if fresh_pos else ACCUMULATED
+        return None, dtable, dpos
+
+
+class Rope(Function):
+    """Rotary position embedding applied to the q and k heads of a fused QKV tensor."""
+
+    @staticmethod
+    def forward(ctx, qkv, n_head: int, n_kv_head: int, head_dim: int, base: float):
+        ctx.args = (n_head, n_kv_head, head_dim, base)
+        return ops.rope(qkv, *ctx.args)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ops.rope(dy, *ctx.args, backward=True), None, None, None, None
+
+
+class FlashAttention(Function):
+    """Causal attention read in place from fused QKV; the T x T matrix never exists."""
+
+    @staticmethod
+    def forward(ctx, qkv, B, T, n_head, n_kv_head, head_dim, softcap=0.0, dropout_p=0.0, seed=0, offset=0):
+        ctx.args = (B, T, n_head, n_kv_head, head_dim)
+        ctx.kw = dict(causal=True, softcap=softcap, dropout_p=dropout_p, seed=seed, offset=offset)
+        o, lse = ops.flash_attention(qkv, *ctx.args, **ctx.kw)
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(qkv, o, lse)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        qkv, o, lse = ctx.saved_tensors
+        dqkv = ops.flash_attention_backward(qkv, o, lse, do, *ctx.args, **ctx.kw)
+        return (dqkv,) + (None,) * 9
+
+
+class CrossEntropy(Function):
+    """Mean cross-entropy over non-ignored rows; dlogits computed on the device in the forward pass."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, ignore_index: int = -1):
+        shape = tuple(logits.shape)
+        loss, dlogits = ops.cross_entropy(_rows(logits), targets.reshape(-1), ignore_index=ignore_index)
+        ctx.save_for_backward(dlogits.reshape(*shape))  # released with the graph, so memory falls in backward
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        from autograd.engine import is_unit_seed
+
+        (dlogits,) = ctx.saved_tensors
+        if not is_unit_seed(dloss):  # scale by the incoming gradient on the device: no host read
+            dlogits = ops.mul(dlogits.reshape(-1), dloss.reshape(1)).reshape(*dlogits.shape)
+        return dlogits, None, None

@@ -1,0 +1,112 @@
+"""Reductions, softmax, normalisations and views: forward and VJP side by side."""
+
+from __future__ import annotations
+
+import math
+
+from autograd.function import ACCUMULATED, Function
+from helios import ops
+from helios import runtime as rt
+
+
+def _expand(dy, shape, axis):
+    """Broadcast a reduced gradient back over the reduced axis (one fill + one broadcast add)."""
+    zeros = rt.zeros(shape)
+    if axis is None:
+        return ops.add(zeros.reshape(-1), dy.reshape(1)).reshape(*shape)
+    return ops.add(zeros, dy.reshape(*shape[:-1], 1))
+
+
+def _check_axis(axis, ndim):
+    if axis not in (None, -1, ndim - 1):
+        raise ValueError(f"helios reduces over the last axis or everything; got axis={axis} for a {ndim}-D tensor")
+
+
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, x, axis=-1):
+        _check_axis(axis, len(x.shape))
+        ctx.shape, ctx.axis = tuple(x.shape), axis
+        return ops.sum(x, axis=None if axis is None else -1)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _expand(dy, ctx.shape, ctx.axis), None
+
+
+class Mean(Function):
+    @staticmethod
+    def forward(ctx, x, axis=-1):
+        _check_axis(axis, len(x.shape))
+        ctx.shape, ctx.axis = tuple(x.shape), axis
+        ctx.count = math.prod(x.shape) if axis is None else x.shape[-1]
+        return ops.mean(x, axis=None if axis is None else -1)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _expand(ops.scale(dy, 1.0 / ctx.count), ctx.shape, ctx.axis), None
+
+
+class Reshape(Function):
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.shape = tuple(x.shape)
+        return x.reshape(*shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.reshape(*ctx.shape), None
+
+
+class Softmax(Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = ops.softmax(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return ops.softmax_backward(y, dy)
+
+
+def _param_grad(ctx, index, computed):
+    """ACCUMULATED when the kernel wrote into the sink, else the computed gradient (or None)."""
+    if not ctx.needs_input_grad[index]:
+        return None
+    return ACCUMULATED if ctx.grad_sink(index) is not None else computed
+
+
+class LayerNorm(Function):
+    @staticmethod
+    def forward(ctx, x, w, b, eps: float):
+        y, mean, rstd = ops.layernorm(x, w, b, eps)
+        ctx.mark_non_differentiable(mean, rstd)
+        ctx.save_for_backward(x, w, mean, rstd)
+        ctx.has_bias = b is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, mean, rstd = ctx.saved_tensors
+        dx, dw, db = ops.layernorm_backward(
+            x, w, mean, rstd, dy, dw_out=ctx.grad_sink(1), db_out=ctx.grad_sink(2) if ctx.has_bias else None,
+            accumulate=True,
+        )
+        return dx, _param_grad(ctx, 1, dw), _param_grad(ctx, 2, db) if ctx.has_bias else None, None
+
+
+class RMSNorm(Function):
+    @staticmethod
+    def forward(ctx, x, w, eps: float):
+        y, rstd = ops.rmsnorm(x, w, eps)
+        ctx.mark_non_differentiable(rstd)
+        ctx.save_for_backward(x, w, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, rstd = ctx.saved_tensors
+        dx, dw = ops.rmsnorm_backward(x, w, rstd, dy, dw_out=ctx.grad_sink(1), accumulate=True)
+        return dx, _param_grad(ctx, 1, dw), None

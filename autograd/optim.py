@@ -1,0 +1,86 @@
+"""AdamW over a flat parameter arena, gradient-norm clipping on the device, and learning-rate schedules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from autograd.grad_mode import no_grad
+from autograd.parameter import ParameterArena
+
+
+class AdamW:
+    """Fused multi-tensor AdamW: the gradient norm, the clip coefficient and the update are device work.
+
+    `step()` records at most three dispatches (two for the norm and clip coefficient, one for the update)
+    and reads nothing back. With `skip_nonfinite`, a NaN/Inf gradient norm (or one above `skip_above`)
+    makes the update kernel change nothing; the caller learns it from `last_norm` when it next reads.
+    """
+
+    def __init__(self, arena: ParameterArena, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.95),
+                 eps: float = 1e-8, weight_decay: float = 0.1, grad_clip: float = 0.0,
+                 skip_nonfinite: bool = True, skip_above: float = math.inf):
+        from helios import runtime as rt
+
+        if not isinstance(arena, ParameterArena):
+            raise TypeError("AdamW takes the model's ParameterArena (model.arena after model.pack_parameters())")
+        self.arena = arena
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.grad_clip, self.skip_nonfinite, self.skip_above = grad_clip, skip_nonfinite, skip_above
+        self.m = rt.zeros(arena.size)
+        self.v = rt.zeros(arena.size)
+        self.step_count = 0
+        self.last_norm = None  # (1,) device tensor: the gradient norm of the last step
+        self.last_clip = None  # (1,) device tensor: the clip coefficient applied
+
+    def step(self, lr: float | None = None) -> None:
+        from helios import ops
+
+        lr = self.lr if lr is None else lr
+        self.step_count += 1
+        max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
+        with no_grad():
+            norm, coef = ops.grad_norm(self.arena.grads, max_norm)
+            ops.adamw_step(
+                self.arena.data, self.arena.grads, self.m, self.v, self.arena.decay_mask,
+                lr=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps, weight_decay=self.weight_decay,
+                step=self.step_count, clip_coef=coef,
+                norm=norm if self.skip_nonfinite else None, skip_above=self.skip_above,
+            )
+        for p in self.arena.params:
+            p._version.value += 1
+        self.last_norm, self.last_clip = norm, coef
+
+    def unstep(self) -> None:
+        """Undo the step counter after a step the device skipped (bias correction must not advance)."""
+        self.step_count -= 1
+
+    def zero_grad(self) -> None:
+        self.arena.zero_grad()
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"m": self.m.numpy().copy(), "v": self.v.numpy().copy(), "step": np.int64(self.step_count)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        from helios import runtime as rt
+
+        for key in ("m", "v"):
+            value = np.ascontiguousarray(state[key], dtype=np.float32)
+            if value.shape != (self.arena.size,):
+                raise ValueError(f"optimizer state {key!r} has shape {value.shape}; the arena has ({self.arena.size},)")
+            rt.copy(rt.from_numpy(value), getattr(self, key))
+        self.step_count = int(state["step"])
+
+
+def lr_at(step: int, *, lr: float, warmup_iters: int, decay: str, lr_decay_iters: int, min_lr: float) -> float:
+    """Linear warmup to `lr`, then cosine or linear decay to `min_lr` at `lr_decay_iters`, then flat."""
+    if warmup_iters > 0 and step < warmup_iters:
+        return lr * (step + 1) / warmup_iters
+    if decay == "constant" or step >= lr_decay_iters:
+        return lr if decay == "constant" else min_lr
+    span = max(1, lr_decay_iters - warmup_iters)
+    progress = (step - warmup_iters) / span
+    if decay == "linear":
+        return lr + (min_lr - lr) * progress
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))

@@ -104,15 +104,14 @@ def generate(grammar_dir: Path) -> str:
         w(f"    {code}: {name!r},")
     w("}")
     w("")
-    w("# Opcode -> operands as (kind, quantifier) with quantifier '', '?' or '*'.")
+    w("# Opcode -> operand kinds, space-separated, each followed by its quantifier ('?' optional,")
+    w("# '*' any number), e.g. 'IdResultType IdResult IdRef IdRef*'.")
     w("INSTRUCTION_OPERANDS = {")
     for ins in core["instructions"]:
         if seen_ops[ins["opcode"]] != ins["opname"]:
             continue
-        ops = ", ".join(f"({o['kind']!r}, {o.get('quantifier', '')!r})" for o in ins.get("operands", []))
-        if len(ins.get("operands", [])) == 1:
-            ops += ","
-        w(f"    {ins['opcode']}: ({ops}),  # {ins['opname']}")
+        ops = " ".join(o["kind"] + o.get("quantifier", "") for o in ins.get("operands", []))
+        w(f"    {ins['opcode']}: {ops!r},  # {ins['opname']}")
     w("}")
     w("")
     w("# Opcode -> capabilities of which any one enables the instruction.")

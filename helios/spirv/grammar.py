@@ -2562,700 +2562,701 @@ OPCODE_NAMES = {
     6408: 'OpGroupLogicalXorKHR',
 }
 
-# Opcode -> operands as (kind, quantifier) with quantifier '', '?' or '*'.
+# Opcode -> operand kinds, space-separated, each followed by its quantifier ('?' optional,
+# '*' any number), e.g. 'IdResultType IdResult IdRef IdRef*'.
 INSTRUCTION_OPERANDS = {
-    0: (),  # OpNop
-    1: (('IdResultType', ''), ('IdResult', '')),  # OpUndef
-    2: (('LiteralString', ''),),  # OpSourceContinued
-    3: (('SourceLanguage', ''), ('LiteralInteger', ''), ('IdRef', '?'), ('LiteralString', '?')),  # OpSource
-    4: (('LiteralString', ''),),  # OpSourceExtension
-    5: (('IdRef', ''), ('LiteralString', '')),  # OpName
-    6: (('IdRef', ''), ('LiteralInteger', ''), ('LiteralString', '')),  # OpMemberName
-    7: (('IdResult', ''), ('LiteralString', '')),  # OpString
-    8: (('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpLine
-    10: (('LiteralString', ''),),  # OpExtension
-    11: (('IdResult', ''), ('LiteralString', '')),  # OpExtInstImport
-    12: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralExtInstInteger', ''), ('IdRef', '*')),  # OpExtInst
-    14: (('AddressingModel', ''), ('MemoryModel', '')),  # OpMemoryModel
-    15: (('ExecutionModel', ''), ('IdRef', ''), ('LiteralString', ''), ('IdRef', '*')),  # OpEntryPoint
-    16: (('IdRef', ''), ('ExecutionMode', '')),  # OpExecutionMode
-    17: (('Capability', ''),),  # OpCapability
-    19: (('IdResult', ''),),  # OpTypeVoid
-    20: (('IdResult', ''),),  # OpTypeBool
-    21: (('IdResult', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpTypeInt
-    22: (('IdResult', ''), ('LiteralInteger', '')),  # OpTypeFloat
-    23: (('IdResult', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpTypeVector
-    24: (('IdResult', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpTypeMatrix
-    25: (('IdResult', ''), ('IdRef', ''), ('Dim', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('ImageFormat', ''), ('AccessQualifier', '?')),  # OpTypeImage
-    26: (('IdResult', ''),),  # OpTypeSampler
-    27: (('IdResult', ''), ('IdRef', '')),  # OpTypeSampledImage
-    28: (('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpTypeArray
-    29: (('IdResult', ''), ('IdRef', '')),  # OpTypeRuntimeArray
-    30: (('IdResult', ''), ('IdRef', '*')),  # OpTypeStruct
-    31: (('IdResult', ''), ('LiteralString', '')),  # OpTypeOpaque
-    32: (('IdResult', ''), ('StorageClass', ''), ('IdRef', '')),  # OpTypePointer
-    33: (('IdResult', ''), ('IdRef', ''), ('IdRef', '*')),  # OpTypeFunction
-    34: (('IdResult', ''),),  # OpTypeEvent
-    35: (('IdResult', ''),),  # OpTypeDeviceEvent
-    36: (('IdResult', ''),),  # OpTypeReserveId
-    37: (('IdResult', ''),),  # OpTypeQueue
-    38: (('IdResult', ''), ('AccessQualifier', '')),  # OpTypePipe
-    39: (('IdRef', ''), ('StorageClass', '')),  # OpTypeForwardPointer
-    41: (('IdResultType', ''), ('IdResult', '')),  # OpConstantTrue
-    42: (('IdResultType', ''), ('IdResult', '')),  # OpConstantFalse
-    43: (('IdResultType', ''), ('IdResult', ''), ('LiteralContextDependentNumber', '')),  # OpConstant
-    44: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '*')),  # OpConstantComposite
-    45: (('IdResultType', ''), ('IdResult', ''), ('SamplerAddressingMode', ''), ('LiteralInteger', ''), ('SamplerFilterMode', '')),  # OpConstantSampler
-    46: (('IdResultType', ''), ('IdResult', '')),  # OpConstantNull
-    48: (('IdResultType', ''), ('IdResult', '')),  # OpSpecConstantTrue
-    49: (('IdResultType', ''), ('IdResult', '')),  # OpSpecConstantFalse
-    50: (('IdResultType', ''), ('IdResult', ''), ('LiteralContextDependentNumber', '')),  # OpSpecConstant
-    51: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '*')),  # OpSpecConstantComposite
-    52: (('IdResultType', ''), ('IdResult', ''), ('LiteralSpecConstantOpInteger', '')),  # OpSpecConstantOp
-    54: (('IdResultType', ''), ('IdResult', ''), ('FunctionControl', ''), ('IdRef', '')),  # OpFunction
-    55: (('IdResultType', ''), ('IdResult', '')),  # OpFunctionParameter
-    56: (),  # OpFunctionEnd
-    57: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '*')),  # OpFunctionCall
-    59: (('IdResultType', ''), ('IdResult', ''), ('StorageClass', ''), ('IdRef', '?')),  # OpVariable
-    60: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpImageTexelPointer
-    61: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('MemoryAccess', '?')),  # OpLoad
-    62: (('IdRef', ''), ('IdRef', ''), ('MemoryAccess', '?')),  # OpStore
-    63: (('IdRef', ''), ('IdRef', ''), ('MemoryAccess', '?'), ('MemoryAccess', '?')),  # OpCopyMemory
-    64: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('MemoryAccess', '?'), ('MemoryAccess', '?')),  # OpCopyMemorySized
-    65: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '*')),  # OpAccessChain
-    66: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '*')),  # OpInBoundsAccessChain
-    67: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '*')),  # OpPtrAccessChain
-    68: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpArrayLength
-    69: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpGenericPtrMemSemantics
-    70: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '*')),  # OpInBoundsPtrAccessChain
-    71: (('IdRef', ''), ('Decoration', '')),  # OpDecorate
-    72: (('IdRef', ''), ('LiteralInteger', ''), ('Decoration', '')),  # OpMemberDecorate
-    73: (('IdResult', ''),),  # OpDecorationGroup
-    74: (('IdRef', ''), ('IdRef', '*')),  # OpGroupDecorate
-    75: (('IdRef', ''), ('PairIdRefLiteralInteger', '*')),  # OpGroupMemberDecorate
-    77: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpVectorExtractDynamic
-    78: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpVectorInsertDynamic
-    79: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', '*')),  # OpVectorShuffle
-    80: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '*')),  # OpCompositeConstruct
-    81: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', '*')),  # OpCompositeExtract
-    82: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', '*')),  # OpCompositeInsert
-    83: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpCopyObject
-    84: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpTranspose
-    86: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSampledImage
-    87: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSampleImplicitLod
-    88: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSampleExplicitLod
-    89: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSampleDrefImplicitLod
-    90: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSampleDrefExplicitLod
-    91: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSampleProjImplicitLod
-    92: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSampleProjExplicitLod
-    93: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSampleProjDrefImplicitLod
-    94: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSampleProjDrefExplicitLod
-    95: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageFetch
-    96: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageGather
-    97: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageDrefGather
-    98: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageRead
-    99: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageWrite
-    100: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpImage
-    101: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpImageQueryFormat
-    102: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpImageQueryOrder
-    103: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpImageQuerySizeLod
-    104: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpImageQuerySize
-    105: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpImageQueryLod
-    106: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpImageQueryLevels
-    107: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpImageQuerySamples
-    109: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertFToU
-    110: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertFToS
-    111: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertSToF
-    112: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertUToF
-    113: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpUConvert
-    114: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSConvert
-    115: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpFConvert
-    116: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpQuantizeToF16
-    117: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertPtrToU
-    118: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSatConvertSToU
-    119: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSatConvertUToS
-    120: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertUToPtr
-    121: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpPtrCastToGeneric
-    122: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpGenericCastToPtr
-    123: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('StorageClass', '')),  # OpGenericCastToPtrExplicit
-    124: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpBitcast
-    126: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSNegate
-    127: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpFNegate
-    128: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIAdd
-    129: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFAdd
-    130: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpISub
-    131: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFSub
-    132: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIMul
-    133: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFMul
-    134: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUDiv
-    135: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSDiv
-    136: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFDiv
-    137: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUMod
-    138: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSRem
-    139: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSMod
-    140: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFRem
-    141: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFMod
-    142: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpVectorTimesScalar
-    143: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpMatrixTimesScalar
-    144: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpVectorTimesMatrix
-    145: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpMatrixTimesVector
-    146: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpMatrixTimesMatrix
-    147: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpOuterProduct
-    148: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpDot
-    149: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIAddCarry
-    150: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpISubBorrow
-    151: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUMulExtended
-    152: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSMulExtended
-    154: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpAny
-    155: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpAll
-    156: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpIsNan
-    157: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpIsInf
-    158: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpIsFinite
-    159: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpIsNormal
-    160: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSignBitSet
-    161: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpLessOrGreater
-    162: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpOrdered
-    163: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUnordered
-    164: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpLogicalEqual
-    165: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpLogicalNotEqual
-    166: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpLogicalOr
-    167: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpLogicalAnd
-    168: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpLogicalNot
-    169: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSelect
-    170: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIEqual
-    171: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpINotEqual
-    172: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUGreaterThan
-    173: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSGreaterThan
-    174: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUGreaterThanEqual
-    175: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSGreaterThanEqual
-    176: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpULessThan
-    177: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSLessThan
-    178: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpULessThanEqual
-    179: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSLessThanEqual
-    180: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFOrdEqual
-    181: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFUnordEqual
-    182: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFOrdNotEqual
-    183: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFUnordNotEqual
-    184: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFOrdLessThan
-    185: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFUnordLessThan
-    186: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFOrdGreaterThan
-    187: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFUnordGreaterThan
-    188: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFOrdLessThanEqual
-    189: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFUnordLessThanEqual
-    190: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFOrdGreaterThanEqual
-    191: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFUnordGreaterThanEqual
-    194: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpShiftRightLogical
-    195: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpShiftRightArithmetic
-    196: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpShiftLeftLogical
-    197: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpBitwiseOr
-    198: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpBitwiseXor
-    199: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpBitwiseAnd
-    200: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpNot
-    201: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpBitFieldInsert
-    202: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpBitFieldSExtract
-    203: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpBitFieldUExtract
-    204: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpBitReverse
-    205: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpBitCount
-    207: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpDPdx
-    208: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpDPdy
-    209: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpFwidth
-    210: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpDPdxFine
-    211: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpDPdyFine
-    212: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpFwidthFine
-    213: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpDPdxCoarse
-    214: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpDPdyCoarse
-    215: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpFwidthCoarse
-    218: (),  # OpEmitVertex
-    219: (),  # OpEndPrimitive
-    220: (('IdRef', ''),),  # OpEmitStreamVertex
-    221: (('IdRef', ''),),  # OpEndStreamPrimitive
-    224: (('IdScope', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpControlBarrier
-    225: (('IdScope', ''), ('IdMemorySemantics', '')),  # OpMemoryBarrier
-    227: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpAtomicLoad
-    228: (('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicStore
-    229: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicExchange
-    230: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdMemorySemantics', ''), ('IdRef', ''), ('IdRef', '')),  # OpAtomicCompareExchange
-    231: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdMemorySemantics', ''), ('IdRef', ''), ('IdRef', '')),  # OpAtomicCompareExchangeWeak
-    232: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpAtomicIIncrement
-    233: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpAtomicIDecrement
-    234: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicIAdd
-    235: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicISub
-    236: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicSMin
-    237: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicUMin
-    238: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicSMax
-    239: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicUMax
-    240: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicAnd
-    241: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicOr
-    242: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicXor
-    245: (('IdResultType', ''), ('IdResult', ''), ('PairIdRefIdRef', '*')),  # OpPhi
-    246: (('IdRef', ''), ('IdRef', ''), ('LoopControl', '')),  # OpLoopMerge
-    247: (('IdRef', ''), ('SelectionControl', '')),  # OpSelectionMerge
-    248: (('IdResult', ''),),  # OpLabel
-    249: (('IdRef', ''),),  # OpBranch
-    250: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', '*')),  # OpBranchConditional
-    251: (('IdRef', ''), ('IdRef', ''), ('PairLiteralIntegerIdRef', '*')),  # OpSwitch
-    252: (),  # OpKill
-    253: (),  # OpReturn
-    254: (('IdRef', ''),),  # OpReturnValue
-    255: (),  # OpUnreachable
-    256: (('IdRef', ''), ('LiteralInteger', '')),  # OpLifetimeStart
-    257: (('IdRef', ''), ('LiteralInteger', '')),  # OpLifetimeStop
-    259: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupAsyncCopy
-    260: (('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupWaitEvents
-    261: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupAll
-    262: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupAny
-    263: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupBroadcast
-    264: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupIAdd
-    265: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupFAdd
-    266: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupFMin
-    267: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupUMin
-    268: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupSMin
-    269: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupFMax
-    270: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupUMax
-    271: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupSMax
-    274: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpReadPipe
-    275: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpWritePipe
-    276: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpReservedReadPipe
-    277: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpReservedWritePipe
-    278: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpReserveReadPipePackets
-    279: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpReserveWritePipePackets
-    280: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpCommitReadPipe
-    281: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpCommitWritePipe
-    282: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpIsValidReserveId
-    283: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetNumPipePackets
-    284: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetMaxPipePackets
-    285: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupReserveReadPipePackets
-    286: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupReserveWritePipePackets
-    287: (('IdScope', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupCommitReadPipe
-    288: (('IdScope', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupCommitWritePipe
-    291: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpEnqueueMarker
-    292: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '*')),  # OpEnqueueKernel
-    293: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetKernelNDrangeSubGroupCount
-    294: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetKernelNDrangeMaxSubGroupSize
-    295: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetKernelWorkGroupSize
-    296: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetKernelPreferredWorkGroupSizeMultiple
-    297: (('IdRef', ''),),  # OpRetainEvent
-    298: (('IdRef', ''),),  # OpReleaseEvent
-    299: (('IdResultType', ''), ('IdResult', '')),  # OpCreateUserEvent
-    300: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpIsValidEvent
-    301: (('IdRef', ''), ('IdRef', '')),  # OpSetUserEventStatus
-    302: (('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpCaptureEventProfilingInfo
-    303: (('IdResultType', ''), ('IdResult', '')),  # OpGetDefaultQueue
-    304: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpBuildNDRange
-    305: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseSampleImplicitLod
-    306: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSparseSampleExplicitLod
-    307: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseSampleDrefImplicitLod
-    308: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSparseSampleDrefExplicitLod
-    309: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseSampleProjImplicitLod
-    310: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSparseSampleProjExplicitLod
-    311: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseSampleProjDrefImplicitLod
-    312: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '')),  # OpImageSparseSampleProjDrefExplicitLod
-    313: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseFetch
-    314: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseGather
-    315: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseDrefGather
-    316: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpImageSparseTexelsResident
-    317: (),  # OpNoLine
-    318: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpAtomicFlagTestAndSet
-    319: (('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpAtomicFlagClear
-    320: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSparseRead
-    321: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSizeOf
-    322: (('IdResult', ''),),  # OpTypePipeStorage
-    323: (('IdResultType', ''), ('IdResult', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpConstantPipeStorage
-    324: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpCreatePipeFromPipeStorage
-    325: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetKernelLocalSizeForSubgroupCount
-    326: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpGetKernelMaxNumSubgroups
-    327: (('IdResult', ''),),  # OpTypeNamedBarrier
-    328: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpNamedBarrierInitialize
-    329: (('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpMemoryNamedBarrier
-    330: (('LiteralString', ''),),  # OpModuleProcessed
-    331: (('IdRef', ''), ('ExecutionMode', '')),  # OpExecutionModeId
-    332: (('IdRef', ''), ('Decoration', '')),  # OpDecorateId
-    333: (('IdResultType', ''), ('IdResult', ''), ('IdScope', '')),  # OpGroupNonUniformElect
-    334: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformAll
-    335: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformAny
-    336: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformAllEqual
-    337: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformBroadcast
-    338: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformBroadcastFirst
-    339: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformBallot
-    340: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformInverseBallot
-    341: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformBallotBitExtract
-    342: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupNonUniformBallotBitCount
-    343: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformBallotFindLSB
-    344: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', '')),  # OpGroupNonUniformBallotFindMSB
-    345: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformShuffle
-    346: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformShuffleXor
-    347: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformShuffleUp
-    348: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformShuffleDown
-    349: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformIAdd
-    350: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformFAdd
-    351: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformIMul
-    352: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformFMul
-    353: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformSMin
-    354: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformUMin
-    355: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformFMin
-    356: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformSMax
-    357: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformUMax
-    358: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformFMax
-    359: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformBitwiseAnd
-    360: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformBitwiseOr
-    361: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformBitwiseXor
-    362: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformLogicalAnd
-    363: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformLogicalOr
-    364: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformLogicalXor
-    365: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformQuadBroadcast
-    366: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpGroupNonUniformQuadSwap
-    400: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpCopyLogical
-    401: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpPtrEqual
-    402: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpPtrNotEqual
-    403: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpPtrDiff
-    4416: (),  # OpTerminateInvocation
-    4421: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupBallotKHR
-    4422: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupFirstInvocationKHR
-    4428: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAllKHR
-    4429: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAnyKHR
-    4430: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAllEqualKHR
-    4431: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '?')),  # OpGroupNonUniformRotateKHR
-    4432: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupReadInvocationKHR
-    4445: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpTraceRayKHR
-    4446: (('IdRef', ''), ('IdRef', '')),  # OpExecuteCallableKHR
-    4447: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertUToAccelerationStructureKHR
-    4448: (),  # OpIgnoreIntersectionKHR
-    4449: (),  # OpTerminateRayKHR
-    4450: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('PackedVectorFormat', '?')),  # OpSDot
-    4451: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('PackedVectorFormat', '?')),  # OpUDot
-    4452: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('PackedVectorFormat', '?')),  # OpSUDot
-    4453: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('PackedVectorFormat', '?')),  # OpSDotAccSat
-    4454: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('PackedVectorFormat', '?')),  # OpUDotAccSat
-    4455: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('PackedVectorFormat', '?')),  # OpSUDotAccSat
-    4472: (('IdResult', ''),),  # OpTypeRayQueryKHR
-    4473: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryInitializeKHR
-    4474: (('IdRef', ''),),  # OpRayQueryTerminateKHR
-    4475: (('IdRef', ''), ('IdRef', '')),  # OpRayQueryGenerateIntersectionKHR
-    4476: (('IdRef', ''),),  # OpRayQueryConfirmIntersectionKHR
-    4477: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpRayQueryProceedKHR
-    4479: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionTypeKHR
-    5000: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupIAddNonUniformAMD
-    5001: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupFAddNonUniformAMD
-    5002: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupFMinNonUniformAMD
-    5003: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupUMinNonUniformAMD
-    5004: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupSMinNonUniformAMD
-    5005: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupFMaxNonUniformAMD
-    5006: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupUMaxNonUniformAMD
-    5007: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupSMaxNonUniformAMD
-    5011: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFragmentMaskFetchAMD
-    5012: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpFragmentFetchAMD
-    5056: (('IdResultType', ''), ('IdResult', ''), ('IdScope', '')),  # OpReadClockKHR
-    5249: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectRecordHitMotionNV
-    5250: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectRecordHitWithIndexMotionNV
-    5251: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectRecordMissMotionNV
-    5252: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetWorldToObjectNV
-    5253: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetObjectToWorldNV
-    5254: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetObjectRayDirectionNV
-    5255: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetObjectRayOriginNV
-    5256: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectTraceRayMotionNV
-    5257: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetShaderRecordBufferHandleNV
-    5258: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetShaderBindingTableRecordIndexNV
-    5259: (('IdRef', ''),),  # OpHitObjectRecordEmptyNV
-    5260: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectTraceRayNV
-    5261: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectRecordHitNV
-    5262: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectRecordHitWithIndexNV
-    5263: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpHitObjectRecordMissNV
-    5264: (('IdRef', ''), ('IdRef', '')),  # OpHitObjectExecuteShaderNV
-    5265: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetCurrentTimeNV
-    5266: (('IdRef', ''), ('IdRef', '')),  # OpHitObjectGetAttributesNV
-    5267: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetHitKindNV
-    5268: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetPrimitiveIndexNV
-    5269: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetGeometryIndexNV
-    5270: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetInstanceIdNV
-    5271: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetInstanceCustomIndexNV
-    5272: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetWorldRayDirectionNV
-    5273: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetWorldRayOriginNV
-    5274: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetRayTMaxNV
-    5275: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectGetRayTMinNV
-    5276: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectIsEmptyNV
-    5277: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectIsHitNV
-    5278: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpHitObjectIsMissNV
-    5279: (('IdRef', ''), ('IdRef', '?'), ('IdRef', '?')),  # OpReorderThreadWithHitObjectNV
-    5280: (('IdRef', ''), ('IdRef', '')),  # OpReorderThreadWithHintNV
-    5281: (('IdResult', ''),),  # OpTypeHitObjectNV
-    5283: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('ImageOperands', '?')),  # OpImageSampleFootprintNV
-    5294: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '?')),  # OpEmitMeshTasksEXT
-    5295: (('IdRef', ''), ('IdRef', '')),  # OpSetMeshOutputsEXT
-    5296: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpGroupNonUniformPartitionNV
-    5299: (('IdRef', ''), ('IdRef', '')),  # OpWritePackedPrimitiveIndices4x8NV
-    5334: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpReportIntersectionNV
-    5335: (),  # OpIgnoreIntersectionNV
-    5336: (),  # OpTerminateRayNV
-    5337: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpTraceNV
-    5338: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpTraceMotionNV
-    5339: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpTraceRayMotionNV
-    5341: (('IdResult', ''),),  # OpTypeAccelerationStructureNV
-    5344: (('IdRef', ''), ('IdRef', '')),  # OpExecuteCallableNV
-    5358: (('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdRef', ''), ('IdRef', '')),  # OpTypeCooperativeMatrixNV
-    5359: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('MemoryAccess', '?')),  # OpCooperativeMatrixLoadNV
-    5360: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('MemoryAccess', '?')),  # OpCooperativeMatrixStoreNV
-    5361: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpCooperativeMatrixMulAddNV
-    5362: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpCooperativeMatrixLengthNV
-    5364: (),  # OpBeginInvocationInterlockEXT
-    5365: (),  # OpEndInvocationInterlockEXT
-    5380: (),  # OpDemoteToHelperInvocation
-    5381: (('IdResultType', ''), ('IdResult', '')),  # OpIsHelperInvocationEXT
-    5391: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertUToImageNV
-    5392: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertUToSamplerNV
-    5393: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertImageToUNV
-    5394: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertSamplerToUNV
-    5395: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertUToSampledImageNV
-    5396: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConvertSampledImageToUNV
-    5397: (('LiteralInteger', ''),),  # OpSamplerImageAddressingModeNV
-    5571: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupShuffleINTEL
-    5572: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupShuffleDownINTEL
-    5573: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupShuffleUpINTEL
-    5574: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupShuffleXorINTEL
-    5575: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupBlockReadINTEL
-    5576: (('IdRef', ''), ('IdRef', '')),  # OpSubgroupBlockWriteINTEL
-    5577: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupImageBlockReadINTEL
-    5578: (('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupImageBlockWriteINTEL
-    5580: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupImageMediaBlockReadINTEL
-    5581: (('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupImageMediaBlockWriteINTEL
-    5585: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpUCountLeadingZerosINTEL
-    5586: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpUCountTrailingZerosINTEL
-    5587: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpAbsISubINTEL
-    5588: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpAbsUSubINTEL
-    5589: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIAddSatINTEL
-    5590: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUAddSatINTEL
-    5591: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIAverageINTEL
-    5592: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUAverageINTEL
-    5593: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIAverageRoundedINTEL
-    5594: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUAverageRoundedINTEL
-    5595: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpISubSatINTEL
-    5596: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUSubSatINTEL
-    5597: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpIMul32x16INTEL
-    5598: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpUMul32x16INTEL
-    5600: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpConstantFunctionPointerINTEL
-    5601: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '*')),  # OpFunctionPointerCallINTEL
-    5609: (('IdResultType', ''), ('IdResult', ''), ('LiteralString', '')),  # OpAsmTargetINTEL
-    5610: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralString', ''), ('LiteralString', '')),  # OpAsmINTEL
-    5611: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '*')),  # OpAsmCallINTEL
-    5614: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicFMinEXT
-    5615: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicFMaxEXT
-    5630: (('IdRef', ''),),  # OpAssumeTrueKHR
-    5631: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpExpectKHR
-    5632: (('IdRef', ''), ('Decoration', '')),  # OpDecorateString
-    5633: (('IdRef', ''), ('LiteralInteger', ''), ('Decoration', '')),  # OpMemberDecorateString
-    5699: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpVmeImageINTEL
-    5700: (('IdResult', ''), ('IdRef', '')),  # OpTypeVmeImageINTEL
-    5701: (('IdResult', ''),),  # OpTypeAvcImePayloadINTEL
-    5702: (('IdResult', ''),),  # OpTypeAvcRefPayloadINTEL
-    5703: (('IdResult', ''),),  # OpTypeAvcSicPayloadINTEL
-    5704: (('IdResult', ''),),  # OpTypeAvcMcePayloadINTEL
-    5705: (('IdResult', ''),),  # OpTypeAvcMceResultINTEL
-    5706: (('IdResult', ''),),  # OpTypeAvcImeResultINTEL
-    5707: (('IdResult', ''),),  # OpTypeAvcImeResultSingleReferenceStreamoutINTEL
-    5708: (('IdResult', ''),),  # OpTypeAvcImeResultDualReferenceStreamoutINTEL
-    5709: (('IdResult', ''),),  # OpTypeAvcImeSingleReferenceStreaminINTEL
-    5710: (('IdResult', ''),),  # OpTypeAvcImeDualReferenceStreaminINTEL
-    5711: (('IdResult', ''),),  # OpTypeAvcRefResultINTEL
-    5712: (('IdResult', ''),),  # OpTypeAvcSicResultINTEL
-    5713: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetDefaultInterBaseMultiReferencePenaltyINTEL
-    5714: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetInterBaseMultiReferencePenaltyINTEL
-    5715: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetDefaultInterShapePenaltyINTEL
-    5716: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetInterShapePenaltyINTEL
-    5717: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetDefaultInterDirectionPenaltyINTEL
-    5718: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetInterDirectionPenaltyINTEL
-    5719: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetDefaultIntraLumaShapePenaltyINTEL
-    5720: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetDefaultInterMotionVectorCostTableINTEL
-    5721: (('IdResultType', ''), ('IdResult', '')),  # OpSubgroupAvcMceGetDefaultHighPenaltyCostTableINTEL
-    5722: (('IdResultType', ''), ('IdResult', '')),  # OpSubgroupAvcMceGetDefaultMediumPenaltyCostTableINTEL
-    5723: (('IdResultType', ''), ('IdResult', '')),  # OpSubgroupAvcMceGetDefaultLowPenaltyCostTableINTEL
-    5724: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetMotionVectorCostFunctionINTEL
-    5725: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetDefaultIntraLumaModePenaltyINTEL
-    5726: (('IdResultType', ''), ('IdResult', '')),  # OpSubgroupAvcMceGetDefaultNonDcLumaIntraPenaltyINTEL
-    5727: (('IdResultType', ''), ('IdResult', '')),  # OpSubgroupAvcMceGetDefaultIntraChromaModeBasePenaltyINTEL
-    5728: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetAcOnlyHaarINTEL
-    5729: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetSourceInterlacedFieldPolarityINTEL
-    5730: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetSingleReferenceInterlacedFieldPolarityINTEL
-    5731: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceSetDualReferenceInterlacedFieldPolaritiesINTEL
-    5732: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceConvertToImePayloadINTEL
-    5733: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceConvertToImeResultINTEL
-    5734: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceConvertToRefPayloadINTEL
-    5735: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceConvertToRefResultINTEL
-    5736: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceConvertToSicPayloadINTEL
-    5737: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceConvertToSicResultINTEL
-    5738: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetMotionVectorsINTEL
-    5739: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetInterDistortionsINTEL
-    5740: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetBestInterDistortionsINTEL
-    5741: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetInterMajorShapeINTEL
-    5742: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetInterMinorShapeINTEL
-    5743: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetInterDirectionsINTEL
-    5744: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetInterMotionVectorCountINTEL
-    5745: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetInterReferenceIdsINTEL
-    5746: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcMceGetInterReferenceInterlacedFieldPolaritiesINTEL
-    5747: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeInitializeINTEL
-    5748: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeSetSingleReferenceINTEL
-    5749: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeSetDualReferenceINTEL
-    5750: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeRefWindowSizeINTEL
-    5751: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeAdjustRefOffsetINTEL
-    5752: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeConvertToMcePayloadINTEL
-    5753: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeSetMaxMotionVectorCountINTEL
-    5754: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeSetUnidirectionalMixDisableINTEL
-    5755: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeSetEarlySearchTerminationThresholdINTEL
-    5756: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeSetWeightedSadINTEL
-    5757: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithSingleReferenceINTEL
-    5758: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithDualReferenceINTEL
-    5759: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithSingleReferenceStreaminINTEL
-    5760: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithDualReferenceStreaminINTEL
-    5761: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithSingleReferenceStreamoutINTEL
-    5762: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithDualReferenceStreamoutINTEL
-    5763: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithSingleReferenceStreaminoutINTEL
-    5764: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeEvaluateWithDualReferenceStreaminoutINTEL
-    5765: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeConvertToMceResultINTEL
-    5766: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetSingleReferenceStreaminINTEL
-    5767: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetDualReferenceStreaminINTEL
-    5768: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeStripSingleReferenceStreamoutINTEL
-    5769: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeStripDualReferenceStreamoutINTEL
-    5770: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetStreamoutSingleReferenceMajorShapeMotionVectorsINTEL
-    5771: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetStreamoutSingleReferenceMajorShapeDistortionsINTEL
-    5772: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetStreamoutSingleReferenceMajorShapeReferenceIdsINTEL
-    5773: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetStreamoutDualReferenceMajorShapeMotionVectorsINTEL
-    5774: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetStreamoutDualReferenceMajorShapeDistortionsINTEL
-    5775: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetStreamoutDualReferenceMajorShapeReferenceIdsINTEL
-    5776: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetBorderReachedINTEL
-    5777: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetTruncatedSearchIndicationINTEL
-    5778: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetUnidirectionalEarlySearchTerminationINTEL
-    5779: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetWeightingPatternMinimumMotionVectorINTEL
-    5780: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcImeGetWeightingPatternMinimumDistortionINTEL
-    5781: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcFmeInitializeINTEL
-    5782: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcBmeInitializeINTEL
-    5783: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcRefConvertToMcePayloadINTEL
-    5784: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcRefSetBidirectionalMixDisableINTEL
-    5785: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcRefSetBilinearFilterEnableINTEL
-    5786: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcRefEvaluateWithSingleReferenceINTEL
-    5787: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcRefEvaluateWithDualReferenceINTEL
-    5788: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcRefEvaluateWithMultiReferenceINTEL
-    5789: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcRefEvaluateWithMultiReferenceInterlacedINTEL
-    5790: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcRefConvertToMceResultINTEL
-    5791: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicInitializeINTEL
-    5792: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicConfigureSkcINTEL
-    5793: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicConfigureIpeLumaINTEL
-    5794: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicConfigureIpeLumaChromaINTEL
-    5795: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetMotionVectorMaskINTEL
-    5796: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicConvertToMcePayloadINTEL
-    5797: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicSetIntraLumaShapePenaltyINTEL
-    5798: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicSetIntraLumaModeCostFunctionINTEL
-    5799: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicSetIntraChromaModeCostFunctionINTEL
-    5800: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicSetBilinearFilterEnableINTEL
-    5801: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicSetSkcForwardTransformEnableINTEL
-    5802: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicSetBlockBasedRawSkipSadINTEL
-    5803: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicEvaluateIpeINTEL
-    5804: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicEvaluateWithSingleReferenceINTEL
-    5805: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicEvaluateWithDualReferenceINTEL
-    5806: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicEvaluateWithMultiReferenceINTEL
-    5807: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', ''), ('IdRef', '')),  # OpSubgroupAvcSicEvaluateWithMultiReferenceInterlacedINTEL
-    5808: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicConvertToMceResultINTEL
-    5809: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetIpeLumaShapeINTEL
-    5810: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetBestIpeLumaDistortionINTEL
-    5811: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetBestIpeChromaDistortionINTEL
-    5812: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetPackedIpeLumaModesINTEL
-    5813: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetIpeChromaModeINTEL
-    5814: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetPackedSkcLumaCountThresholdINTEL
-    5815: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetPackedSkcLumaSumThresholdINTEL
-    5816: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpSubgroupAvcSicGetInterRawSadsINTEL
-    5818: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpVariableLengthArrayINTEL
-    5819: (('IdResultType', ''), ('IdResult', '')),  # OpSaveMemoryINTEL
-    5820: (('IdRef', ''),),  # OpRestoreMemoryINTEL
-    5840: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatSinCosPiINTEL
-    5841: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatCastINTEL
-    5842: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatCastFromIntINTEL
-    5843: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatCastToIntINTEL
-    5846: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatAddINTEL
-    5847: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatSubINTEL
-    5848: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatMulINTEL
-    5849: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatDivINTEL
-    5850: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpArbitraryFloatGTINTEL
-    5851: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpArbitraryFloatGEINTEL
-    5852: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpArbitraryFloatLTINTEL
-    5853: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpArbitraryFloatLEINTEL
-    5854: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', '')),  # OpArbitraryFloatEQINTEL
-    5855: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatRecipINTEL
-    5856: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatRSqrtINTEL
-    5857: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatCbrtINTEL
-    5858: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatHypotINTEL
-    5859: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatSqrtINTEL
-    5860: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatLogINTEL
-    5861: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatLog2INTEL
-    5862: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatLog10INTEL
-    5863: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatLog1pINTEL
-    5864: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatExpINTEL
-    5865: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatExp2INTEL
-    5866: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatExp10INTEL
-    5867: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatExpm1INTEL
-    5868: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatSinINTEL
-    5869: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatCosINTEL
-    5870: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatSinCosINTEL
-    5871: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatSinPiINTEL
-    5872: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatCosPiINTEL
-    5873: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatASinINTEL
-    5874: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatASinPiINTEL
-    5875: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatACosINTEL
-    5876: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatACosPiINTEL
-    5877: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatATanINTEL
-    5878: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatATanPiINTEL
-    5879: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatATan2INTEL
-    5880: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatPowINTEL
-    5881: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatPowRINTEL
-    5882: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('LiteralInteger', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpArbitraryFloatPowNINTEL
-    5887: (('LiteralInteger', '*'),),  # OpLoopControlINTEL
-    5911: (('IdResult', ''), ('IdRef', '?')),  # OpAliasDomainDeclINTEL
-    5912: (('IdResult', ''), ('IdRef', ''), ('IdRef', '?')),  # OpAliasScopeDeclINTEL
-    5913: (('IdResult', ''), ('IdRef', '*')),  # OpAliasScopeListDeclINTEL
-    5923: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedSqrtINTEL
-    5924: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedRecipINTEL
-    5925: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedRsqrtINTEL
-    5926: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedSinINTEL
-    5927: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedCosINTEL
-    5928: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedSinCosINTEL
-    5929: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedSinPiINTEL
-    5930: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedCosPiINTEL
-    5931: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedSinCosPiINTEL
-    5932: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedLogINTEL
-    5933: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', ''), ('LiteralInteger', '')),  # OpFixedExpINTEL
-    5934: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpPtrCastToCrossWorkgroupINTEL
-    5938: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpCrossWorkgroupCastToPtrINTEL
-    5946: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpReadPipeBlockingINTEL
-    5947: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpWritePipeBlockingINTEL
-    5949: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpFPGARegINTEL
-    6016: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpRayQueryGetRayTMinKHR
-    6017: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpRayQueryGetRayFlagsKHR
-    6018: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionTKHR
-    6019: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionInstanceCustomIndexKHR
-    6020: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionInstanceIdKHR
-    6021: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionInstanceShaderBindingTableRecordOffsetKHR
-    6022: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionGeometryIndexKHR
-    6023: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionPrimitiveIndexKHR
-    6024: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionBarycentricsKHR
-    6025: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionFrontFaceKHR
-    6026: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionCandidateAABBOpaqueKHR
-    6027: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionObjectRayDirectionKHR
-    6028: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionObjectRayOriginKHR
-    6029: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpRayQueryGetWorldRayDirectionKHR
-    6030: (('IdResultType', ''), ('IdResult', ''), ('IdRef', '')),  # OpRayQueryGetWorldRayOriginKHR
-    6031: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionObjectToWorldKHR
-    6032: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdRef', '')),  # OpRayQueryGetIntersectionWorldToObjectKHR
-    6035: (('IdResultType', ''), ('IdResult', ''), ('IdRef', ''), ('IdScope', ''), ('IdMemorySemantics', ''), ('IdRef', '')),  # OpAtomicFAddEXT
-    6086: (('IdResult', ''), ('AccessQualifier', '')),  # OpTypeBufferSurfaceINTEL
-    6090: (('IdRef', '*'),),  # OpTypeStructContinuedINTEL
-    6091: (('IdRef', '*'),),  # OpConstantCompositeContinuedINTEL
-    6092: (('IdRef', '*'),),  # OpSpecConstantCompositeContinuedINTEL
-    6142: (('IdScope', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpControlBarrierArriveINTEL
-    6143: (('IdScope', ''), ('IdScope', ''), ('IdMemorySemantics', '')),  # OpControlBarrierWaitINTEL
-    6401: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupIMulKHR
-    6402: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupFMulKHR
-    6403: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupBitwiseAndKHR
-    6404: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupBitwiseOrKHR
-    6405: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupBitwiseXorKHR
-    6406: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupLogicalAndKHR
-    6407: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupLogicalOrKHR
-    6408: (('IdResultType', ''), ('IdResult', ''), ('IdScope', ''), ('GroupOperation', ''), ('IdRef', '')),  # OpGroupLogicalXorKHR
+    0: '',  # OpNop
+    1: 'IdResultType IdResult',  # OpUndef
+    2: 'LiteralString',  # OpSourceContinued
+    3: 'SourceLanguage LiteralInteger IdRef? LiteralString?',  # OpSource
+    4: 'LiteralString',  # OpSourceExtension
+    5: 'IdRef LiteralString',  # OpName
+    6: 'IdRef LiteralInteger LiteralString',  # OpMemberName
+    7: 'IdResult LiteralString',  # OpString
+    8: 'IdRef LiteralInteger LiteralInteger',  # OpLine
+    10: 'LiteralString',  # OpExtension
+    11: 'IdResult LiteralString',  # OpExtInstImport
+    12: 'IdResultType IdResult IdRef LiteralExtInstInteger IdRef*',  # OpExtInst
+    14: 'AddressingModel MemoryModel',  # OpMemoryModel
+    15: 'ExecutionModel IdRef LiteralString IdRef*',  # OpEntryPoint
+    16: 'IdRef ExecutionMode',  # OpExecutionMode
+    17: 'Capability',  # OpCapability
+    19: 'IdResult',  # OpTypeVoid
+    20: 'IdResult',  # OpTypeBool
+    21: 'IdResult LiteralInteger LiteralInteger',  # OpTypeInt
+    22: 'IdResult LiteralInteger',  # OpTypeFloat
+    23: 'IdResult IdRef LiteralInteger',  # OpTypeVector
+    24: 'IdResult IdRef LiteralInteger',  # OpTypeMatrix
+    25: 'IdResult IdRef Dim LiteralInteger LiteralInteger LiteralInteger LiteralInteger ImageFormat AccessQualifier?',  # OpTypeImage
+    26: 'IdResult',  # OpTypeSampler
+    27: 'IdResult IdRef',  # OpTypeSampledImage
+    28: 'IdResult IdRef IdRef',  # OpTypeArray
+    29: 'IdResult IdRef',  # OpTypeRuntimeArray
+    30: 'IdResult IdRef*',  # OpTypeStruct
+    31: 'IdResult LiteralString',  # OpTypeOpaque
+    32: 'IdResult StorageClass IdRef',  # OpTypePointer
+    33: 'IdResult IdRef IdRef*',  # OpTypeFunction
+    34: 'IdResult',  # OpTypeEvent
+    35: 'IdResult',  # OpTypeDeviceEvent
+    36: 'IdResult',  # OpTypeReserveId
+    37: 'IdResult',  # OpTypeQueue
+    38: 'IdResult AccessQualifier',  # OpTypePipe
+    39: 'IdRef StorageClass',  # OpTypeForwardPointer
+    41: 'IdResultType IdResult',  # OpConstantTrue
+    42: 'IdResultType IdResult',  # OpConstantFalse
+    43: 'IdResultType IdResult LiteralContextDependentNumber',  # OpConstant
+    44: 'IdResultType IdResult IdRef*',  # OpConstantComposite
+    45: 'IdResultType IdResult SamplerAddressingMode LiteralInteger SamplerFilterMode',  # OpConstantSampler
+    46: 'IdResultType IdResult',  # OpConstantNull
+    48: 'IdResultType IdResult',  # OpSpecConstantTrue
+    49: 'IdResultType IdResult',  # OpSpecConstantFalse
+    50: 'IdResultType IdResult LiteralContextDependentNumber',  # OpSpecConstant
+    51: 'IdResultType IdResult IdRef*',  # OpSpecConstantComposite
+    52: 'IdResultType IdResult LiteralSpecConstantOpInteger',  # OpSpecConstantOp
+    54: 'IdResultType IdResult FunctionControl IdRef',  # OpFunction
+    55: 'IdResultType IdResult',  # OpFunctionParameter
+    56: '',  # OpFunctionEnd
+    57: 'IdResultType IdResult IdRef IdRef*',  # OpFunctionCall
+    59: 'IdResultType IdResult StorageClass IdRef?',  # OpVariable
+    60: 'IdResultType IdResult IdRef IdRef IdRef',  # OpImageTexelPointer
+    61: 'IdResultType IdResult IdRef MemoryAccess?',  # OpLoad
+    62: 'IdRef IdRef MemoryAccess?',  # OpStore
+    63: 'IdRef IdRef MemoryAccess? MemoryAccess?',  # OpCopyMemory
+    64: 'IdRef IdRef IdRef MemoryAccess? MemoryAccess?',  # OpCopyMemorySized
+    65: 'IdResultType IdResult IdRef IdRef*',  # OpAccessChain
+    66: 'IdResultType IdResult IdRef IdRef*',  # OpInBoundsAccessChain
+    67: 'IdResultType IdResult IdRef IdRef IdRef*',  # OpPtrAccessChain
+    68: 'IdResultType IdResult IdRef LiteralInteger',  # OpArrayLength
+    69: 'IdResultType IdResult IdRef',  # OpGenericPtrMemSemantics
+    70: 'IdResultType IdResult IdRef IdRef IdRef*',  # OpInBoundsPtrAccessChain
+    71: 'IdRef Decoration',  # OpDecorate
+    72: 'IdRef LiteralInteger Decoration',  # OpMemberDecorate
+    73: 'IdResult',  # OpDecorationGroup
+    74: 'IdRef IdRef*',  # OpGroupDecorate
+    75: 'IdRef PairIdRefLiteralInteger*',  # OpGroupMemberDecorate
+    77: 'IdResultType IdResult IdRef IdRef',  # OpVectorExtractDynamic
+    78: 'IdResultType IdResult IdRef IdRef IdRef',  # OpVectorInsertDynamic
+    79: 'IdResultType IdResult IdRef IdRef LiteralInteger*',  # OpVectorShuffle
+    80: 'IdResultType IdResult IdRef*',  # OpCompositeConstruct
+    81: 'IdResultType IdResult IdRef LiteralInteger*',  # OpCompositeExtract
+    82: 'IdResultType IdResult IdRef IdRef LiteralInteger*',  # OpCompositeInsert
+    83: 'IdResultType IdResult IdRef',  # OpCopyObject
+    84: 'IdResultType IdResult IdRef',  # OpTranspose
+    86: 'IdResultType IdResult IdRef IdRef',  # OpSampledImage
+    87: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageSampleImplicitLod
+    88: 'IdResultType IdResult IdRef IdRef ImageOperands',  # OpImageSampleExplicitLod
+    89: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageSampleDrefImplicitLod
+    90: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands',  # OpImageSampleDrefExplicitLod
+    91: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageSampleProjImplicitLod
+    92: 'IdResultType IdResult IdRef IdRef ImageOperands',  # OpImageSampleProjExplicitLod
+    93: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageSampleProjDrefImplicitLod
+    94: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands',  # OpImageSampleProjDrefExplicitLod
+    95: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageFetch
+    96: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageGather
+    97: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageDrefGather
+    98: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageRead
+    99: 'IdRef IdRef IdRef ImageOperands?',  # OpImageWrite
+    100: 'IdResultType IdResult IdRef',  # OpImage
+    101: 'IdResultType IdResult IdRef',  # OpImageQueryFormat
+    102: 'IdResultType IdResult IdRef',  # OpImageQueryOrder
+    103: 'IdResultType IdResult IdRef IdRef',  # OpImageQuerySizeLod
+    104: 'IdResultType IdResult IdRef',  # OpImageQuerySize
+    105: 'IdResultType IdResult IdRef IdRef',  # OpImageQueryLod
+    106: 'IdResultType IdResult IdRef',  # OpImageQueryLevels
+    107: 'IdResultType IdResult IdRef',  # OpImageQuerySamples
+    109: 'IdResultType IdResult IdRef',  # OpConvertFToU
+    110: 'IdResultType IdResult IdRef',  # OpConvertFToS
+    111: 'IdResultType IdResult IdRef',  # OpConvertSToF
+    112: 'IdResultType IdResult IdRef',  # OpConvertUToF
+    113: 'IdResultType IdResult IdRef',  # OpUConvert
+    114: 'IdResultType IdResult IdRef',  # OpSConvert
+    115: 'IdResultType IdResult IdRef',  # OpFConvert
+    116: 'IdResultType IdResult IdRef',  # OpQuantizeToF16
+    117: 'IdResultType IdResult IdRef',  # OpConvertPtrToU
+    118: 'IdResultType IdResult IdRef',  # OpSatConvertSToU
+    119: 'IdResultType IdResult IdRef',  # OpSatConvertUToS
+    120: 'IdResultType IdResult IdRef',  # OpConvertUToPtr
+    121: 'IdResultType IdResult IdRef',  # OpPtrCastToGeneric
+    122: 'IdResultType IdResult IdRef',  # OpGenericCastToPtr
+    123: 'IdResultType IdResult IdRef StorageClass',  # OpGenericCastToPtrExplicit
+    124: 'IdResultType IdResult IdRef',  # OpBitcast
+    126: 'IdResultType IdResult IdRef',  # OpSNegate
+    127: 'IdResultType IdResult IdRef',  # OpFNegate
+    128: 'IdResultType IdResult IdRef IdRef',  # OpIAdd
+    129: 'IdResultType IdResult IdRef IdRef',  # OpFAdd
+    130: 'IdResultType IdResult IdRef IdRef',  # OpISub
+    131: 'IdResultType IdResult IdRef IdRef',  # OpFSub
+    132: 'IdResultType IdResult IdRef IdRef',  # OpIMul
+    133: 'IdResultType IdResult IdRef IdRef',  # OpFMul
+    134: 'IdResultType IdResult IdRef IdRef',  # OpUDiv
+    135: 'IdResultType IdResult IdRef IdRef',  # OpSDiv
+    136: 'IdResultType IdResult IdRef IdRef',  # OpFDiv
+    137: 'IdResultType IdResult IdRef IdRef',  # OpUMod
+    138: 'IdResultType IdResult IdRef IdRef',  # OpSRem
+    139: 'IdResultType IdResult IdRef IdRef',  # OpSMod
+    140: 'IdResultType IdResult IdRef IdRef',  # OpFRem
+    141: 'IdResultType IdResult IdRef IdRef',  # OpFMod
+    142: 'IdResultType IdResult IdRef IdRef',  # OpVectorTimesScalar
+    143: 'IdResultType IdResult IdRef IdRef',  # OpMatrixTimesScalar
+    144: 'IdResultType IdResult IdRef IdRef',  # OpVectorTimesMatrix
+    145: 'IdResultType IdResult IdRef IdRef',  # OpMatrixTimesVector
+    146: 'IdResultType IdResult IdRef IdRef',  # OpMatrixTimesMatrix
+    147: 'IdResultType IdResult IdRef IdRef',  # OpOuterProduct
+    148: 'IdResultType IdResult IdRef IdRef',  # OpDot
+    149: 'IdResultType IdResult IdRef IdRef',  # OpIAddCarry
+    150: 'IdResultType IdResult IdRef IdRef',  # OpISubBorrow
+    151: 'IdResultType IdResult IdRef IdRef',  # OpUMulExtended
+    152: 'IdResultType IdResult IdRef IdRef',  # OpSMulExtended
+    154: 'IdResultType IdResult IdRef',  # OpAny
+    155: 'IdResultType IdResult IdRef',  # OpAll
+    156: 'IdResultType IdResult IdRef',  # OpIsNan
+    157: 'IdResultType IdResult IdRef',  # OpIsInf
+    158: 'IdResultType IdResult IdRef',  # OpIsFinite
+    159: 'IdResultType IdResult IdRef',  # OpIsNormal
+    160: 'IdResultType IdResult IdRef',  # OpSignBitSet
+    161: 'IdResultType IdResult IdRef IdRef',  # OpLessOrGreater
+    162: 'IdResultType IdResult IdRef IdRef',  # OpOrdered
+    163: 'IdResultType IdResult IdRef IdRef',  # OpUnordered
+    164: 'IdResultType IdResult IdRef IdRef',  # OpLogicalEqual
+    165: 'IdResultType IdResult IdRef IdRef',  # OpLogicalNotEqual
+    166: 'IdResultType IdResult IdRef IdRef',  # OpLogicalOr
+    167: 'IdResultType IdResult IdRef IdRef',  # OpLogicalAnd
+    168: 'IdResultType IdResult IdRef',  # OpLogicalNot
+    169: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSelect
+    170: 'IdResultType IdResult IdRef IdRef',  # OpIEqual
+    171: 'IdResultType IdResult IdRef IdRef',  # OpINotEqual
+    172: 'IdResultType IdResult IdRef IdRef',  # OpUGreaterThan
+    173: 'IdResultType IdResult IdRef IdRef',  # OpSGreaterThan
+    174: 'IdResultType IdResult IdRef IdRef',  # OpUGreaterThanEqual
+    175: 'IdResultType IdResult IdRef IdRef',  # OpSGreaterThanEqual
+    176: 'IdResultType IdResult IdRef IdRef',  # OpULessThan
+    177: 'IdResultType IdResult IdRef IdRef',  # OpSLessThan
+    178: 'IdResultType IdResult IdRef IdRef',  # OpULessThanEqual
+    179: 'IdResultType IdResult IdRef IdRef',  # OpSLessThanEqual
+    180: 'IdResultType IdResult IdRef IdRef',  # OpFOrdEqual
+    181: 'IdResultType IdResult IdRef IdRef',  # OpFUnordEqual
+    182: 'IdResultType IdResult IdRef IdRef',  # OpFOrdNotEqual
+    183: 'IdResultType IdResult IdRef IdRef',  # OpFUnordNotEqual
+    184: 'IdResultType IdResult IdRef IdRef',  # OpFOrdLessThan
+    185: 'IdResultType IdResult IdRef IdRef',  # OpFUnordLessThan
+    186: 'IdResultType IdResult IdRef IdRef',  # OpFOrdGreaterThan
+    187: 'IdResultType IdResult IdRef IdRef',  # OpFUnordGreaterThan
+    188: 'IdResultType IdResult IdRef IdRef',  # OpFOrdLessThanEqual
+    189: 'IdResultType IdResult IdRef IdRef',  # OpFUnordLessThanEqual
+    190: 'IdResultType IdResult IdRef IdRef',  # OpFOrdGreaterThanEqual
+    191: 'IdResultType IdResult IdRef IdRef',  # OpFUnordGreaterThanEqual
+    194: 'IdResultType IdResult IdRef IdRef',  # OpShiftRightLogical
+    195: 'IdResultType IdResult IdRef IdRef',  # OpShiftRightArithmetic
+    196: 'IdResultType IdResult IdRef IdRef',  # OpShiftLeftLogical
+    197: 'IdResultType IdResult IdRef IdRef',  # OpBitwiseOr
+    198: 'IdResultType IdResult IdRef IdRef',  # OpBitwiseXor
+    199: 'IdResultType IdResult IdRef IdRef',  # OpBitwiseAnd
+    200: 'IdResultType IdResult IdRef',  # OpNot
+    201: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpBitFieldInsert
+    202: 'IdResultType IdResult IdRef IdRef IdRef',  # OpBitFieldSExtract
+    203: 'IdResultType IdResult IdRef IdRef IdRef',  # OpBitFieldUExtract
+    204: 'IdResultType IdResult IdRef',  # OpBitReverse
+    205: 'IdResultType IdResult IdRef',  # OpBitCount
+    207: 'IdResultType IdResult IdRef',  # OpDPdx
+    208: 'IdResultType IdResult IdRef',  # OpDPdy
+    209: 'IdResultType IdResult IdRef',  # OpFwidth
+    210: 'IdResultType IdResult IdRef',  # OpDPdxFine
+    211: 'IdResultType IdResult IdRef',  # OpDPdyFine
+    212: 'IdResultType IdResult IdRef',  # OpFwidthFine
+    213: 'IdResultType IdResult IdRef',  # OpDPdxCoarse
+    214: 'IdResultType IdResult IdRef',  # OpDPdyCoarse
+    215: 'IdResultType IdResult IdRef',  # OpFwidthCoarse
+    218: '',  # OpEmitVertex
+    219: '',  # OpEndPrimitive
+    220: 'IdRef',  # OpEmitStreamVertex
+    221: 'IdRef',  # OpEndStreamPrimitive
+    224: 'IdScope IdScope IdMemorySemantics',  # OpControlBarrier
+    225: 'IdScope IdMemorySemantics',  # OpMemoryBarrier
+    227: 'IdResultType IdResult IdRef IdScope IdMemorySemantics',  # OpAtomicLoad
+    228: 'IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicStore
+    229: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicExchange
+    230: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdMemorySemantics IdRef IdRef',  # OpAtomicCompareExchange
+    231: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdMemorySemantics IdRef IdRef',  # OpAtomicCompareExchangeWeak
+    232: 'IdResultType IdResult IdRef IdScope IdMemorySemantics',  # OpAtomicIIncrement
+    233: 'IdResultType IdResult IdRef IdScope IdMemorySemantics',  # OpAtomicIDecrement
+    234: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicIAdd
+    235: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicISub
+    236: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicSMin
+    237: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicUMin
+    238: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicSMax
+    239: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicUMax
+    240: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicAnd
+    241: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicOr
+    242: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicXor
+    245: 'IdResultType IdResult PairIdRefIdRef*',  # OpPhi
+    246: 'IdRef IdRef LoopControl',  # OpLoopMerge
+    247: 'IdRef SelectionControl',  # OpSelectionMerge
+    248: 'IdResult',  # OpLabel
+    249: 'IdRef',  # OpBranch
+    250: 'IdRef IdRef IdRef LiteralInteger*',  # OpBranchConditional
+    251: 'IdRef IdRef PairLiteralIntegerIdRef*',  # OpSwitch
+    252: '',  # OpKill
+    253: '',  # OpReturn
+    254: 'IdRef',  # OpReturnValue
+    255: '',  # OpUnreachable
+    256: 'IdRef LiteralInteger',  # OpLifetimeStart
+    257: 'IdRef LiteralInteger',  # OpLifetimeStop
+    259: 'IdResultType IdResult IdScope IdRef IdRef IdRef IdRef IdRef',  # OpGroupAsyncCopy
+    260: 'IdScope IdRef IdRef',  # OpGroupWaitEvents
+    261: 'IdResultType IdResult IdScope IdRef',  # OpGroupAll
+    262: 'IdResultType IdResult IdScope IdRef',  # OpGroupAny
+    263: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupBroadcast
+    264: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupIAdd
+    265: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupFAdd
+    266: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupFMin
+    267: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupUMin
+    268: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupSMin
+    269: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupFMax
+    270: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupUMax
+    271: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupSMax
+    274: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpReadPipe
+    275: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpWritePipe
+    276: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef',  # OpReservedReadPipe
+    277: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef',  # OpReservedWritePipe
+    278: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpReserveReadPipePackets
+    279: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpReserveWritePipePackets
+    280: 'IdRef IdRef IdRef IdRef',  # OpCommitReadPipe
+    281: 'IdRef IdRef IdRef IdRef',  # OpCommitWritePipe
+    282: 'IdResultType IdResult IdRef',  # OpIsValidReserveId
+    283: 'IdResultType IdResult IdRef IdRef IdRef',  # OpGetNumPipePackets
+    284: 'IdResultType IdResult IdRef IdRef IdRef',  # OpGetMaxPipePackets
+    285: 'IdResultType IdResult IdScope IdRef IdRef IdRef IdRef',  # OpGroupReserveReadPipePackets
+    286: 'IdResultType IdResult IdScope IdRef IdRef IdRef IdRef',  # OpGroupReserveWritePipePackets
+    287: 'IdScope IdRef IdRef IdRef IdRef',  # OpGroupCommitReadPipe
+    288: 'IdScope IdRef IdRef IdRef IdRef',  # OpGroupCommitWritePipe
+    291: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpEnqueueMarker
+    292: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef*',  # OpEnqueueKernel
+    293: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef',  # OpGetKernelNDrangeSubGroupCount
+    294: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef',  # OpGetKernelNDrangeMaxSubGroupSize
+    295: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpGetKernelWorkGroupSize
+    296: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpGetKernelPreferredWorkGroupSizeMultiple
+    297: 'IdRef',  # OpRetainEvent
+    298: 'IdRef',  # OpReleaseEvent
+    299: 'IdResultType IdResult',  # OpCreateUserEvent
+    300: 'IdResultType IdResult IdRef',  # OpIsValidEvent
+    301: 'IdRef IdRef',  # OpSetUserEventStatus
+    302: 'IdRef IdRef IdRef',  # OpCaptureEventProfilingInfo
+    303: 'IdResultType IdResult',  # OpGetDefaultQueue
+    304: 'IdResultType IdResult IdRef IdRef IdRef',  # OpBuildNDRange
+    305: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageSparseSampleImplicitLod
+    306: 'IdResultType IdResult IdRef IdRef ImageOperands',  # OpImageSparseSampleExplicitLod
+    307: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageSparseSampleDrefImplicitLod
+    308: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands',  # OpImageSparseSampleDrefExplicitLod
+    309: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageSparseSampleProjImplicitLod
+    310: 'IdResultType IdResult IdRef IdRef ImageOperands',  # OpImageSparseSampleProjExplicitLod
+    311: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageSparseSampleProjDrefImplicitLod
+    312: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands',  # OpImageSparseSampleProjDrefExplicitLod
+    313: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageSparseFetch
+    314: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageSparseGather
+    315: 'IdResultType IdResult IdRef IdRef IdRef ImageOperands?',  # OpImageSparseDrefGather
+    316: 'IdResultType IdResult IdRef',  # OpImageSparseTexelsResident
+    317: '',  # OpNoLine
+    318: 'IdResultType IdResult IdRef IdScope IdMemorySemantics',  # OpAtomicFlagTestAndSet
+    319: 'IdRef IdScope IdMemorySemantics',  # OpAtomicFlagClear
+    320: 'IdResultType IdResult IdRef IdRef ImageOperands?',  # OpImageSparseRead
+    321: 'IdResultType IdResult IdRef',  # OpSizeOf
+    322: 'IdResult',  # OpTypePipeStorage
+    323: 'IdResultType IdResult LiteralInteger LiteralInteger LiteralInteger',  # OpConstantPipeStorage
+    324: 'IdResultType IdResult IdRef',  # OpCreatePipeFromPipeStorage
+    325: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef',  # OpGetKernelLocalSizeForSubgroupCount
+    326: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpGetKernelMaxNumSubgroups
+    327: 'IdResult',  # OpTypeNamedBarrier
+    328: 'IdResultType IdResult IdRef',  # OpNamedBarrierInitialize
+    329: 'IdRef IdScope IdMemorySemantics',  # OpMemoryNamedBarrier
+    330: 'LiteralString',  # OpModuleProcessed
+    331: 'IdRef ExecutionMode',  # OpExecutionModeId
+    332: 'IdRef Decoration',  # OpDecorateId
+    333: 'IdResultType IdResult IdScope',  # OpGroupNonUniformElect
+    334: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformAll
+    335: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformAny
+    336: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformAllEqual
+    337: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformBroadcast
+    338: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformBroadcastFirst
+    339: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformBallot
+    340: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformInverseBallot
+    341: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformBallotBitExtract
+    342: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupNonUniformBallotBitCount
+    343: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformBallotFindLSB
+    344: 'IdResultType IdResult IdScope IdRef',  # OpGroupNonUniformBallotFindMSB
+    345: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformShuffle
+    346: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformShuffleXor
+    347: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformShuffleUp
+    348: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformShuffleDown
+    349: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformIAdd
+    350: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformFAdd
+    351: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformIMul
+    352: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformFMul
+    353: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformSMin
+    354: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformUMin
+    355: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformFMin
+    356: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformSMax
+    357: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformUMax
+    358: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformFMax
+    359: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformBitwiseAnd
+    360: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformBitwiseOr
+    361: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformBitwiseXor
+    362: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformLogicalAnd
+    363: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformLogicalOr
+    364: 'IdResultType IdResult IdScope GroupOperation IdRef IdRef?',  # OpGroupNonUniformLogicalXor
+    365: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformQuadBroadcast
+    366: 'IdResultType IdResult IdScope IdRef IdRef',  # OpGroupNonUniformQuadSwap
+    400: 'IdResultType IdResult IdRef',  # OpCopyLogical
+    401: 'IdResultType IdResult IdRef IdRef',  # OpPtrEqual
+    402: 'IdResultType IdResult IdRef IdRef',  # OpPtrNotEqual
+    403: 'IdResultType IdResult IdRef IdRef',  # OpPtrDiff
+    4416: '',  # OpTerminateInvocation
+    4421: 'IdResultType IdResult IdRef',  # OpSubgroupBallotKHR
+    4422: 'IdResultType IdResult IdRef',  # OpSubgroupFirstInvocationKHR
+    4428: 'IdResultType IdResult IdRef',  # OpSubgroupAllKHR
+    4429: 'IdResultType IdResult IdRef',  # OpSubgroupAnyKHR
+    4430: 'IdResultType IdResult IdRef',  # OpSubgroupAllEqualKHR
+    4431: 'IdResultType IdResult IdScope IdRef IdRef IdRef?',  # OpGroupNonUniformRotateKHR
+    4432: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupReadInvocationKHR
+    4445: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpTraceRayKHR
+    4446: 'IdRef IdRef',  # OpExecuteCallableKHR
+    4447: 'IdResultType IdResult IdRef',  # OpConvertUToAccelerationStructureKHR
+    4448: '',  # OpIgnoreIntersectionKHR
+    4449: '',  # OpTerminateRayKHR
+    4450: 'IdResultType IdResult IdRef IdRef PackedVectorFormat?',  # OpSDot
+    4451: 'IdResultType IdResult IdRef IdRef PackedVectorFormat?',  # OpUDot
+    4452: 'IdResultType IdResult IdRef IdRef PackedVectorFormat?',  # OpSUDot
+    4453: 'IdResultType IdResult IdRef IdRef IdRef PackedVectorFormat?',  # OpSDotAccSat
+    4454: 'IdResultType IdResult IdRef IdRef IdRef PackedVectorFormat?',  # OpUDotAccSat
+    4455: 'IdResultType IdResult IdRef IdRef IdRef PackedVectorFormat?',  # OpSUDotAccSat
+    4472: 'IdResult',  # OpTypeRayQueryKHR
+    4473: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpRayQueryInitializeKHR
+    4474: 'IdRef',  # OpRayQueryTerminateKHR
+    4475: 'IdRef IdRef',  # OpRayQueryGenerateIntersectionKHR
+    4476: 'IdRef',  # OpRayQueryConfirmIntersectionKHR
+    4477: 'IdResultType IdResult IdRef',  # OpRayQueryProceedKHR
+    4479: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionTypeKHR
+    5000: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupIAddNonUniformAMD
+    5001: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupFAddNonUniformAMD
+    5002: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupFMinNonUniformAMD
+    5003: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupUMinNonUniformAMD
+    5004: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupSMinNonUniformAMD
+    5005: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupFMaxNonUniformAMD
+    5006: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupUMaxNonUniformAMD
+    5007: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupSMaxNonUniformAMD
+    5011: 'IdResultType IdResult IdRef IdRef',  # OpFragmentMaskFetchAMD
+    5012: 'IdResultType IdResult IdRef IdRef IdRef',  # OpFragmentFetchAMD
+    5056: 'IdResultType IdResult IdScope',  # OpReadClockKHR
+    5249: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectRecordHitMotionNV
+    5250: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectRecordHitWithIndexMotionNV
+    5251: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectRecordMissMotionNV
+    5252: 'IdResultType IdResult IdRef',  # OpHitObjectGetWorldToObjectNV
+    5253: 'IdResultType IdResult IdRef',  # OpHitObjectGetObjectToWorldNV
+    5254: 'IdResultType IdResult IdRef',  # OpHitObjectGetObjectRayDirectionNV
+    5255: 'IdResultType IdResult IdRef',  # OpHitObjectGetObjectRayOriginNV
+    5256: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectTraceRayMotionNV
+    5257: 'IdResultType IdResult IdRef',  # OpHitObjectGetShaderRecordBufferHandleNV
+    5258: 'IdResultType IdResult IdRef',  # OpHitObjectGetShaderBindingTableRecordIndexNV
+    5259: 'IdRef',  # OpHitObjectRecordEmptyNV
+    5260: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectTraceRayNV
+    5261: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectRecordHitNV
+    5262: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectRecordHitWithIndexNV
+    5263: 'IdRef IdRef IdRef IdRef IdRef IdRef',  # OpHitObjectRecordMissNV
+    5264: 'IdRef IdRef',  # OpHitObjectExecuteShaderNV
+    5265: 'IdResultType IdResult IdRef',  # OpHitObjectGetCurrentTimeNV
+    5266: 'IdRef IdRef',  # OpHitObjectGetAttributesNV
+    5267: 'IdResultType IdResult IdRef',  # OpHitObjectGetHitKindNV
+    5268: 'IdResultType IdResult IdRef',  # OpHitObjectGetPrimitiveIndexNV
+    5269: 'IdResultType IdResult IdRef',  # OpHitObjectGetGeometryIndexNV
+    5270: 'IdResultType IdResult IdRef',  # OpHitObjectGetInstanceIdNV
+    5271: 'IdResultType IdResult IdRef',  # OpHitObjectGetInstanceCustomIndexNV
+    5272: 'IdResultType IdResult IdRef',  # OpHitObjectGetWorldRayDirectionNV
+    5273: 'IdResultType IdResult IdRef',  # OpHitObjectGetWorldRayOriginNV
+    5274: 'IdResultType IdResult IdRef',  # OpHitObjectGetRayTMaxNV
+    5275: 'IdResultType IdResult IdRef',  # OpHitObjectGetRayTMinNV
+    5276: 'IdResultType IdResult IdRef',  # OpHitObjectIsEmptyNV
+    5277: 'IdResultType IdResult IdRef',  # OpHitObjectIsHitNV
+    5278: 'IdResultType IdResult IdRef',  # OpHitObjectIsMissNV
+    5279: 'IdRef IdRef? IdRef?',  # OpReorderThreadWithHitObjectNV
+    5280: 'IdRef IdRef',  # OpReorderThreadWithHintNV
+    5281: 'IdResult',  # OpTypeHitObjectNV
+    5283: 'IdResultType IdResult IdRef IdRef IdRef IdRef ImageOperands?',  # OpImageSampleFootprintNV
+    5294: 'IdRef IdRef IdRef IdRef?',  # OpEmitMeshTasksEXT
+    5295: 'IdRef IdRef',  # OpSetMeshOutputsEXT
+    5296: 'IdResultType IdResult IdRef',  # OpGroupNonUniformPartitionNV
+    5299: 'IdRef IdRef',  # OpWritePackedPrimitiveIndices4x8NV
+    5334: 'IdResultType IdResult IdRef IdRef',  # OpReportIntersectionNV
+    5335: '',  # OpIgnoreIntersectionNV
+    5336: '',  # OpTerminateRayNV
+    5337: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpTraceNV
+    5338: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpTraceMotionNV
+    5339: 'IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpTraceRayMotionNV
+    5341: 'IdResult',  # OpTypeAccelerationStructureNV
+    5344: 'IdRef IdRef',  # OpExecuteCallableNV
+    5358: 'IdResult IdRef IdScope IdRef IdRef',  # OpTypeCooperativeMatrixNV
+    5359: 'IdResultType IdResult IdRef IdRef IdRef MemoryAccess?',  # OpCooperativeMatrixLoadNV
+    5360: 'IdRef IdRef IdRef IdRef MemoryAccess?',  # OpCooperativeMatrixStoreNV
+    5361: 'IdResultType IdResult IdRef IdRef IdRef',  # OpCooperativeMatrixMulAddNV
+    5362: 'IdResultType IdResult IdRef',  # OpCooperativeMatrixLengthNV
+    5364: '',  # OpBeginInvocationInterlockEXT
+    5365: '',  # OpEndInvocationInterlockEXT
+    5380: '',  # OpDemoteToHelperInvocation
+    5381: 'IdResultType IdResult',  # OpIsHelperInvocationEXT
+    5391: 'IdResultType IdResult IdRef',  # OpConvertUToImageNV
+    5392: 'IdResultType IdResult IdRef',  # OpConvertUToSamplerNV
+    5393: 'IdResultType IdResult IdRef',  # OpConvertImageToUNV
+    5394: 'IdResultType IdResult IdRef',  # OpConvertSamplerToUNV
+    5395: 'IdResultType IdResult IdRef',  # OpConvertUToSampledImageNV
+    5396: 'IdResultType IdResult IdRef',  # OpConvertSampledImageToUNV
+    5397: 'LiteralInteger',  # OpSamplerImageAddressingModeNV
+    5571: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupShuffleINTEL
+    5572: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupShuffleDownINTEL
+    5573: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupShuffleUpINTEL
+    5574: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupShuffleXorINTEL
+    5575: 'IdResultType IdResult IdRef',  # OpSubgroupBlockReadINTEL
+    5576: 'IdRef IdRef',  # OpSubgroupBlockWriteINTEL
+    5577: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupImageBlockReadINTEL
+    5578: 'IdRef IdRef IdRef',  # OpSubgroupImageBlockWriteINTEL
+    5580: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupImageMediaBlockReadINTEL
+    5581: 'IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupImageMediaBlockWriteINTEL
+    5585: 'IdResultType IdResult IdRef',  # OpUCountLeadingZerosINTEL
+    5586: 'IdResultType IdResult IdRef',  # OpUCountTrailingZerosINTEL
+    5587: 'IdResultType IdResult IdRef IdRef',  # OpAbsISubINTEL
+    5588: 'IdResultType IdResult IdRef IdRef',  # OpAbsUSubINTEL
+    5589: 'IdResultType IdResult IdRef IdRef',  # OpIAddSatINTEL
+    5590: 'IdResultType IdResult IdRef IdRef',  # OpUAddSatINTEL
+    5591: 'IdResultType IdResult IdRef IdRef',  # OpIAverageINTEL
+    5592: 'IdResultType IdResult IdRef IdRef',  # OpUAverageINTEL
+    5593: 'IdResultType IdResult IdRef IdRef',  # OpIAverageRoundedINTEL
+    5594: 'IdResultType IdResult IdRef IdRef',  # OpUAverageRoundedINTEL
+    5595: 'IdResultType IdResult IdRef IdRef',  # OpISubSatINTEL
+    5596: 'IdResultType IdResult IdRef IdRef',  # OpUSubSatINTEL
+    5597: 'IdResultType IdResult IdRef IdRef',  # OpIMul32x16INTEL
+    5598: 'IdResultType IdResult IdRef IdRef',  # OpUMul32x16INTEL
+    5600: 'IdResultType IdResult IdRef',  # OpConstantFunctionPointerINTEL
+    5601: 'IdResultType IdResult IdRef*',  # OpFunctionPointerCallINTEL
+    5609: 'IdResultType IdResult LiteralString',  # OpAsmTargetINTEL
+    5610: 'IdResultType IdResult IdRef IdRef LiteralString LiteralString',  # OpAsmINTEL
+    5611: 'IdResultType IdResult IdRef IdRef*',  # OpAsmCallINTEL
+    5614: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicFMinEXT
+    5615: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicFMaxEXT
+    5630: 'IdRef',  # OpAssumeTrueKHR
+    5631: 'IdResultType IdResult IdRef IdRef',  # OpExpectKHR
+    5632: 'IdRef Decoration',  # OpDecorateString
+    5633: 'IdRef LiteralInteger Decoration',  # OpMemberDecorateString
+    5699: 'IdResultType IdResult IdRef IdRef',  # OpVmeImageINTEL
+    5700: 'IdResult IdRef',  # OpTypeVmeImageINTEL
+    5701: 'IdResult',  # OpTypeAvcImePayloadINTEL
+    5702: 'IdResult',  # OpTypeAvcRefPayloadINTEL
+    5703: 'IdResult',  # OpTypeAvcSicPayloadINTEL
+    5704: 'IdResult',  # OpTypeAvcMcePayloadINTEL
+    5705: 'IdResult',  # OpTypeAvcMceResultINTEL
+    5706: 'IdResult',  # OpTypeAvcImeResultINTEL
+    5707: 'IdResult',  # OpTypeAvcImeResultSingleReferenceStreamoutINTEL
+    5708: 'IdResult',  # OpTypeAvcImeResultDualReferenceStreamoutINTEL
+    5709: 'IdResult',  # OpTypeAvcImeSingleReferenceStreaminINTEL
+    5710: 'IdResult',  # OpTypeAvcImeDualReferenceStreaminINTEL
+    5711: 'IdResult',  # OpTypeAvcRefResultINTEL
+    5712: 'IdResult',  # OpTypeAvcSicResultINTEL
+    5713: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceGetDefaultInterBaseMultiReferencePenaltyINTEL
+    5714: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceSetInterBaseMultiReferencePenaltyINTEL
+    5715: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceGetDefaultInterShapePenaltyINTEL
+    5716: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceSetInterShapePenaltyINTEL
+    5717: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceGetDefaultInterDirectionPenaltyINTEL
+    5718: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceSetInterDirectionPenaltyINTEL
+    5719: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceGetDefaultIntraLumaShapePenaltyINTEL
+    5720: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceGetDefaultInterMotionVectorCostTableINTEL
+    5721: 'IdResultType IdResult',  # OpSubgroupAvcMceGetDefaultHighPenaltyCostTableINTEL
+    5722: 'IdResultType IdResult',  # OpSubgroupAvcMceGetDefaultMediumPenaltyCostTableINTEL
+    5723: 'IdResultType IdResult',  # OpSubgroupAvcMceGetDefaultLowPenaltyCostTableINTEL
+    5724: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcMceSetMotionVectorCostFunctionINTEL
+    5725: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceGetDefaultIntraLumaModePenaltyINTEL
+    5726: 'IdResultType IdResult',  # OpSubgroupAvcMceGetDefaultNonDcLumaIntraPenaltyINTEL
+    5727: 'IdResultType IdResult',  # OpSubgroupAvcMceGetDefaultIntraChromaModeBasePenaltyINTEL
+    5728: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceSetAcOnlyHaarINTEL
+    5729: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceSetSourceInterlacedFieldPolarityINTEL
+    5730: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcMceSetSingleReferenceInterlacedFieldPolarityINTEL
+    5731: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcMceSetDualReferenceInterlacedFieldPolaritiesINTEL
+    5732: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceConvertToImePayloadINTEL
+    5733: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceConvertToImeResultINTEL
+    5734: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceConvertToRefPayloadINTEL
+    5735: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceConvertToRefResultINTEL
+    5736: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceConvertToSicPayloadINTEL
+    5737: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceConvertToSicResultINTEL
+    5738: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetMotionVectorsINTEL
+    5739: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetInterDistortionsINTEL
+    5740: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetBestInterDistortionsINTEL
+    5741: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetInterMajorShapeINTEL
+    5742: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetInterMinorShapeINTEL
+    5743: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetInterDirectionsINTEL
+    5744: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetInterMotionVectorCountINTEL
+    5745: 'IdResultType IdResult IdRef',  # OpSubgroupAvcMceGetInterReferenceIdsINTEL
+    5746: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcMceGetInterReferenceInterlacedFieldPolaritiesINTEL
+    5747: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcImeInitializeINTEL
+    5748: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcImeSetSingleReferenceINTEL
+    5749: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeSetDualReferenceINTEL
+    5750: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeRefWindowSizeINTEL
+    5751: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeAdjustRefOffsetINTEL
+    5752: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeConvertToMcePayloadINTEL
+    5753: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeSetMaxMotionVectorCountINTEL
+    5754: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeSetUnidirectionalMixDisableINTEL
+    5755: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeSetEarlySearchTerminationThresholdINTEL
+    5756: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeSetWeightedSadINTEL
+    5757: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithSingleReferenceINTEL
+    5758: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithDualReferenceINTEL
+    5759: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithSingleReferenceStreaminINTEL
+    5760: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithDualReferenceStreaminINTEL
+    5761: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithSingleReferenceStreamoutINTEL
+    5762: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithDualReferenceStreamoutINTEL
+    5763: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithSingleReferenceStreaminoutINTEL
+    5764: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupAvcImeEvaluateWithDualReferenceStreaminoutINTEL
+    5765: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeConvertToMceResultINTEL
+    5766: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeGetSingleReferenceStreaminINTEL
+    5767: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeGetDualReferenceStreaminINTEL
+    5768: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeStripSingleReferenceStreamoutINTEL
+    5769: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeStripDualReferenceStreamoutINTEL
+    5770: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeGetStreamoutSingleReferenceMajorShapeMotionVectorsINTEL
+    5771: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeGetStreamoutSingleReferenceMajorShapeDistortionsINTEL
+    5772: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeGetStreamoutSingleReferenceMajorShapeReferenceIdsINTEL
+    5773: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcImeGetStreamoutDualReferenceMajorShapeMotionVectorsINTEL
+    5774: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcImeGetStreamoutDualReferenceMajorShapeDistortionsINTEL
+    5775: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcImeGetStreamoutDualReferenceMajorShapeReferenceIdsINTEL
+    5776: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcImeGetBorderReachedINTEL
+    5777: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeGetTruncatedSearchIndicationINTEL
+    5778: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeGetUnidirectionalEarlySearchTerminationINTEL
+    5779: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeGetWeightingPatternMinimumMotionVectorINTEL
+    5780: 'IdResultType IdResult IdRef',  # OpSubgroupAvcImeGetWeightingPatternMinimumDistortionINTEL
+    5781: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupAvcFmeInitializeINTEL
+    5782: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupAvcBmeInitializeINTEL
+    5783: 'IdResultType IdResult IdRef',  # OpSubgroupAvcRefConvertToMcePayloadINTEL
+    5784: 'IdResultType IdResult IdRef',  # OpSubgroupAvcRefSetBidirectionalMixDisableINTEL
+    5785: 'IdResultType IdResult IdRef',  # OpSubgroupAvcRefSetBilinearFilterEnableINTEL
+    5786: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcRefEvaluateWithSingleReferenceINTEL
+    5787: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcRefEvaluateWithDualReferenceINTEL
+    5788: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcRefEvaluateWithMultiReferenceINTEL
+    5789: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcRefEvaluateWithMultiReferenceInterlacedINTEL
+    5790: 'IdResultType IdResult IdRef',  # OpSubgroupAvcRefConvertToMceResultINTEL
+    5791: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicInitializeINTEL
+    5792: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupAvcSicConfigureSkcINTEL
+    5793: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupAvcSicConfigureIpeLumaINTEL
+    5794: 'IdResultType IdResult IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef IdRef',  # OpSubgroupAvcSicConfigureIpeLumaChromaINTEL
+    5795: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcSicGetMotionVectorMaskINTEL
+    5796: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicConvertToMcePayloadINTEL
+    5797: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcSicSetIntraLumaShapePenaltyINTEL
+    5798: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcSicSetIntraLumaModeCostFunctionINTEL
+    5799: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcSicSetIntraChromaModeCostFunctionINTEL
+    5800: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicSetBilinearFilterEnableINTEL
+    5801: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcSicSetSkcForwardTransformEnableINTEL
+    5802: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcSicSetBlockBasedRawSkipSadINTEL
+    5803: 'IdResultType IdResult IdRef IdRef',  # OpSubgroupAvcSicEvaluateIpeINTEL
+    5804: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcSicEvaluateWithSingleReferenceINTEL
+    5805: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcSicEvaluateWithDualReferenceINTEL
+    5806: 'IdResultType IdResult IdRef IdRef IdRef',  # OpSubgroupAvcSicEvaluateWithMultiReferenceINTEL
+    5807: 'IdResultType IdResult IdRef IdRef IdRef IdRef',  # OpSubgroupAvcSicEvaluateWithMultiReferenceInterlacedINTEL
+    5808: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicConvertToMceResultINTEL
+    5809: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetIpeLumaShapeINTEL
+    5810: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetBestIpeLumaDistortionINTEL
+    5811: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetBestIpeChromaDistortionINTEL
+    5812: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetPackedIpeLumaModesINTEL
+    5813: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetIpeChromaModeINTEL
+    5814: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetPackedSkcLumaCountThresholdINTEL
+    5815: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetPackedSkcLumaSumThresholdINTEL
+    5816: 'IdResultType IdResult IdRef',  # OpSubgroupAvcSicGetInterRawSadsINTEL
+    5818: 'IdResultType IdResult IdRef',  # OpVariableLengthArrayINTEL
+    5819: 'IdResultType IdResult',  # OpSaveMemoryINTEL
+    5820: 'IdRef',  # OpRestoreMemoryINTEL
+    5840: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatSinCosPiINTEL
+    5841: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatCastINTEL
+    5842: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatCastFromIntINTEL
+    5843: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatCastToIntINTEL
+    5846: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatAddINTEL
+    5847: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatSubINTEL
+    5848: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatMulINTEL
+    5849: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatDivINTEL
+    5850: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger',  # OpArbitraryFloatGTINTEL
+    5851: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger',  # OpArbitraryFloatGEINTEL
+    5852: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger',  # OpArbitraryFloatLTINTEL
+    5853: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger',  # OpArbitraryFloatLEINTEL
+    5854: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger',  # OpArbitraryFloatEQINTEL
+    5855: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatRecipINTEL
+    5856: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatRSqrtINTEL
+    5857: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatCbrtINTEL
+    5858: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatHypotINTEL
+    5859: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatSqrtINTEL
+    5860: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatLogINTEL
+    5861: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatLog2INTEL
+    5862: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatLog10INTEL
+    5863: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatLog1pINTEL
+    5864: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatExpINTEL
+    5865: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatExp2INTEL
+    5866: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatExp10INTEL
+    5867: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatExpm1INTEL
+    5868: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatSinINTEL
+    5869: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatCosINTEL
+    5870: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatSinCosINTEL
+    5871: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatSinPiINTEL
+    5872: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatCosPiINTEL
+    5873: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatASinINTEL
+    5874: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatASinPiINTEL
+    5875: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatACosINTEL
+    5876: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatACosPiINTEL
+    5877: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatATanINTEL
+    5878: 'IdResultType IdResult IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatATanPiINTEL
+    5879: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatATan2INTEL
+    5880: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatPowINTEL
+    5881: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatPowRINTEL
+    5882: 'IdResultType IdResult IdRef LiteralInteger IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpArbitraryFloatPowNINTEL
+    5887: 'LiteralInteger*',  # OpLoopControlINTEL
+    5911: 'IdResult IdRef?',  # OpAliasDomainDeclINTEL
+    5912: 'IdResult IdRef IdRef?',  # OpAliasScopeDeclINTEL
+    5913: 'IdResult IdRef*',  # OpAliasScopeListDeclINTEL
+    5923: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedSqrtINTEL
+    5924: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedRecipINTEL
+    5925: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedRsqrtINTEL
+    5926: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedSinINTEL
+    5927: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedCosINTEL
+    5928: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedSinCosINTEL
+    5929: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedSinPiINTEL
+    5930: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedCosPiINTEL
+    5931: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedSinCosPiINTEL
+    5932: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedLogINTEL
+    5933: 'IdResultType IdResult IdRef IdRef LiteralInteger LiteralInteger LiteralInteger LiteralInteger LiteralInteger',  # OpFixedExpINTEL
+    5934: 'IdResultType IdResult IdRef',  # OpPtrCastToCrossWorkgroupINTEL
+    5938: 'IdResultType IdResult IdRef',  # OpCrossWorkgroupCastToPtrINTEL
+    5946: 'IdResultType IdResult IdRef IdRef',  # OpReadPipeBlockingINTEL
+    5947: 'IdResultType IdResult IdRef IdRef',  # OpWritePipeBlockingINTEL
+    5949: 'IdResultType IdResult IdRef IdRef',  # OpFPGARegINTEL
+    6016: 'IdResultType IdResult IdRef',  # OpRayQueryGetRayTMinKHR
+    6017: 'IdResultType IdResult IdRef',  # OpRayQueryGetRayFlagsKHR
+    6018: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionTKHR
+    6019: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionInstanceCustomIndexKHR
+    6020: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionInstanceIdKHR
+    6021: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionInstanceShaderBindingTableRecordOffsetKHR
+    6022: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionGeometryIndexKHR
+    6023: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionPrimitiveIndexKHR
+    6024: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionBarycentricsKHR
+    6025: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionFrontFaceKHR
+    6026: 'IdResultType IdResult IdRef',  # OpRayQueryGetIntersectionCandidateAABBOpaqueKHR
+    6027: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionObjectRayDirectionKHR
+    6028: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionObjectRayOriginKHR
+    6029: 'IdResultType IdResult IdRef',  # OpRayQueryGetWorldRayDirectionKHR
+    6030: 'IdResultType IdResult IdRef',  # OpRayQueryGetWorldRayOriginKHR
+    6031: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionObjectToWorldKHR
+    6032: 'IdResultType IdResult IdRef IdRef',  # OpRayQueryGetIntersectionWorldToObjectKHR
+    6035: 'IdResultType IdResult IdRef IdScope IdMemorySemantics IdRef',  # OpAtomicFAddEXT
+    6086: 'IdResult AccessQualifier',  # OpTypeBufferSurfaceINTEL
+    6090: 'IdRef*',  # OpTypeStructContinuedINTEL
+    6091: 'IdRef*',  # OpConstantCompositeContinuedINTEL
+    6092: 'IdRef*',  # OpSpecConstantCompositeContinuedINTEL
+    6142: 'IdScope IdScope IdMemorySemantics',  # OpControlBarrierArriveINTEL
+    6143: 'IdScope IdScope IdMemorySemantics',  # OpControlBarrierWaitINTEL
+    6401: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupIMulKHR
+    6402: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupFMulKHR
+    6403: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupBitwiseAndKHR
+    6404: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupBitwiseOrKHR
+    6405: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupBitwiseXorKHR
+    6406: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupLogicalAndKHR
+    6407: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupLogicalOrKHR
+    6408: 'IdResultType IdResult IdScope GroupOperation IdRef',  # OpGroupLogicalXorKHR
 }
 
 # Opcode -> capabilities of which any one enables the instruction.

@@ -27,7 +27,7 @@ from helios.spirv.memory import ACCESS, Buffer, LocalArray, SharedArray, Var
 from helios.spirv.module import Module
 from helios.spirv.shader import BindingInfo, PushField, ShaderModule, SpecConstant
 from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, boolean, f32, i32, u32, vec
-from helios.spirv.values import Value, check_literal, literal_type
+from helios.spirv.values import Value, check_literal, literal_type, python_number
 
 _VEC3_BUILTINS = {
     "GlobalInvocationId": "global_id", "LocalInvocationId": "local_id",
@@ -98,6 +98,7 @@ class KernelBuilder(ControlFlow, Intrinsics):
     # -- constants -------------------------------------------------------------------------------
     def const(self, value, dtype: ScalarType | None = None) -> Value:
         """A constant of dtype (default: f32 for floats, u32 for ints >= 0, i32 below, bool for bools)."""
+        value = python_number(value)
         if dtype is None:
             dtype = literal_type(value)
         if isinstance(dtype, VectorType):
@@ -204,6 +205,21 @@ class KernelBuilder(ControlFlow, Intrinsics):
 
     def global_id(self, dim: int = 0) -> Value:
         return self._builtin("GlobalInvocationId", dim)
+
+    def global_index(self) -> Value:
+        """global_id(0) + global_id(1) * (num_workgroups(0) * local size x): a 1-D index over a 2-D grid,
+        for arrays needing more than maxComputeWorkGroupCount (65535 on lavapipe) workgroups in x."""
+        if self._local_size is None:
+            raise SpirvError("call b.local_size(...) before b.global_index()")
+        return self.global_id(0) + self.global_id(1) * (self.num_workgroups(0) * self._local_size[0])
+
+    def input(self, binding: int, dtype: ScalarType) -> Buffer:
+        """A read-only storage buffer (same as buffer(binding, dtype, "r"))."""
+        return self.buffer(binding, dtype, "r")
+
+    def output(self, binding: int, dtype: ScalarType) -> Buffer:
+        """A write-only storage buffer (same as buffer(binding, dtype, "w"))."""
+        return self.buffer(binding, dtype, "w")
 
     def local_id(self, dim: int = 0) -> Value:
         return self._builtin("LocalInvocationId", dim)

@@ -3,6 +3,7 @@ parameters. Each variant is built once, on first use, into a ShaderModule."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -81,6 +82,7 @@ class Kernel:
             else:
                 self.variants[vname] = Variant(vname, **dict(params))
         self._modules: dict[str, ShaderModule] = {}
+        self._lock = threading.Lock()
         if register:
             from helios.spirv import registry
 
@@ -101,12 +103,13 @@ class Kernel:
     def module(self, variant: str | None = None) -> ShaderModule:
         """The ShaderModule of a variant, built on first request and cached."""
         v = self.variant(variant)
-        if v.name not in self._modules:
-            try:
-                self._modules[v.name] = build_module(self.name, self.build, v)
-            except SpirvError as exc:
-                raise type(exc)(f"building kernel {self.name}:{v.name}: {exc}") from exc
-        return self._modules[v.name]
+        with self._lock:
+            if v.name not in self._modules:
+                try:
+                    self._modules[v.name] = build_module(self.name, self.build, v)
+                except SpirvError as exc:
+                    raise type(exc)(f"building kernel {self.name}:{v.name}: {exc}") from exc
+            return self._modules[v.name]
 
     def modules(self) -> list[ShaderModule]:
         return [self.module(name) for name in self.variants]

@@ -10,6 +10,7 @@ vector is splatted. Both operands otherwise need the same type: convert with `b.
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING
 
 from helios.spirv.grammar import Op
@@ -44,8 +45,20 @@ _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&
 _COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
 
 
+def python_number(x):
+    """x as a Python bool/int/float if it is a number (numpy scalars included), else x unchanged."""
+    if isinstance(x, bool | int | float):
+        return x
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    return x
+
+
 def literal_type(x) -> ScalarType:
     """The type a bare Python literal gets when nothing else decides it."""
+    x = python_number(x)
     if isinstance(x, bool):
         return boolean
     if isinstance(x, int):
@@ -57,12 +70,14 @@ def literal_type(x) -> ScalarType:
 
 def check_literal(x, dtype: ScalarType) -> None:
     """Raise unless the Python literal x can be a constant of dtype."""
+    x = python_number(x)
+    if not isinstance(x, int | float):
+        hint = ": read a variable with .value" if type(x).__name__ == "Var" else ""
+        raise SpirvError(f"{x!r} ({type(x).__name__}) is not a kernel value or a Python number{hint}")
     if isinstance(x, bool) != (dtype.kind == "bool"):
         raise SpirvError(f"literal {x!r} cannot be a {dtype.name}")
     if isinstance(x, float) and dtype.kind != "float":
         raise SpirvError(f"float literal {x!r} used with a {dtype.name} value: write an int or use b.cast")
-    if not isinstance(x, int | float):
-        raise SpirvError(f"{x!r} ({type(x).__name__}) is not a kernel value or a Python number")
 
 
 class Value:
@@ -169,9 +184,9 @@ class Value:
         return self._binary(o, "mod", True)
 
     def __pow__(self, o):
-        if isinstance(o, int) and not isinstance(o, bool) and 1 <= o <= 4:
+        if isinstance(o, int | float) and not isinstance(o, bool) and float(o).is_integer() and 1 <= o <= 4:
             r = self
-            for _ in range(o - 1):
+            for _ in range(int(o) - 1):
                 r = r * self
             return r
         if o == 0.5 and self.type.is_float:

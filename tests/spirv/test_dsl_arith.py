@@ -212,3 +212,17 @@ def test_launch_helper_rejects_missing_buffers():
     mod = build_module("t", lambda b, v: build(b))
     with pytest.raises(ValueError):
         launch(mod, {}, 1)
+
+
+def test_global_index_over_2d_grid_input_output_and_numpy_literals():
+    def build(b):
+        b.local_size(8)
+        x, out = b.input(0, f32), b.output(1, f32)
+        i = b.global_index()
+        with b.if_(i < b.push("n", u32)):
+            out[i] = x[i] * np.float32(3.0) + np.int64(1)
+
+    n = 8 * 3 * 2 - 5  # a (3, 2) grid of 8-wide workgroups, last 5 invocations idle
+    x = np.arange(n, dtype=np.float32)
+    got = build_and_run(build, {0: x, 1: np.zeros(n, np.float32)}, (3, 2), push={"n": n})[1]
+    np.testing.assert_array_equal(got, x * 3 + 1)

@@ -25,7 +25,7 @@ from helios.kernels.attention_backward import (
 from helios.kernels.attention_common import MAX_D4, VARIANTS, spec_values
 from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops, forward_grid
 from helios.kernels.attention_reference import reference, reference_backward
-from helios.kernels.attention_rng import stream_key
+from helios.kernels.rng import seed_words
 from helios.runtime import Tensor, empty, launch
 
 _override: str | None = None
@@ -64,7 +64,7 @@ def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: flo
 def _push(T, H, Hkv, D, softcap, dropout_p, seed, offset) -> dict:
     return {"T": T, "H": H, "Hkv": Hkv, "group": H // Hkv, "scale": 1.0 / math.sqrt(D),
             "softcap": float(softcap), "dropout_p": float(dropout_p),
-            "inv_keep": 1.0 / (1.0 - dropout_p), "rng_key": stream_key(seed, offset) if dropout_p > 0 else 0}
+            "inv_keep": 1.0 / (1.0 - dropout_p), **dict(zip(("seed", "offset"), seed_words(seed, offset), strict=True))}
 
 
 def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, head_dim: int, causal: bool = True,

@@ -51,11 +51,11 @@ def _bwd_decl(b: KernelBuilder):
     return qkv, lse, do, delta, dqkv
 
 
-def _prob_and_dscore(b, v, d, s_part, dp_part, lse_i, delta_i, ok, drop_idx):
+def _prob_and_dscore(b, v, d, s_part, dp_part, lse_i, delta_i, ok, drop_row, drop_col):
     """(P * Z, dS) of one (query, key) pair from the lane-partial dots s = (scaled q) . k and dO . v."""
     s, th = capped(b, d, lane_reduce(b, v, s_part))
     p = b.select(ok, b.exp(s - lse_i), 0.0)
-    z = dropped(b, d, b.const(1.0, f32), drop_idx)  # keep / (1 - p_drop), or 1 without dropout
+    z = dropped(b, d, b.const(1.0, f32), drop_row, drop_col)  # keep / (1 - p_drop), or 1 without dropout
     ds = p * (lane_reduce(b, v, dp_part) * z - delta_i)
     ds = b.select(d.softcap, ds * (1.0 - th * th), ds)
     return p * z, ds
@@ -78,7 +78,7 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
     kbase = tok0 * S4 + (d.H + rw.head / d.group) * d.D4
     stream = Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
     hi = b.select(d.causal, b.min(T, (rw.block + 1) * rw.R), T)
-    drop_row = ((rw.batch * d.H + rw.head) * T + rw.row) * T
+    drop_row = (rw.batch * d.H + rw.head) * T + rw.row
 
     def step(j0):
         js = [key_index(b, j0, u, T) for u in range(v.kb)]
@@ -94,7 +94,7 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
         dss = []
         for u, (j, _) in enumerate(js):
             ok = (j < T) & (~d.causal | (j <= rw.row))
-            _, ds = _prob_and_dscore(b, v, d, sp[u].value, dp[u].value, lse_i, delta_i, ok, drop_row + j)
+            _, ds = _prob_and_dscore(b, v, d, sp[u].value, dp[u].value, lse_i, delta_i, ok, drop_row, j)
             dss.append(ds)
         with b.for_range(0, d.NV, unroll=True) as t:
             c, _ = comp(b, v, d, rw.lane, t)
@@ -131,7 +131,6 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
         h = rw.head * d.group + hh
         stream = _QdoStream(b, v, d, qkv, do, tok0 * S4 + h * d.D4, tok0 * HD4 + h * d.D4, S4, HD4)
         row0 = (rw.batch * d.H + h) * T
-        drop_base = row0 * T + rw.row
 
         def step(i0):
             iis = [key_index(b, i0, u, T) for u in range(v.kb)]
@@ -148,7 +147,7 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
             for u, (i, ic) in enumerate(iis):
                 ok = (i < T) & (~d.causal | (i >= rw.row))
                 pz, ds = _prob_and_dscore(b, v, d, sp[u].value, dp[u].value, lse[row0 + ic], delta[row0 + ic],
-                                          ok, drop_base + i * T)
+                                          ok, row0 + i, rw.row)
                 pzs.append(pz)
                 dss.append(ds)
             with b.for_range(0, d.NV, unroll=True) as t:

@@ -53,7 +53,8 @@ class Decl:
     cap: Value
     p_drop: Value
     inv_keep: Value
-    rng_key: Value
+    seed: Value
+    offset: Value
     D4: Value
     NV: Value
     TILE4: Value
@@ -66,11 +67,11 @@ def declare(b: KernelBuilder) -> Decl:
     """Push constants (shapes and scalars) and spec constants (head dim and code-path switches)."""
     T, H, Hkv, group = (b.push(n, u32) for n in ("T", "H", "Hkv", "group"))
     scale, cap, p_drop, inv_keep = (b.push(n, f32) for n in ("scale", "softcap", "dropout_p", "inv_keep"))
-    rng_key = b.push("rng_key", u32)
+    seed, offset = b.push("seed", u32), b.push("offset", u32)
     D4, NV, TILE4 = b.spec("D4", u32, 16), b.spec("NV", u32, 16), b.spec("TILE4", u32, MAX_D4)
     causal, softcap, dropout = (b.spec(n, boolean, d) for n, d in (("CAUSAL", True), ("SOFTCAP", False),
                                                                     ("DROPOUT", False)))
-    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, rng_key, D4, NV, TILE4, causal, softcap, dropout)
+    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, TILE4, causal, softcap, dropout)
 
 
 @dataclass

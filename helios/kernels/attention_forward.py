@@ -21,7 +21,7 @@ from helios.kernels.attention_common import (
     vec4,
     zero_regs,
 )
-from helios.kernels.attention_rng import keep_device
+from helios.kernels.rng import uniform
 from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
 
 
@@ -31,9 +31,10 @@ def capped(b: KernelBuilder, d, s):
     return b.select(d.softcap, d.cap * th, s), th
 
 
-def dropped(b: KernelBuilder, d, p, idx):
-    """p * keep / (1 - p_drop) when dropout is on, else p."""
-    keep = keep_device(b, idx, d.rng_key, d.p_drop)
+def dropped(b: KernelBuilder, d, p, row, col):
+    """p * keep / (1 - p_drop) when dropout is on, else p. The draw of score (row, col) uses the key
+    position col as index and the global query row (batch * H + head) * T + query as stream."""
+    keep = uniform(b, d.seed, d.offset, col, row) >= d.p_drop
     return b.select(d.dropout, b.select(keep, p * d.inv_keep, 0.0), p)
 
 
@@ -54,7 +55,7 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
     stream = Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
     # Causal: keys past the block's last row are masked for every row of the block (uniform bound).
     hi = b.select(d.causal, b.min(T, (rw.block + 1) * rw.R), T)
-    drop_row = ((rw.batch * d.H + rw.head) * T + rw.row) * T
+    drop_row = (rw.batch * d.H + rw.head) * T + rw.row
 
     def step(j0):
         js = [key_index(b, j0, u, T) for u in range(v.kb)]
@@ -81,7 +82,7 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
             total = total + p
         l.value = l.value * alpha + total
         m.value = m_new
-        ps = [dropped(b, d, p, drop_row + j) for p, (j, _) in zip(ps, js, strict=True)]
+        ps = [dropped(b, d, p, drop_row, j) for p, (j, _) in zip(ps, js, strict=True)]
         with b.for_range(0, d.NV, unroll=True) as t:
             c, _ = comp(b, v, d, rw.lane, t)
             a = acc[t] * alpha

@@ -4,15 +4,15 @@ Layout (docs/OPS.md): qkv is [B, T, (H + 2*Hkv) * D] with, per token, the H quer
 heads, then the Hkv value heads; o is [B, T, H * D]; lse is [B, H, T] (natural log). Query head h reads
 KV head h // (H // Hkv) (grouped-query attention). Scores are s = (q . k) / sqrt(D), then optionally
 softcapped to cap * tanh(s / cap), then causally masked (key j <= query i). Dropout (FlashAttention
-style) multiplies the softmax probabilities by keep / (1 - p), keep a pure function of
-(seed, offset, ((b * H + h) * T + i) * T + j mod 2**32); lse is that of the undropped softmax.
+style) multiplies the softmax probabilities by keep / (1 - p), keep = rng.uniform(seed, offset, index=j,
+stream=(b * H + h) * T + i) >= p (helios/kernels/rng.py); lse is that of the undropped softmax.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels.attention_rng import keep_mask
+from helios.kernels.rng import uniform_reference
 
 
 def split_qkv(qkv: np.ndarray, B: int, T: int, H: int, Hkv: int, D: int):
@@ -35,8 +35,9 @@ def dropout_keep(B: int, H: int, T: int, p: float, seed: int, offset: int) -> np
     """The [B, H, T, T] keep mask of attention dropout (all True when p == 0)."""
     if p <= 0.0:
         return np.ones((B, H, T, T), dtype=bool)
-    idx = np.arange(B * H * T * T, dtype=np.uint64).astype(np.uint32)
-    return keep_mask(idx, p, seed, offset).reshape(B, H, T, T)
+    cols = np.arange(T, dtype=np.uint32)
+    u = np.stack([uniform_reference(seed, offset, cols, row & 0xFFFFFFFF) for row in range(B * H * T)])
+    return u.reshape(B, H, T, T) >= np.float32(p)
 
 
 def _scores(q, k, group: int, causal: bool, softcap: float):

@@ -1,0 +1,437 @@
+"""Reductions: sum/mean/max over the last axis or over everything, column sums (`sum_rows`, bias
+gradients) and a two-stage sum of squares over many tensors (`sumsq`, gradient norms).
+
+Also the row machinery that softmax and the norms build on (`RowLayout`): a row kernel either gives
+each row to one subgroup ("sg" variants: no shared memory or barriers, the fast form on lavapipe and for
+short rows) or to one workgroup ("wg": subgroup reductions combined through shared memory, for long rows
+on GPUs). Rows are visited with a grid-stride loop, so any row count works on any grid and for any
+subgroup size (8 on lavapipe, 32 on NVIDIA). "scalar" variants take any row length; "vec4" variants
+need rows that are a multiple of 4 long (so every row starts 16-byte aligned).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+
+import numpy as np
+
+from helios.runtime import Tensor, empty, launch
+from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
+
+SG_LOCAL = 64  # "sg" layout: invocations per workgroup (a multiple of every subgroup size up to 64)
+WG_LOCAL = 256  # "wg" layout: one row per workgroup of this many invocations
+ALL_LOCAL = 256  # reduce_all / sum_rows workgroup size
+MAX_GROUPS = 65535  # every grid here stays within the smallest maxComputeWorkGroupCount Vulkan allows
+NEG_INF = float("-inf")
+# This module defines the ops `sum` and `max`; Python's own are used under these names.
+_max, _min, _sum = builtins.max, builtins.min, builtins.sum
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def device_info():
+    from helios.device import get_device
+
+    return get_device().info
+
+
+# -- numpy references (float64-capable) ------------------------------------------------------------
+def reference_sum(x: np.ndarray, axis: int | None = -1) -> np.ndarray:
+    """Sum over the last axis, or over everything as shape (1,)."""
+    return np.sum(x).reshape(1) if axis is None else np.sum(x, axis=-1)
+
+
+def reference_mean(x: np.ndarray, axis: int | None = -1) -> np.ndarray:
+    return np.mean(x).reshape(1) if axis is None else np.mean(x, axis=-1)
+
+
+def reference_max(x: np.ndarray, axis: int | None = -1) -> np.ndarray:
+    return np.max(x).reshape(1) if axis is None else np.max(x, axis=-1)
+
+
+def reference_sum_rows(x: np.ndarray) -> np.ndarray:
+    """Column sums of a 2-D [M, N] array."""
+    return np.sum(x, axis=0)
+
+
+def reference_sumsq(xs: Sequence[np.ndarray]) -> np.ndarray:
+    return np.array([_sum(float(np.sum(np.square(np.asarray(a, np.float64)))) for a in xs)])
+
+
+# -- building blocks shared by the row kernels ------------------------------------------------------
+def combine(b: KernelBuilder, op: str, a, c) -> Value:
+    """a (+ or max) c."""
+    return a + c if op == "sum" else b.max(a, c)
+
+
+def identity(op: str) -> float:
+    return 0.0 if op == "sum" else NEG_INF
+
+
+def horizontal(b: KernelBuilder, op: str, v: Value) -> Value:
+    """Reduce the components of a vec4 (a scalar is returned as is)."""
+    if v.count == 1:
+        return v
+    return combine(b, op, combine(b, op, v.x, v.y), combine(b, op, v.z, v.w))
+
+
+def flat_group(b: KernelBuilder) -> tuple[Value, Value]:
+    """(this workgroup's index, number of workgroups) over a 2-D grid."""
+    nx = b.num_workgroups(0)
+    return b.workgroup_id(1) * nx + b.workgroup_id(0), nx * b.num_workgroups(1)
+
+
+class RowLayout:
+    """Which rows this invocation works on and which elements of a row are its own.
+
+    "sg": worker = one subgroup, lanes = its invocations. "wg": worker = one workgroup of WG_LOCAL
+    invocations; `reduce` then combines the subgroups' partials through shared memory (two barriers,
+    the second so the next reduction may reuse the array). Workers visit rows worker, worker + workers,
+    ... (grid-stride), so correctness never depends on the grid or the subgroup size.
+    """
+
+    def __init__(self, b: KernelBuilder, layout: str) -> None:
+        self.b, self.layout = b, layout
+        group, groups = flat_group(b)
+        if layout == "sg":
+            b.local_size(SG_LOCAL)
+            self.lane = b.subgroup_local_id()
+            # A subgroup larger than the workgroup holds only SG_LOCAL invocations.
+            self.width = b.min(b.subgroup_size(), SG_LOCAL)
+            self.worker = group * b.num_subgroups() + b.subgroup_id()
+            self.workers = groups * b.num_subgroups()
+        elif layout == "wg":
+            b.local_size(WG_LOCAL)
+            self.lane = b.local_index()
+            self.width = b.const(WG_LOCAL, u32)
+            self.worker, self.workers = group, groups
+            self.shared = b.shared(f32, WG_LOCAL, "partials")  # room for subgroups of size 1
+        else:
+            raise ValueError(f"unknown row layout {layout!r}")
+
+    def reduce(self, value: Value, op: str = "sum") -> Value:
+        """The sum or max of a scalar over the worker's invocations, in every invocation."""
+        b = self.b
+        part = b.subgroup_add(value) if op == "sum" else b.subgroup_max(value)
+        if self.layout == "sg":
+            return part
+        with b.if_(b.subgroup_local_id().eq(0)):
+            self.shared[b.subgroup_id()] = part
+        b.barrier()
+        acc = b.var(f32, identity(op))
+        with b.for_range(0, b.num_subgroups()) as k:
+            acc.value = combine(b, op, acc.value, self.shared[k])
+        total = acc.value
+        b.barrier()
+        return total
+
+    def is_leader(self) -> Value:
+        """True in one invocation of the worker (it writes per-row results)."""
+        return self.lane.eq(0)
+
+
+def row_grid(rows: int, layout: str) -> tuple[int, int, int]:
+    """Workgroups for a row kernel: about one worker per row, at most MAX_GROUPS (the loop does the rest)."""
+    if layout == "sg":
+        per_group = _max(1, SG_LOCAL // _max(1, device_info().subgroup_size))
+        return (_max(1, _min(MAX_GROUPS, ceil_div(rows, per_group))), 1, 1)
+    return (_max(1, _min(MAX_GROUPS, rows)), 1, 1)
+
+
+def row_layout(rows: int, cols: int) -> str:
+    """Subgroup per row on CPUs (barriers are costly there) and for short rows; a workgroup per long row on GPUs."""
+    info = device_info()
+    if info.is_cpu or cols < 1024:
+        return "sg"
+    return "wg"
+
+
+def row_variant(prefix: str, rows: int, cols: int) -> str:
+    """`{prefix}{layout}_{scalar|vec4}` for rows of length cols."""
+    return f"{prefix}{row_layout(rows, cols)}_{'vec4' if cols % 4 == 0 else 'scalar'}"
+
+
+def rows_of(x: Tensor) -> tuple[int, int]:
+    """(rows, row length) of x seen as a 2-D [M, N] over its last axis."""
+    n = x.shape[-1] if x.shape else 1
+    return (x.numel // n if n else 0), n
+
+
+def check_f32(*tensors: Tensor | None) -> None:
+    for t in tensors:
+        if t is not None and t.dtype != np.float32:
+            raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")
+
+
+def row_variants(prefix: str = "", **params) -> dict[str, dict]:
+    """The four layout x width variants of a row kernel, each with extra params."""
+    return {f"{prefix}{layout}_{name}": {"layout": layout, "vec": vec, **params}
+            for layout in ("sg", "wg") for name, vec in (("scalar", 1), ("vec4", 4))}
+
+
+# -- reduce_rows: sum / mean / max over the last axis -----------------------------------------------
+def build_reduce_rows(b: KernelBuilder, v: Variant) -> None:
+    rows_l = RowLayout(b, v.layout)
+    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+    rows, cols, scale = b.push("rows", u32), b.push("cols", u32), b.push("scale", f32)
+    units = cols if v.vec == 1 else cols >> 2  # elements or vec4s per row
+    src = x if v.vec == 1 else x.vec4
+    with b.for_range(rows_l.worker, rows, step=rows_l.workers) as r:
+        base = r * units
+        acc = b.var(f32 if v.vec == 1 else src.elem, identity(v.op))
+        with b.for_range(rows_l.lane, units, step=rows_l.width) as j:
+            acc.value = combine(b, v.op, acc.value, src[base + j])
+        total = rows_l.reduce(horizontal(b, v.op, acc.value), v.op)
+        with b.if_(rows_l.is_leader()):
+            y[r] = total * scale
+
+
+REDUCE_ROWS = Kernel(
+    "reduce_rows", build_reduce_rows,
+    variants={**row_variants("sum_", op="sum"), **row_variants("max_", op="max")},
+    grid=lambda rows, cols, v: row_grid(rows, v.layout),
+    flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * rows * (cols + 1),
+)
+
+
+# -- reduce_all: one value from many (two launches of one kernel) -----------------------------------
+def build_reduce_all(b: KernelBuilder, v: Variant) -> None:
+    """Each workgroup reduces a grid-stride share of x and writes y[slot + group] * scale.
+
+    op "sumsq" squares as it loads. In the vec4 variant the first n % 4 invocations add the tail.
+    """
+    b.local_size(ALL_LOCAL)
+    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+    n, scale, slot = b.push("n", u32), b.push("scale", f32), b.push("slot", u32)
+    op = "max" if v.op == "max" else "sum"
+    group, groups = flat_group(b)
+    tid, stride = group * ALL_LOCAL + b.local_index(), groups * ALL_LOCAL
+
+    def term(val):
+        return val * val if v.op == "sumsq" else val
+
+    if v.vec == 1:
+        acc = b.var(f32, identity(op))
+        with b.for_range(tid, n, step=stride) as k:
+            acc.value = combine(b, op, acc.value, term(x[k]))
+        part = acc.value
+    else:
+        n4 = n >> 2
+        acc4 = b.var(x.vec4.elem, identity(op))
+        with b.for_range(tid, n4, step=stride) as k:
+            acc4.value = combine(b, op, acc4.value, term(x.vec4[k]))
+        acc = b.var(f32, horizontal(b, op, acc4.value))
+        with b.if_(tid < (n & 3)):
+            acc.value = combine(b, op, acc.value, term(x[(n4 << 2) + tid]))
+        part = acc.value
+    shared = b.shared(f32, ALL_LOCAL, "partials")
+    sg_part = b.subgroup_add(part) if op == "sum" else b.subgroup_max(part)
+    with b.if_(b.subgroup_local_id().eq(0)):
+        shared[b.subgroup_id()] = sg_part
+    b.barrier()
+    with b.if_(b.local_index().eq(0)):
+        total = b.var(f32, identity(op))
+        with b.for_range(0, b.num_subgroups()) as k:
+            total.value = combine(b, op, total.value, shared[k])
+        y[slot + group] = total.value * scale
+
+
+REDUCE_ALL = Kernel(
+    "reduce_all", build_reduce_all,
+    variants={f"{op}_{name}": {"op": op, "vec": vec} for op in ("sum", "max", "sumsq")
+              for name, vec in (("scalar", 1), ("vec4", 4))},
+    grid=lambda n, v: (all_groups(n), 1, 1),
+    flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
+)
+
+
+def all_groups(n: int) -> int:
+    """Workgroups for the first stage of a global reduction: ~16 elements per invocation, at most 256."""
+    return _max(1, _min(256, ceil_div(n, ALL_LOCAL * 16)))
+
+
+def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float, groups: int) -> None:
+    variant = f"{op}_{'vec4' if n >= 4 else 'scalar'}"
+    launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot}, grid=(groups, 1, 1),
+           variant=variant)
+
+
+def reduce_all(x: Tensor, op: str, scale: float = 1.0) -> Tensor:
+    """(1,) reduction of every element of x: one launch for small x, else partials then one workgroup."""
+    check_f32(x)
+    out = empty((1,))
+    n = x.numel
+    if n == 0:
+        raise ValueError(f"cannot reduce an empty tensor {x.shape}")
+    groups = all_groups(n)
+    if groups == 1:
+        _reduce_all_stage(x, n, op, out, 0, scale, 1)
+        return out
+    partials = empty((groups,))
+    _reduce_all_stage(x, n, op, partials, 0, 1.0, groups)
+    _reduce_all_stage(partials, groups, "max" if op == "max" else "sum", out, 0, scale, 1)
+    return out
+
+
+# -- sum_rows: column sums of [M, N] ------------------------------------------------------------------
+SUM_ROWS_CHUNK = 64  # rows summed by one invocation in the first stage
+
+
+def build_sum_rows(b: KernelBuilder, v: Variant) -> None:
+    """y[chunk, c] (+)= sum of x[offset + r*cols + c] over the rows r of one chunk.
+
+    Invocations own columns (vec4s of columns in "vec4"); workgroups along y own chunks of `chunk`
+    rows. Both dimensions loop grid-stride, so any M and N fit in the grid.
+    """
+    b.local_size(ALL_LOCAL)
+    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "rw")
+    rows, cols, chunk = b.push("rows", u32), b.push("cols", u32), b.push("chunk", u32)
+    offset, accumulate = b.push("offset", u32), b.push("accumulate", u32)
+    w = v.vec
+    units = cols if w == 1 else cols >> 2
+    src, dst = (x, y) if w == 1 else (x.vec4, y.vec4)
+    base = offset if w == 1 else offset >> 2
+    col0 = b.workgroup_id(0) * ALL_LOCAL + b.local_index()
+    col_step = b.num_workgroups(0) * ALL_LOCAL
+    with b.for_range(b.workgroup_id(1), ceil_div_value(b, rows, chunk), step=b.num_workgroups(1)) as c:
+        lo = c * chunk
+        hi = b.min(lo + chunk, rows)
+        with b.for_range(col0, units, step=col_step) as j:
+            acc = b.var(src.elem, 0.0)
+            with b.for_range(lo, hi) as r:
+                acc.value = acc.value + src[base + r * units + j]
+            o = c * units + j
+            total = acc.value
+            with b.if_(accumulate.ne(0)):
+                dst[o] = dst[o] + total
+            with b.else_():
+                dst[o] = total
+
+
+def ceil_div_value(b: KernelBuilder, a: Value, d: Value) -> Value:
+    return (a + d - 1) / d
+
+
+SUM_ROWS = Kernel(
+    "sum_rows", build_sum_rows, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    grid=lambda rows, cols, chunk, v: (_max(1, _min(MAX_GROUPS, ceil_div(cols // v.vec, ALL_LOCAL))),
+                                       _max(1, _min(MAX_GROUPS, ceil_div(rows, chunk))), 1),
+    flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * (rows + 1) * cols,
+)
+
+
+def sum_rows_into(x: Tensor, offset: int, rows: int, cols: int, out: Tensor, accumulate: bool) -> None:
+    """out[:cols] (+)= column sums of the [rows, cols] block of x starting at element `offset`.
+
+    Up to SUM_ROWS_CHUNK rows take one launch; more are summed per chunk into a scratch [chunks, cols]
+    first, so that M in the thousands keeps every core (or SM) busy, then the chunks into out.
+    """
+    if cols == 0:
+        return
+    variant = "vec4" if cols % 4 == 0 and offset % 4 == 0 else "scalar"
+    kv = SUM_ROWS.variant(variant)
+    if rows <= SUM_ROWS_CHUNK:
+        launch(SUM_ROWS, buffers=[x, out], grid=SUM_ROWS.grid(rows, cols, _max(rows, 1), kv), variant=variant,
+               push={"rows": rows, "cols": cols, "chunk": _max(rows, 1), "offset": offset,
+                     "accumulate": int(accumulate)})
+        return
+    chunk = _max(SUM_ROWS_CHUNK, ceil_div(rows, MAX_GROUPS))
+    chunks = ceil_div(rows, chunk)
+    scratch = empty((chunks, cols))
+    launch(SUM_ROWS, buffers=[x, scratch], grid=SUM_ROWS.grid(rows, cols, chunk, kv), variant=variant,
+           push={"rows": rows, "cols": cols, "chunk": chunk, "offset": offset, "accumulate": 0})
+    sum_rows_into(scratch, 0, chunks, cols, out, accumulate)
+
+
+# -- op functions (docs/OPS.md) -----------------------------------------------------------------------
+def _reduce_last(x: Tensor, op: str, scale_by_n: bool) -> Tensor:
+    check_f32(x)
+    rows, cols = rows_of(x)
+    if cols == 0:
+        raise ValueError(f"cannot reduce over an empty last axis {x.shape}")
+    out = empty(x.shape[:-1] if x.ndim > 1 else (1,))
+    if rows == 0:
+        return out
+    variant = row_variant(f"{op}_", rows, cols)
+    launch(REDUCE_ROWS, buffers=[x, out], push={"rows": rows, "cols": cols, "scale": 1.0 / cols if scale_by_n else 1.0},
+           grid=REDUCE_ROWS.grid(rows, cols, REDUCE_ROWS.variant(variant)), variant=variant)
+    return out
+
+
+def _check_axis(x: Tensor, axis: int | None) -> None:
+    if axis not in (None, -1, x.ndim - 1):
+        raise ValueError(f"helios reduces over the last axis (-1) or everything (None), not axis={axis}")
+
+
+def sum(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - the op contract's name
+    """Sum over the last axis, or over everything as shape (1,) when axis is None."""
+    _check_axis(x, axis)
+    return reduce_all(x, "sum") if axis is None else _reduce_last(x, "sum", False)
+
+
+def mean(x: Tensor, axis: int | None = -1) -> Tensor:
+    """Mean over the last axis, or over everything as shape (1,) when axis is None."""
+    _check_axis(x, axis)
+    return reduce_all(x, "sum", 1.0 / _max(1, x.numel)) if axis is None else _reduce_last(x, "sum", True)
+
+
+def max(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - the op contract's name
+    """Maximum over the last axis, or over everything as shape (1,) when axis is None."""
+    _check_axis(x, axis)
+    return reduce_all(x, "max") if axis is None else _reduce_last(x, "max", False)
+
+
+def sum_rows(x: Tensor, out: Tensor | None = None, accumulate: bool = False) -> Tensor:
+    """Column sums of a 2-D [M, N] tensor as [N] (bias gradients); accumulate=True adds into out."""
+    check_f32(x, out)
+    if x.ndim != 2:
+        raise ValueError(f"sum_rows takes a 2-D [M, N] tensor, got shape {x.shape}")
+    rows, cols = x.shape
+    if out is None:
+        out, accumulate = empty((cols,)), False
+    elif out.numel != cols:
+        raise ValueError(f"sum_rows: out= has {out.numel} elements, expected {cols}")
+    if rows == 0:
+        if not accumulate:
+            from helios.runtime import fill
+
+            fill(out, 0.0)
+        return out
+    sum_rows_into(x, 0, rows, cols, out, accumulate)
+    return out
+
+
+def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
+    """(1,) sum of squares of every element of every tensor: per-tensor partials, then one sum.
+
+    One first-stage launch per tensor (pass a flat gradient arena as one tensor for two launches in all).
+    """
+    ts = [tensors] if isinstance(tensors, Tensor) else [t for t in tensors if t.numel]
+    check_f32(*ts)
+    out = empty((1,))
+    if not ts:
+        from helios.runtime import fill
+
+        fill(out, 0.0)
+        return out
+    if len(ts) == 1 and all_groups(ts[0].numel) == 1:
+        _reduce_all_stage(ts[0], ts[0].numel, "sumsq", out, 0, 1.0, 1)
+        return out
+    counts = [all_groups(t.numel) for t in ts]
+    partials = empty((_sum(counts),))
+    slot = 0
+    for t, groups in zip(ts, counts, strict=True):
+        _reduce_all_stage(t, t.numel, "sumsq", partials, slot, 1.0, groups)
+        slot += groups
+    total = partials.numel
+    groups = all_groups(total)
+    if groups == 1:
+        _reduce_all_stage(partials, total, "sum", out, 0, 1.0, 1)
+        return out
+    second = empty((groups,))
+    _reduce_all_stage(partials, total, "sum", second, 0, 1.0, groups)
+    _reduce_all_stage(second, groups, "sum", out, 0, 1.0, 1)
+    return out

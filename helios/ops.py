@@ -1,0 +1,47 @@
+"""Every op function of docs/OPS.md in one namespace: `from helios import ops; ops.gelu(x)`.
+
+Each name maps to the kernel file that declares it; the kernel module is imported on first use, so
+importing helios stays cheap and a kernel family is only built when something calls it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_FAMILIES = {
+    "helios.kernels.elementwise": (
+        "add", "sub", "mul", "div", "scale", "neg", "clone", "masked_fill", "add_inplace",
+    ),
+    "helios.kernels.activations": (
+        "exp", "log", "sqrt", "relu", "gelu", "silu", "clamp", "softcap",
+        "exp_backward", "log_backward", "sqrt_backward", "relu_backward", "gelu_backward", "silu_backward",
+        "clamp_backward", "softcap_backward",
+    ),
+    "helios.kernels.fused": ("swiglu", "swiglu_backward", "residual_dropout_add", "residual_dropout_add_backward"),
+    "helios.kernels.dropout": ("dropout", "dropout_backward"),
+    "helios.kernels.reduce": ("sum", "mean", "max", "sum_rows", "sumsq"),
+    "helios.kernels.softmax": ("softmax", "softmax_backward"),
+    "helios.kernels.norms": ("layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward"),
+    "helios.kernels.embedding": ("embedding", "embedding_backward"),
+    "helios.kernels.rope": ("rope",),
+    "helios.kernels.cross_entropy": ("cross_entropy",),
+    "helios.kernels.adamw": ("grad_norm", "adamw_step"),
+    "helios.kernels.matmul": ("matmul",),
+    "helios.kernels.attention": ("flash_attention", "flash_attention_backward"),
+}
+_WHERE = {name: module for module, names in _FAMILIES.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"helios.ops has no op {name!r}; the ops are listed in docs/OPS.md")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return __all__

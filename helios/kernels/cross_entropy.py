@@ -141,13 +141,15 @@ def _build_rows(b: KernelBuilder, v: Variant) -> None:
         gs = b.subgroup_add(ss * b.exp(mm - gm))
         sh = [b.shared(f32, WG_ROW, "row_max"), b.shared(f32, WG_ROW, "row_sum")]
         big_m, big_s = workgroup_combine(b, [gm, gs], sh, lambda acc, e: list(_merge(b, acc[0], acc[1], e[0], e[1])))
-        lse = big_m + b.log(big_s)
+        # Work relative to the row max (an element, so x - max is exact) rather than to the f32 logsumexp,
+        # whose rounding would cost ~ulp(lse) of relative accuracy in every probability for large logits.
+        inv_s = 1.0 / big_s
         t = targets[row]
         valid = _is_valid(b, t, vocab, ignore)
         coef = b.select(valid, grad_scale / b.max(stats[0], 1.0), 0.0)
         tu = b.cast(t, u32)
         with b.for_range(lid, cols, step=WG_ROW) as j:
-            p = b.exp(lv[base + j] - lse)
+            p = b.exp(lv[base + j] - big_m) * inv_s
             if n == 1:
                 hit = b.cast(tu == j, f32)
             else:
@@ -156,7 +158,7 @@ def _build_rows(b: KernelBuilder, v: Variant) -> None:
             dlogits[base + j] = (p - hit) * coef
         with b.if_(lid == 0):
             x_t = logits[row * vocab + b.select(valid, tu, 0)]
-            losses[row] = b.select(valid, lse - x_t, 0.0)
+            losses[row] = b.select(valid, (big_m - x_t) + b.log(big_s), 0.0)
 
 
 def _build_mean(b: KernelBuilder, v: Variant) -> None:

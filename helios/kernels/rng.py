@@ -19,13 +19,15 @@ Use from another kernel (e.g. attention dropout):
 `index` and `stream` are u32 Values (scalars or vec4<u32>; scalars are splatted). Two draws are independent
 unless all of (seed, offset, index, stream) agree. Attention can pass the key position as `index` and
 `(batch * heads + head) * T + query` as `stream` so no 32-bit product overflows. `uniform_reference` is
-the bit-exact numpy twin for tests and references.
+the bit-exact numpy twin for tests and references; `rand` fills a tensor with the same numbers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels.elementwise import map_kernel, run_map
+from helios.runtime import Tensor, empty
 from helios.spirv import KernelBuilder, Value, f32, u32
 
 _MUL, _ADD = 1664525, 1013904223  # the LCG step that opens pcg4d (Numerical Recipes constants)
@@ -89,3 +91,18 @@ def uniform_reference(seed: int, offset: int, index, stream=0) -> np.ndarray:
 def keep_mask_reference(seed: int, offset: int, n: int, p: float) -> np.ndarray:
     """numpy twin of the dropout keep decision over elements 0..n-1: uniform >= p (as float32)."""
     return uniform_reference(seed, offset, np.arange(n, dtype=np.uint32)) >= np.float32(p)
+
+
+def _rand_body(b: KernelBuilder, index: Value, seed: Value, offset: Value, stream: Value) -> Value:
+    return uniform(b, seed, offset, index, stream)
+
+
+RAND = map_kernel("rand", _rand_body, n_in=0, params=[("seed", u32), ("offset", u32), ("stream", u32)], flops=20)
+
+
+def rand(shape, seed: int, offset: int, stream: int = 0) -> Tensor:
+    """A float32 tensor of uniform(seed, offset, i, stream) for flat indices i: the numbers dropout draws."""
+    y = empty(shape)
+    s, o = seed_words(seed, offset)
+    run_map(RAND, [y], y.numel, seed=s, offset=o, stream=int(stream) & 0xFFFFFFFF)
+    return y

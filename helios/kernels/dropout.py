@@ -1,0 +1,68 @@
+"""Dropout, with masks recomputed from the counter-based RNG (kernels/rng.py).
+
+Element i is kept when uniform(seed, offset, i) >= p and then scaled by 1 / (1 - p). The mask is a pure
+function of (seed, offset, i), so backward recomputes it from the same three numbers and nothing is stored.
+The element index is the flat index within the tensor, identical in the "scalar" and "vec4" variants.
+p = 0 needs no random numbers (dropout becomes a copy); p = 1 drops everything. residual_dropout_add
+(fused.py) reuses `dropped`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helios.kernels.elementwise import check_f32, clone, map_kernel, output, run_map
+from helios.kernels.rng import keep_mask_reference, seed_words, uniform
+from helios.runtime import Tensor, zeros
+from helios.spirv import f32, u32
+
+RNG_PARAMS = [("p", f32), ("scale", f32), ("seed", u32), ("offset", u32)]
+
+
+def dropped(b, y, index, p, scale, seed, offset):
+    """DSL: y * scale where uniform(seed, offset, index) >= p, else 0 (scalar or vec4)."""
+    keep = uniform(b, seed, offset, index) >= p
+    return b.select(keep, y * scale, 0.0)
+
+
+DROPOUT = map_kernel("dropout", lambda b, x, index, **k: dropped(b, x, index, **k), params=RNG_PARAMS, flops=20)
+
+
+def check_p(p: float) -> float:
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    return p
+
+
+def rng_push(p: float, seed: int, offset: int) -> dict:
+    s, o = seed_words(seed, offset)
+    return {"p": p, "scale": 1.0 / (1.0 - p), "seed": s, "offset": o}
+
+
+def dropout(x: Tensor, p: float, seed: int, offset: int) -> Tensor:
+    """x * keep / (1 - p), keep = uniform(seed, offset, i) >= p; a new tensor."""
+    check_f32(x)
+    p = check_p(p)
+    if p == 0.0:
+        return clone(x)
+    if p == 1.0:
+        return zeros(x.shape)
+    y = output(x, None)
+    run_map(DROPOUT, [x, y], x.numel, **rng_push(p, seed, offset))
+    return y
+
+
+def dropout_backward(dy: Tensor, p: float, seed: int, offset: int) -> Tensor:
+    """dx = dy * keep / (1 - p) with the forward's mask, recomputed."""
+    return dropout(dy, p, seed, offset)
+
+
+def reference_dropout(x: np.ndarray, p: float, seed: int, offset: int) -> np.ndarray:
+    """numpy twin: the same mask as the kernels (bit-exact), scaled in x's dtype."""
+    if p == 0.0:
+        return x.copy()
+    if p == 1.0:
+        return np.zeros_like(x)
+    keep = keep_mask_reference(seed, offset, x.size, p).reshape(x.shape)
+    return np.where(keep, x * x.dtype.type(1.0 / (1.0 - p)), x.dtype.type(0.0))

@@ -1,0 +1,293 @@
+"""Elementwise maps: the shared kernel machinery, and arithmetic (add/sub/mul/div with row and column
+broadcasting, scale, neg, clone, masked_fill, add_inplace).
+
+Every elementwise kernel in helios is one `map_kernel(...)`: a body function that maps loaded values to
+stored values, written once and emitted for scalars or for vec4s. Variants:
+- "scalar": one element per invocation;
+- "vec4": one vec4 per invocation over the first n - n % 4 elements, and the last n % 4 elements by
+  scalar invocations that follow them in the same dispatch (a scalar tail), so any n works.
+Broadcast kernels add "row" (operand b is a row vector [N] repeated over rows) and "col" (operand b is a
+column [..., 1], one value per row) variants; their vec4 forms need N % 4 == 0.
+
+Work items are laid out over a 2-D grid of workgroups (x up to the device limit, then y), so any size works
+on devices limited to 65535 groups per dimension. FLOP and byte counts are `kernel.flops(n)` and
+`kernel.bytes(n)` for n output elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from helios.runtime import Tensor, copy, empty, launch
+from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, f32, u32
+
+LOCAL = 256  # invocations per workgroup; a multiple of every subgroup size in use (8 .. 64)
+VEC = 4  # preferred vector width; tests set 1 to force the scalar variants
+MAX_GROUPS: tuple[int, int] | None = None  # (x, y) limit; tests lower it to exercise the 2-D grid; None: the device
+
+Body = Callable[..., Value | Sequence[Value]]
+
+
+# -- grid ------------------------------------------------------------------------------------------
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def work_items(n: int, vec: int) -> int:
+    """Invocations a map over n elements needs: one per vec4 plus one per tail element."""
+    return n if vec == 1 else n // vec + n % vec
+
+
+def grid_2d(items: int, local: int = LOCAL) -> tuple[int, int, int]:
+    """A 2-D workgroup grid covering `items` invocations within the device's per-dimension limits."""
+    groups = max(1, ceil_div(items, local))
+    if MAX_GROUPS is not None:
+        max_x, max_y = MAX_GROUPS
+    else:
+        from helios.device import get_device
+
+        max_x, max_y, _ = get_device().info.max_workgroup_count
+    if groups <= max_x:
+        return (groups, 1, 1)
+    gy = ceil_div(groups, max_x)
+    if gy > max_y:
+        raise ValueError(f"{items} work items exceed a {max_x} x {max_y} grid of {local}-invocation groups")
+    return (ceil_div(groups, gy), gy, 1)  # balanced rows waste fewer idle groups than full ones
+
+
+# -- the generic map -------------------------------------------------------------------------------
+def _load(b: KernelBuilder, buf, i: Value, width: int, mode: str, cols: Value | None) -> Value:
+    """Operand at work item i: a scalar or vec4, directly or broadcast over rows ("row") or columns ("col")."""
+    if mode == "full":
+        return buf[i] if width == 1 else buf.vec4[i]
+    if mode == "row":
+        return buf[i % cols] if width == 1 else buf.vec4[i % (cols >> 2)]
+    if width == 1:  # "col": one value per row of length cols
+        return buf[i / cols]
+    return b.splat(buf[(i << 2) / cols], 4)  # cols % 4 == 0: a vec4 never straddles two rows
+
+
+def _emit_item(b, bufs_in, bufs_out, i: Value, width: int, bcast: str, cols, params, body, inplace) -> None:
+    modes = ["full"] * len(bufs_in)
+    if bcast != "full":
+        modes[-1] = bcast  # the last input is the broadcast operand
+    xs = [_load(b, buf, i, width, mode, cols) for buf, mode in zip(bufs_in, modes, strict=True)]
+    index = i if width == 1 else b.splat(i << 2, 4) + b.vector(0, 1, 2, 3)  # element indices (for RNG)
+    out = body(b, *xs, index=index, **params)
+    outs = [out] if isinstance(out, Value) else list(out)
+    targets = [bufs_in[0]] if inplace else bufs_out
+    for buf, v in zip(targets, outs, strict=True):
+        if width == 1:
+            buf[i] = v
+        else:
+            buf.vec4[i] = v
+
+
+def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[ScalarType],
+              params: Sequence[tuple[str, ScalarType]] = (), inplace: bool = False) -> Callable:
+    """The build function of an elementwise map.
+
+    Bindings: inputs first (binding 0 is read-write and receives the result when `inplace`), then outputs.
+    Push constants: n (elements), cols (row length, broadcast variants only), then `params`.
+    `body(b, *values, index=element_index, **params)` returns the output value(s), each the width of its
+    inputs (f32 or vec4<f32>); index is u32 or vec4<u32>.
+    """
+
+    def build(b: KernelBuilder, v: Variant) -> None:
+        b.local_size(LOCAL)
+        bufs_in = [b.buffer(k, t, "rw" if inplace and k == 0 else "r") for k, t in enumerate(inputs)]
+        bufs_out = [b.buffer(len(inputs) + k, t, "w") for k, t in enumerate(outputs)]
+        n = b.push("n", u32)
+        bcast = v.get("bcast", "full")
+        cols = b.push("cols", u32) if bcast != "full" else None
+        p = {name: b.push(name, t) for name, t in params}
+        i = b.global_index()  # linear over the 2-D grid of grid_2d
+        args = (bufs_in, bufs_out)
+        if v.vec == 1:
+            with b.if_(i < n):
+                _emit_item(b, *args, i, 1, bcast, cols, p, body, inplace)
+            return
+        nv = n >> 2
+        with b.if_(i < nv):
+            _emit_item(b, *args, i, 4, bcast, cols, p, body, inplace)
+        with b.else_():
+            tail = i - nv + (nv << 2)  # elements 4*nv .. n-1, one per invocation
+            with b.if_(tail < n):
+                _emit_item(b, *args, tail, 1, bcast, cols, p, body, inplace)
+
+    return build
+
+
+def map_variants(broadcast: bool = False) -> dict[str, dict]:
+    """Variant table: scalar/vec4, and row_/col_ forms when the last operand may be broadcast."""
+    out = {"scalar": {"vec": 1}, "vec4": {"vec": 4}}
+    if broadcast:
+        for mode in ("row", "col"):
+            out[f"{mode}_scalar"] = {"vec": 1, "bcast": mode}
+            out[f"{mode}_vec4"] = {"vec": 4, "bcast": mode}
+    return out
+
+
+def map_kernel(name: str, body: Body, n_in: int = 1, n_out: int = 1, params: Sequence[tuple[str, ScalarType]] = (),
+               flops: int = 1, inplace: bool = False, broadcast: bool = False,
+               inputs: Sequence[ScalarType] | None = None) -> Kernel:
+    """A Kernel for an elementwise map with `flops` FLOPs per element; bytes count 4 per operand element."""
+    ins = tuple(inputs) if inputs is not None else (f32,) * n_in
+    outs = () if inplace else (f32,) * n_out
+    moved = 4 * (len(ins) + (1 if inplace else n_out))
+    return Kernel(name, map_build(body, ins, outs, params, inplace), variants=map_variants(broadcast),
+                  grid=lambda n, v: grid_2d(work_items(n, v.vec)), flops=lambda n: flops * n,
+                  bytes=lambda n: moved * n)
+
+
+def choose_variant(n: int, bcast: str = "full", cols: int = 0) -> str:
+    """The variant for n elements: vec4 when the vector width is on and the broadcast layout allows it."""
+    vec4 = VEC == 4 and n >= 4 and (bcast == "full" or cols % 4 == 0)
+    name = "vec4" if vec4 else "scalar"
+    return name if bcast == "full" else f"{bcast}_{name}"
+
+
+def run_map(kernel: Kernel, tensors: Sequence[Tensor], n: int, bcast: str = "full", cols: int = 0,
+            **params) -> None:
+    """Launch an elementwise kernel over n elements; `tensors` follow the binding order."""
+    if n == 0:
+        return
+    variant = choose_variant(n, bcast, cols)
+    push = {"n": n, **params}
+    if bcast != "full":
+        push["cols"] = cols
+    launch(kernel, buffers=list(tensors), push=push, grid=kernel.grid(n, kernel.variant(variant)), variant=variant)
+
+
+def check_f32(*tensors: Tensor) -> None:
+    for t in tensors:
+        if t.dtype != np.float32:
+            raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")
+
+
+def output(like: Tensor, out: Tensor | None) -> Tensor:
+    """`out` checked against `like`'s element count, or a new tensor of `like`'s shape."""
+    if out is None:
+        return empty(like.shape)
+    if out.numel != like.numel or out.dtype != np.float32:
+        raise ValueError(f"out= has shape {out.shape} {out.dtype}; expected {like.shape} float32")
+    return out
+
+
+def unary_op(kernel: Kernel, x: Tensor, out: Tensor | None = None, **params) -> Tensor:
+    """y = kernel(x) elementwise (params are the kernel's push constants)."""
+    check_f32(x)
+    y = output(x, out)
+    run_map(kernel, [x, y], x.numel, **params)
+    return y
+
+
+def binary_op(kernel: Kernel, x: Tensor, other: Tensor, out: Tensor | None = None, **params) -> Tensor:
+    """kernel(x, other): `other` of x's shape, or broadcast over rows or columns of x."""
+    check_f32(x, other)
+    y = output(x, out)
+    bcast, cols = broadcast_mode(x, other)
+    run_map(kernel, [x, other, y], x.numel, bcast, cols, **params)
+    return y
+
+
+def broadcast_mode(a: Tensor, b: Tensor) -> tuple[str, int]:
+    """("full" | "row" | "col", row length) for operand b against a; raises on other shapes."""
+    cols = a.shape[-1] if a.shape else 1
+    if b.shape == a.shape or (b.numel == a.numel and len(b.shape) <= 1 and len(a.shape) <= 1):
+        return "full", cols
+    if b.shape == (cols,) or b.shape == (1,) * (len(a.shape) - 1) + (cols,):
+        return "row", cols
+    if a.shape and b.numel * cols == a.numel and b.shape == a.shape[:-1] + (1,):
+        return "col", cols
+    raise ValueError(f"cannot broadcast {b.shape} against {a.shape}: give the same shape, a row vector "
+                     f"[{cols}] or a column {a.shape[:-1] + (1,)}")
+
+
+# -- arithmetic --------------------------------------------------------------------------------------
+def reference_binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy reference of add/sub/mul/div (numpy broadcasting covers the row and column forms)."""
+    return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op](a, b)
+
+
+ADD = map_kernel("add", lambda b, x, y, index: x + y, n_in=2, broadcast=True)
+SUB = map_kernel("sub", lambda b, x, y, index: x - y, n_in=2, broadcast=True)
+MUL = map_kernel("mul", lambda b, x, y, index: x * y, n_in=2, broadcast=True)
+DIV = map_kernel("div", lambda b, x, y, index: x / y, n_in=2, broadcast=True)
+SCALE = map_kernel("scale", lambda b, x, index, s: x * s, params=[("s", f32)])
+NEG = map_kernel("neg", lambda b, x, index: -x, flops=1)
+
+
+def _masked_fill_body(b: KernelBuilder, x: Value, mask: Value, index: Value, value: Value, bits: Value) -> Value:
+    # The mask is read as raw 32-bit words: `bits` is 0x7fffffff for a float mask (so -0.0 counts as zero)
+    # and 0xffffffff for an integer mask, so one kernel serves both.
+    return b.select((mask & bits).ne(0), b.splat(value, x.count), x)
+
+
+ADD_INPLACE = map_kernel("add_inplace", lambda b, a, x, index, alpha: a + x * alpha, n_in=2, params=[("alpha", f32)],
+                         flops=2, inplace=True)
+MASKED_FILL = map_kernel("masked_fill", _masked_fill_body, inputs=(f32, u32), params=[("value", f32), ("bits", u32)],
+                         flops=0)
+
+
+def add(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """a + b; b has a's shape, is a row vector [N] (N = a.shape[-1]) or a column [..., 1]."""
+    return binary_op(ADD, a, b, out)
+
+
+def sub(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """a - b, broadcasting b like `add`."""
+    return binary_op(SUB, a, b, out)
+
+
+def mul(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """a * b, broadcasting b like `add`."""
+    return binary_op(MUL, a, b, out)
+
+
+def div(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """a / b, broadcasting b like `add`."""
+    return binary_op(DIV, a, b, out)
+
+
+def scale(x: Tensor, s: float, out: Tensor | None = None) -> Tensor:
+    """x * s for a Python scalar s."""
+    return unary_op(SCALE, x, out, s=float(s))
+
+
+def neg(x: Tensor, out: Tensor | None = None) -> Tensor:
+    """-x."""
+    return unary_op(NEG, x, out)
+
+
+def clone(x: Tensor, out: Tensor | None = None) -> Tensor:
+    """A copy of x (a buffer copy command, no kernel)."""
+    y = output(x, out)
+    copy(x, y)
+    return y
+
+
+def masked_fill(x: Tensor, mask: Tensor, value: float, out: Tensor | None = None) -> Tensor:
+    """x with `value` where mask (same shape; float32, int32 or uint32) is nonzero."""
+    check_f32(x)
+    if mask.numel != x.numel or mask.dtype.itemsize != 4:
+        raise ValueError(f"mask {mask.shape} {mask.dtype} must match x {x.shape} with a 32-bit dtype")
+    y = output(x, out)
+    bits = 0x7FFFFFFF if mask.dtype == np.float32 else 0xFFFFFFFF
+    run_map(MASKED_FILL, [x, mask, y], x.numel, value=float(value), bits=bits)
+    return y
+
+
+def add_inplace(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """a += alpha * b in place (no allocation, no new tensor); returns a."""
+    check_f32(a, b)
+    if a.numel != b.numel:
+        raise ValueError(f"add_inplace: a {a.shape} and b {b.shape} differ in size")
+    run_map(ADD_INPLACE, [a, b], a.numel, alpha=float(alpha))
+    return a
+
+
+def reference_masked_fill(x: np.ndarray, mask: np.ndarray, value: float) -> np.ndarray:
+    return np.where(mask != 0, np.asarray(value, dtype=x.dtype), x)

@@ -24,7 +24,7 @@ from helios.kernels.reduce import (
     device_info,
     horizontal,
     row_grid,
-    row_layout,
+    row_variant,
     row_variants,
     rows_of,
     sum_rows_into,
@@ -237,7 +237,7 @@ def worker_grid(workers: int, layout: str) -> tuple[int, int, int]:
 
 
 def _variant(rows: int, cols: int, bias: bool = True) -> str:
-    name = f"{row_layout(rows, cols)}_{'vec4' if cols % 4 == 0 else 'scalar'}"
+    name = row_variant("", rows, cols)
     return name if bias else f"{name}_nobias"
 
 

@@ -24,6 +24,8 @@ WG_LOCAL = 256  # "wg" layout: one row per workgroup of this many invocations
 ALL_LOCAL = 256  # reduce_all / sum_rows workgroup size
 MAX_GROUPS = 65535  # every grid here stays within the smallest maxComputeWorkGroupCount Vulkan allows
 NEG_INF = float("-inf")
+VEC = 4  # preferred width of the row kernels; tests set 1 to force the scalar variants
+LAYOUT: str | None = None  # tests force "sg" or "wg"; None picks by device and row length
 # This module defines the ops `sum` and `max`; Python's own are used under these names.
 _max, _min, _sum = builtins.max, builtins.min, builtins.sum
 
@@ -143,6 +145,8 @@ def row_grid(rows: int, layout: str) -> tuple[int, int, int]:
 
 def row_layout(rows: int, cols: int) -> str:
     """Subgroup per row on CPUs (barriers are costly there) and for short rows; a workgroup per long row on GPUs."""
+    if LAYOUT is not None:
+        return LAYOUT
     info = device_info()
     if info.is_cpu or cols < 1024:
         return "sg"
@@ -151,7 +155,7 @@ def row_layout(rows: int, cols: int) -> str:
 
 def row_variant(prefix: str, rows: int, cols: int) -> str:
     """`{prefix}{layout}_{scalar|vec4}` for rows of length cols."""
-    return f"{prefix}{row_layout(rows, cols)}_{'vec4' if cols % 4 == 0 else 'scalar'}"
+    return f"{prefix}{row_layout(rows, cols)}_{'vec4' if VEC == 4 and cols % 4 == 0 else 'scalar'}"
 
 
 def rows_of(x: Tensor) -> tuple[int, int]:
@@ -254,7 +258,7 @@ def all_groups(n: int) -> int:
 
 
 def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float, groups: int) -> None:
-    variant = f"{op}_{'vec4' if n >= 4 else 'scalar'}"
+    variant = f"{op}_{'vec4' if VEC == 4 and n >= 4 else 'scalar'}"
     launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot}, grid=(groups, 1, 1),
            variant=variant)
 
@@ -331,7 +335,7 @@ def sum_rows_into(x: Tensor, offset: int, rows: int, cols: int, out: Tensor, acc
     """
     if cols == 0:
         return
-    variant = "vec4" if cols % 4 == 0 and offset % 4 == 0 else "scalar"
+    variant = "vec4" if VEC == 4 and cols % 4 == 0 and offset % 4 == 0 else "scalar"
     kv = SUM_ROWS.variant(variant)
     if rows <= SUM_ROWS_CHUNK:
         launch(SUM_ROWS, buffers=[x, out], grid=SUM_ROWS.grid(rows, cols, _max(rows, 1), kv), variant=variant,

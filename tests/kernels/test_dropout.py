@@ -1,0 +1,106 @@
+"""Dropout on the counter-based RNG: the device hash equals its numpy twin bit for bit, masks are deterministic in
+(seed, offset) and never stored (backward recomputes them), the keep rate is 1 - p, and draws for different
+offsets, seeds and streams are uncorrelated. Results are compared exactly: the mask is bit-exact and the
+scaling is one f32 multiply.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import helios.runtime as rt
+from helios.kernels import dropout as D
+from helios.kernels import elementwise as E
+from helios.kernels import rng as R
+from helios.spirv import validate
+
+
+@pytest.fixture(params=[1, 4], ids=["scalar", "vec4"])
+def vec(request, monkeypatch):
+    monkeypatch.setattr(E, "VEC", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("kernel,variant", [(k, v) for k in (D.DROPOUT, R.RAND) for v in k.variants],
+                         ids=lambda x: getattr(x, "name", x))
+def test_spirv_valid(kernel, variant):
+    validate(kernel.module(variant).words)
+
+
+@pytest.mark.parametrize("seed,offset,stream", [(0, 0, 0), (1234, 5, 0), (2**40 + 3, 2**33 + 1, 77), (7, 1, 2**31)])
+def test_device_uniform_matches_numpy_bit_exactly(seed, offset, stream, vec):
+    for n in (1, 7, 4097):
+        got = R.rand(n, seed, offset, stream).numpy()
+        np.testing.assert_array_equal(got, R.uniform_reference(seed, offset, np.arange(n), stream))
+
+
+def test_seed_folding():
+    assert R.seed_words(5, 3) == (5, 3)
+    assert R.seed_words(2**32 + 5, 2**32 + 3) == (4, 3)  # high word xor-folded into the low one
+    assert R.seed_words(2**64 - 1, 0)[0] == 0
+
+
+def test_uniform_statistics():
+    n = 1 << 18
+    u = R.uniform_reference(42, 0, np.arange(n))
+    assert u.min() >= 0.0 and u.max() < 1.0
+    assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+    hist = np.bincount((u * 64).astype(int), minlength=64)
+    chi2 = ((hist - n / 64) ** 2 / (n / 64)).sum()
+    assert chi2 < 120  # 63 degrees of freedom: p < 1e-5 to fail by chance
+    for other in (R.uniform_reference(42, 1, np.arange(n)), R.uniform_reference(43, 0, np.arange(n)),
+                  R.uniform_reference(42, 0, np.arange(n), stream=1), u[1:]):
+        assert abs(np.corrcoef(u[: other.size], other)[0, 1]) < 0.01
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (33, 65), (1, 4097), (513, 7)])
+@pytest.mark.parametrize("p", [0.0, 0.25, 0.9, 1.0])
+def test_dropout_forward_and_backward(shape, p, vec):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    seed, offset = 99, 3
+    y = D.dropout(rt.from_numpy(x), p, seed, offset).numpy()
+    np.testing.assert_array_equal(y, D.reference_dropout(x, p, seed, offset))
+    dy = rng.standard_normal(shape).astype(np.float32)
+    dx = D.dropout_backward(rt.from_numpy(dy), p, seed, offset).numpy()
+    np.testing.assert_array_equal(dx, D.reference_dropout(dy, p, seed, offset))
+    kept = y != 0
+    np.testing.assert_array_equal(dx != 0, kept)  # the mask, recomputed, is the forward's
+
+
+def test_vec4_and_scalar_draw_the_same_mask(monkeypatch):
+    x = np.ones(4099, np.float32)
+    monkeypatch.setattr(E, "VEC", 4)
+    a = D.dropout(rt.from_numpy(x), 0.5, 7, 8).numpy()
+    monkeypatch.setattr(E, "VEC", 1)
+    b = D.dropout(rt.from_numpy(x), 0.5, 7, 8).numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+def test_deterministic_and_offset_dependent():
+    x = rt.from_numpy(np.ones(10_000, np.float32))
+    a = D.dropout(x, 0.3, 5, 0).numpy()
+    np.testing.assert_array_equal(a, D.dropout(x, 0.3, 5, 0).numpy())
+    b = D.dropout(x, 0.3, 5, 1).numpy()
+    c = D.dropout(x, 0.3, 6, 0).numpy()
+    assert (a != b).mean() > 0.3 and (a != c).mean() > 0.3  # independent masks differ in ~42% of places
+    keep = (a != 0).mean()
+    assert abs(keep - 0.7) < 0.02
+    np.testing.assert_allclose(a[a != 0], np.float32(1 / 0.7))
+
+
+def test_expected_value_matches_torch_semantics():
+    """Like torch.nn.functional.dropout: zeros or x / (1 - p), mean preserved."""
+    x = np.random.default_rng(2).standard_normal(50_000).astype(np.float32)
+    p = 0.2
+    y = D.dropout(rt.from_numpy(x), p, 11, 0).numpy()
+    t = torch.nn.functional.dropout(torch.from_numpy(x), p, training=True).numpy()
+    assert set(np.unique(np.round(y[y != 0] / x[y != 0], 5))) == set(np.unique(np.round(t[t != 0] / x[t != 0], 5)))
+    assert abs((y != 0).mean() - (t != 0).mean()) < 0.01
+
+
+def test_bad_probability():
+    with pytest.raises(ValueError, match="probability"):
+        D.dropout(rt.zeros(4), 1.5, 0, 0)

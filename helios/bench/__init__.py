@@ -1,1 +1,1 @@
-"""Benchmark commands: `python -m helios.bench <family>`; shared timing in `harness.py`."""
+"""Benchmark commands: `python -m helios.bench <name>` (registry in `__main__.py`); shared timing in `harness.py`."""

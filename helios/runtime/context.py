@@ -1,0 +1,305 @@
+"""The runtime: one device, its buffer pools, its pipeline cache and its command recorder, plus `launch`.
+
+`get_runtime()` returns the process-wide runtime, created on first use. Tests may build a private one
+(for example with staging forced on a unified-memory device) and install it with `set_runtime`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from helios.device import get_device
+from helios.errors import HeliosError
+from helios.runtime.memory import BufferPool, MiB, Storage
+from helios.runtime.pipelines import PipelineCache
+from helios.runtime.recorder import CommandRecorder, Counters
+
+
+class Runtime:
+    """Everything that turns tensors and kernels into Vulkan work on one device."""
+
+    def __init__(self, device=None, *, zero_copy: bool | None = None, push_descriptors: bool | None = None,
+                 flush_threshold: int = 1024, block_size: int | None = None, persist_pipelines: bool = True):
+        self.device = device = device or get_device()
+        info = device.info
+        self.info = info
+        self.counters = Counters()
+        self.recorder = CommandRecorder(device, self.counters, flush_threshold=flush_threshold,
+                                        push_descriptors=push_descriptors)
+        self.pipelines = PipelineCache(device, push_descriptors=self.recorder.push_descriptors,
+                                       persist=persist_pipelines)
+        types = info.memory_types
+        unified_types = [t for t in types if t.device_local and t.host_visible and t.host_coherent]
+        if zero_copy is None:
+            # Zero-copy only where host and device share one memory (lavapipe, integrated GPUs): on a
+            # discrete GPU, host-visible VRAM (ReBAR) is uncached for the CPU, so reads crawl; stage instead.
+            zero_copy = info.unified_memory and bool(unified_types)
+        elif zero_copy and not unified_types:
+            raise HeliosError("zero_copy=True needs a device-local, host-visible, host-coherent memory type")
+        self.zero_copy = zero_copy
+        # Unified memory is shared with everything else on the machine: smaller blocks waste less.
+        if block_size is None:
+            block_size = 64 * MiB if info.unified_memory else 256 * MiB
+        block_size = min(block_size, info.max_memory_allocation_size)
+        max_tensor = min(info.max_storage_buffer_range, info.max_memory_allocation_size)
+        if zero_copy:
+            order = sorted(unified_types, key=lambda t: not t.host_cached)
+        else:
+            order = sorted(types, key=lambda t: (not t.device_local, t.host_visible))
+        self.pool = BufferPool(device, self.recorder, memory_types=[t.index for t in order], mapped=zero_copy,
+                               block_size=block_size, max_tensor=max_tensor, name="device")
+        self.pool.runtime = self
+        self.staging: BufferPool | None = None
+        if not zero_copy:
+            host = [t for t in types if t.host_visible and t.host_coherent]
+            if not host:
+                raise HeliosError("the device has no host-visible, host-coherent memory for staging copies")
+            # Cached system memory first: reading results back from uncached memory is several times slower.
+            host.sort(key=lambda t: (not t.host_cached, t.device_local))
+            vk = device.vk
+            self.staging = BufferPool(device, self.recorder, memory_types=[t.index for t in host], mapped=True,
+                                      block_size=min(32 * MiB, block_size), max_tensor=max_tensor,
+                                      name="staging",
+                                      usage=vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+            self.staging.runtime = self
+        self.max_groups = info.max_workgroup_count
+        # (id(kernel or module), variant[, spec items]) -> (kernel or module, pipeline, push packer)
+        self._launches: dict[tuple, tuple] = {}
+        self._query_pools: list = []
+        self.closed = False
+
+    # -- kernels -------------------------------------------------------------------------------
+    def module_of(self, kernel_or_module, variant=None):
+        """The ShaderModule to run: the argument itself, or a Kernel's variant (default: its first)."""
+        if hasattr(kernel_or_module, "words"):
+            return kernel_or_module
+        if not hasattr(kernel_or_module, "module"):
+            raise HeliosError(f"launch() needs a helios.spirv Kernel or ShaderModule, "
+                              f"not {type(kernel_or_module).__name__}")
+        name = variant if variant is not None else next(iter(kernel_or_module.variants))
+        return kernel_or_module.module(name)
+
+    def _prepare(self, key, kernel_or_module, variant, spec):
+        module = self.module_of(kernel_or_module, variant)
+        pipe = self.pipelines.get(module, spec)
+        # The kernel object is kept in the entry so that its id(), part of the key, is never reused.
+        entry = self._launches[key] = (kernel_or_module, pipe, _PushPacker(module))
+        return entry
+
+    def launch(self, kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None,
+               grid=(1, 1, 1), spec: Mapping[str, Any] | None = None, variant: str | None = None) -> None:
+        """Record one dispatch; see `helios.runtime.launch`."""
+        key = (id(kernel_or_module), variant) if not spec else \
+            (id(kernel_or_module), variant, tuple(sorted(spec.items())))
+        entry = self._launches.get(key)
+        if entry is None:
+            entry = self._prepare(key, kernel_or_module, variant, spec)
+        pipe = entry[1]
+        if len(buffers) != pipe.nbind:
+            raise HeliosError(f"kernel {pipe.name!r} has {pipe.nbind} buffer bindings but launch() got "
+                              f"{len(buffers)} buffers")
+        if type(grid) is int:
+            gx, gy, gz = grid, 1, 1
+        elif len(grid) == 3:
+            gx, gy, gz = grid
+        else:
+            gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+        mx, my, mz = self.max_groups
+        if gx > mx or gy > my or gz > mz:
+            raise HeliosError(
+                f"kernel {pipe.name!r}: grid ({gx}, {gy}, {gz}) exceeds this device's maximum workgroup count "
+                f"({mx}, {my}, {mz}); use a 2-D grid or a grid-stride loop for large tensors")
+        if gx <= 0 or gy <= 0 or gz <= 0:
+            if min(gx, gy, gz) < 0:
+                raise HeliosError(f"kernel {pipe.name!r}: negative grid ({gx}, {gy}, {gz})")
+            return  # an empty grid does no work
+        data = entry[2].pack(push) if pipe.push_size else None
+        self.recorder.dispatch(pipe, buffers, data, gx, gy, gz)
+
+    # -- memory --------------------------------------------------------------------------------
+    def allocate(self, nbytes: int) -> Storage:
+        return self.pool.acquire(nbytes)
+
+    def upload(self, storage: Storage, offset: int, data: np.ndarray) -> None:
+        """Write host bytes into a storage that no pending device work uses (a fresh one)."""
+        flat = data.reshape(-1).view(np.uint8)
+        if self.zero_copy:
+            storage.host_bytes(offset, flat.nbytes)[:] = flat
+        else:
+            stage = self.staging.acquire(flat.nbytes)
+            stage.host_bytes(0, flat.nbytes)[:] = flat
+            self.recorder.copy(stage, stage.base, storage, storage.base + offset, flat.nbytes)
+            stage.release()  # tagged with the open batch: reused once the copy has run
+        self.counters.uploads += 1
+
+    def download(self, storage: Storage, offset: int, nbytes: int) -> np.ndarray:
+        """Copy bytes back to the host, waiting only for the batch that last wrote them."""
+        self.counters.downloads += 1
+        if self.zero_copy:
+            self.recorder.wait(storage.last_write)
+            return storage.host_bytes(offset, nbytes).copy()
+        stage = self.staging.acquire(nbytes)
+        try:
+            self.recorder.copy(storage, storage.base + offset, stage, stage.base, nbytes)
+            self.recorder.wait(stage.last_write)
+            return stage.host_bytes(0, nbytes).copy()
+        finally:
+            stage.release()
+
+    # -- timing --------------------------------------------------------------------------------
+    def take_query_pool(self):
+        """A two-entry timestamp query pool (reused)."""
+        if self._query_pools:
+            return self._query_pools.pop()
+        vk = self.device.vk
+        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.device.physical)
+        if not families[self.device.queue_family].timestampValidBits:
+            raise HeliosError(f"the device '{self.info.name}' has no timestamps on its compute queue")
+        info = vk.VkQueryPoolCreateInfo(queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=2)
+        return vk.vkCreateQueryPool(self.device.device, info, None)
+
+    def give_query_pool(self, pool) -> None:
+        self._query_pools.append(pool)
+
+    # -- state ---------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counters plus pool and pipeline state."""
+        out: dict[str, Any] = self.counters.as_dict()
+        out.update(self.pool.stats())
+        if self.staging is not None:
+            s = self.staging.stats()
+            out["staging_bytes"] = s["pool_bytes"]
+            out["device_allocs"] += s["device_allocs"]
+        out["pipelines"] = len(self.pipelines)
+        out["pending"] = self.recorder.pending
+        return out
+
+    def reset_counters(self) -> None:
+        self.counters.reset()
+        self.pool.device_allocs = 0
+        if self.staging is not None:
+            self.staging.device_allocs = 0
+
+    def close(self) -> None:
+        """Finish all work and free every Vulkan object this runtime made (tests; the process exit frees too)."""
+        if self.closed:
+            return
+        self.recorder.wait_all()
+        self.pipelines.close()
+        for pool in self._query_pools:
+            self.device.vk.vkDestroyQueryPool(self.device.device, pool, None)
+        self._query_pools.clear()
+        self.pool.close()
+        if self.staging is not None:
+            self.staging.close()
+        self.recorder.close()
+        self.closed = True
+
+
+class _PushPacker:
+    """Packs push constants with one precompiled struct (the module's own pack_push checks and converts,
+    at ~2 us a call; this fast path costs a fraction and falls back to it for errors and conversions)."""
+
+    __slots__ = ("module", "names", "struct")
+
+    _CODES = {"f32": "f", "u32": "I", "i32": "i"}
+
+    def __init__(self, module) -> None:
+        self.module = module
+        fields = sorted(module.push_fields, key=lambda f: f.offset)
+        fmt, pos = "<", 0
+        for f in fields:
+            code = self._CODES.get(str(f.dtype))
+            if code is None or f.offset < pos:
+                self.struct = None  # a field this packer does not know: always use the module's
+                break
+            fmt += "x" * (f.offset - pos) + code
+            pos = f.offset + 4
+        else:
+            fmt += "x" * max(0, module.push_size - pos)
+            self.struct = struct.Struct(fmt)
+        self.names = tuple(f.name for f in fields)
+
+    def pack(self, values) -> bytes:
+        st = self.struct
+        if st is not None and values is not None and len(values) == len(self.names):
+            try:
+                return st.pack(*[values[n] for n in self.names])
+            except (KeyError, struct.error, TypeError):
+                pass
+        return self.module.pack_push(values or {})
+
+
+_runtime: Runtime | None = None
+
+
+def get_runtime() -> Runtime:
+    """The current runtime, created on first use with the process-wide device."""
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime()
+        atexit.register(_at_exit)
+    return _runtime
+
+
+def set_runtime(runtime: Runtime | None) -> Runtime | None:
+    """Make `runtime` current (tests); returns the previous one, which stays usable."""
+    global _runtime
+    previous, _runtime = _runtime, runtime
+    return previous
+
+
+def _at_exit() -> None:
+    # Persist newly created pipelines and let in-flight work finish before the driver is torn down.
+    rt = _runtime
+    if rt is not None and not rt.closed:
+        try:
+            rt.recorder.wait_all()
+            rt.pipelines.save()
+        except Exception:
+            pass
+
+
+def launch(kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None, grid=(1, 1, 1),
+           spec: Mapping[str, Any] | None = None, variant: str | None = None) -> None:
+    """Record a dispatch of a Kernel (its `variant`, default the first) or ShaderModule into the open batch.
+
+    Binding k of the module binds `buffers[k]` (a tensor or view, with its byte offset and size); `push` is
+    packed by the module; `spec` sets specialization constants (part of the pipeline key); `grid` is the
+    workgroup count (an int or up to three ints), each at most the device's maxComputeWorkGroupCount.
+    """
+    (_runtime or get_runtime()).launch(kernel_or_module, buffers, push, grid, spec, variant)
+
+
+def sync() -> None:
+    """Submit everything recorded and wait until the device has finished it."""
+    (_runtime or get_runtime()).recorder.wait_all()
+
+
+def flush() -> None:
+    """Submit everything recorded without waiting."""
+    (_runtime or get_runtime()).recorder.flush()
+
+
+def counters() -> dict[str, Any]:
+    """dispatches, submits, barriers, host_waits, fills, copies, uploads, downloads and pool statistics."""
+    return (_runtime or get_runtime()).stats()
+
+
+def reset_counters() -> None:
+    """Zero the event counters (pool statistics that describe current state are kept)."""
+    (_runtime or get_runtime()).reset_counters()
+
+
+def configure(*, flush_threshold: int | None = None) -> None:
+    """Change runtime settings: `flush_threshold` is the number of pending dispatches that forces a submit."""
+    rt = _runtime or get_runtime()
+    if flush_threshold is not None:
+        if flush_threshold < 1:
+            raise HeliosError("flush_threshold must be at least 1")
+        rt.recorder.flush_threshold = flush_threshold

@@ -1,0 +1,273 @@
+"""Compute pipelines: SPIR-V -> shader module -> pipeline, keyed by (module key, specialization constants).
+
+One pipeline serves every tensor: buffers are bound per dispatch (push descriptors where the device has
+them) and shapes travel in push constants. Pipelines are created through a VkPipelineCache that is loaded
+from and saved to `helios.env.cache_dir()`, in a file named after the device and driver (vendor id, device
+id, driver version, pipelineCacheUUID), so a second start skips the driver's shader compiler where the
+driver caches anything.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from helios import env
+from helios.errors import HeliosError
+
+
+class Pipeline:
+    """A compute pipeline with what the recorder needs prebuilt: layout, per-binding access, descriptor writes."""
+
+    __slots__ = ("name", "handle", "layout", "set_layout", "set_layout_ptr", "nbind", "wflags", "rflags",
+                 "infos", "writes", "push_size", "local_size", "module", "spec", "cache_hit")
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.name!r}, bindings={self.nbind}, push={self.push_size}B)"
+
+
+def cache_file(device) -> Path:
+    """Where the VkPipelineCache of this device and driver lives."""
+    info = device.info
+    props = device.vk.vkGetPhysicalDeviceProperties(device.physical)
+    uuid = bytes(device.ffi.buffer(props.pipelineCacheUUID, 16)).hex()
+    name = f"{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:x}-{uuid}.bin"
+    return env.cache_dir() / "pipelines" / name
+
+
+class PipelineCache:
+    """Creates pipelines once per (module key, spec) and persists the driver's pipeline cache."""
+
+    def __init__(self, device, *, push_descriptors: bool, persist: bool = True):
+        self.device, self.vk, self.ffi, self.lib = device, device.vk, device.ffi, device.vk.lib
+        self.push_descriptors = push_descriptors
+        self._pipelines: dict[Any, Pipeline] = {}
+        self._shader_modules: dict[str, Any] = {}
+        self._layouts: dict[tuple, tuple] = {}
+        self.path = cache_file(device) if persist else None
+        self.loaded_bytes = 0
+        self.created = 0  # pipelines created in this process
+        self.cache_hits = 0  # pipelines the driver reported as found in the pipeline cache
+        self._dirty = False
+        initial = b""
+        if self.path is not None and self.path.is_file():
+            try:
+                initial = self.path.read_bytes()
+            except OSError:
+                initial = b""
+        self.handle = self._create_vk_cache(initial)
+
+    def _create_vk_cache(self, initial: bytes):
+        vk, ffi = self.vk, self.ffi
+        info = ffi.new("VkPipelineCacheCreateInfo*")
+        info.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO
+        data = ffi.from_buffer(initial) if initial else ffi.NULL
+        info.initialDataSize = len(initial)
+        info.pInitialData = data
+        out = ffi.new("VkPipelineCache*")
+        if self.lib.vkCreatePipelineCache(self.device.device, info, ffi.NULL, out) != vk.VK_SUCCESS:
+            # A corrupt or foreign file must not stop helios: start with an empty cache instead.
+            info.initialDataSize, info.pInitialData = 0, ffi.NULL
+            if self.lib.vkCreatePipelineCache(self.device.device, info, ffi.NULL, out) != vk.VK_SUCCESS:
+                raise HeliosError("vkCreatePipelineCache failed")
+        else:
+            self.loaded_bytes = len(initial)
+        return out[0]
+
+    def get(self, module, spec=None) -> Pipeline:
+        """The pipeline for `module` with specialization constants `spec` (a mapping or None)."""
+        key = module.key if not spec else (module.key, tuple(sorted(spec.items())))
+        pipe = self._pipelines.get(key)
+        if pipe is None:
+            pipe = self._pipelines[key] = self._create(module, spec)
+        return pipe
+
+    def __len__(self) -> int:
+        return len(self._pipelines)
+
+    # -- creation ------------------------------------------------------------------------------
+    def _shader_module(self, module):
+        handle = self._shader_modules.get(module.key)
+        if handle is None:
+            vk, ffi = self.vk, self.ffi
+            words = bytes(module.words)
+            if len(words) % 4 or len(words) < 20:
+                raise HeliosError(f"kernel {module.name!r}: SPIR-V must be a whole number of 32-bit words")
+            code = ffi.from_buffer("uint32_t[]", words)
+            info = ffi.new("VkShaderModuleCreateInfo*")
+            info.sType = vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO
+            info.codeSize = len(words)
+            info.pCode = code
+            out = ffi.new("VkShaderModule*")
+            result = self.lib.vkCreateShaderModule(self.device.device, info, ffi.NULL, out)
+            if result != vk.VK_SUCCESS:
+                raise HeliosError(f"kernel {module.name!r}: vkCreateShaderModule failed (VkResult {result})")
+            handle = self._shader_modules[module.key] = out[0]
+        return handle
+
+    def _layout(self, bindings: tuple[int, ...], push_size: int):
+        key = (bindings, push_size)
+        found = self._layouts.get(key)
+        if found is not None:
+            return found
+        vk, ffi = self.vk, self.ffi
+        dev = self.device.device
+        entries = ffi.new("VkDescriptorSetLayoutBinding[]", max(1, len(bindings)))
+        for k, b in enumerate(bindings):
+            entries[k].binding = b
+            entries[k].descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+            entries[k].descriptorCount = 1
+            entries[k].stageFlags = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        info = ffi.new("VkDescriptorSetLayoutCreateInfo*")
+        info.sType = vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO
+        if self.push_descriptors:
+            info.flags = vk.VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR
+        info.bindingCount = len(bindings)
+        info.pBindings = entries
+        set_layout = ffi.new("VkDescriptorSetLayout[1]")
+        self._ok(self.lib.vkCreateDescriptorSetLayout(dev, info, ffi.NULL, set_layout), "vkCreateDescriptorSetLayout")
+        pl_info = ffi.new("VkPipelineLayoutCreateInfo*")
+        pl_info.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO
+        pl_info.setLayoutCount = 1
+        pl_info.pSetLayouts = set_layout
+        push_range = ffi.new("VkPushConstantRange*")
+        if push_size:
+            push_range.stageFlags = vk.VK_SHADER_STAGE_COMPUTE_BIT
+            push_range.size = -(-push_size // 4) * 4
+            pl_info.pushConstantRangeCount = 1
+            pl_info.pPushConstantRanges = push_range
+        layout = ffi.new("VkPipelineLayout*")
+        self._ok(self.lib.vkCreatePipelineLayout(dev, pl_info, ffi.NULL, layout), "vkCreatePipelineLayout")
+        found = self._layouts[key] = (set_layout, layout[0])
+        return found
+
+    def _create(self, module, spec) -> Pipeline:
+        vk, ffi = self.vk, self.ffi
+        bindings = tuple(b.binding for b in module.bindings)
+        accesses = tuple(b.access for b in module.bindings)
+        for b in module.bindings:
+            if b.access not in ("r", "w", "rw"):
+                raise HeliosError(f"kernel {module.name!r}: binding {b.binding} has access {b.access!r}; "
+                                  "expected 'r', 'w' or 'rw'")
+        set_layout_ptr, layout = self._layout(bindings, module.push_size)
+        shader = self._shader_module(module)
+
+        # Every struct a pointer field refers to stays in a local variable until the call returns.
+        spec_data, spec_entries = module.spec_data(dict(spec or {}))
+        spec_info = ffi.NULL
+        keep = []
+        if spec_entries:
+            entries = ffi.new("VkSpecializationMapEntry[]", len(spec_entries))
+            for k, (spec_id, offset, size) in enumerate(spec_entries):
+                entries[k].constantID, entries[k].offset, entries[k].size = spec_id, offset, size
+            data = ffi.from_buffer(bytes(spec_data))
+            spec_info = ffi.new("VkSpecializationInfo*")
+            spec_info.mapEntryCount = len(spec_entries)
+            spec_info.pMapEntries = entries
+            spec_info.dataSize = len(spec_data)
+            spec_info.pData = data
+            keep += [entries, data]
+        entry = ffi.new("char[]", getattr(module, "entry_point", "main").encode())
+        feedback = ffi.new("VkPipelineCreationFeedback*")
+        stage_feedback = ffi.new("VkPipelineCreationFeedback*")
+        fb_info = ffi.new("VkPipelineCreationFeedbackCreateInfo*")
+        fb_info.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_CREATION_FEEDBACK_CREATE_INFO
+        fb_info.pPipelineCreationFeedback = feedback
+        fb_info.pipelineStageCreationFeedbackCount = 1
+        fb_info.pPipelineStageCreationFeedbacks = stage_feedback
+        info = ffi.new("VkComputePipelineCreateInfo*")
+        info.sType = vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
+        info.pNext = fb_info
+        info.stage.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
+        info.stage.stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        info.stage.module = shader
+        info.stage.pName = entry
+        info.stage.pSpecializationInfo = spec_info
+        info.layout = layout
+        out = ffi.new("VkPipeline*")
+        result = self.lib.vkCreateComputePipelines(self.device.device, self.handle, 1, info, ffi.NULL, out)
+        if result != vk.VK_SUCCESS:
+            raise HeliosError(f"kernel {module.name!r}: vkCreateComputePipelines failed (VkResult {result}); "
+                              "run with HELIOS_VALIDATE=1 for the validation layer's explanation")
+        del keep
+        self.created += 1
+        self._dirty = True
+        pipe = Pipeline()
+        pipe.cache_hit = bool(feedback.flags & vk.VK_PIPELINE_CREATION_FEEDBACK_VALID_BIT) and bool(
+            feedback.flags & vk.VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT)
+        self.cache_hits += pipe.cache_hit
+        pipe.name = f"{module.name}:{module.variant}" if getattr(module, "variant", None) else module.name
+        pipe.handle = out[0]
+        pipe.layout = layout
+        pipe.set_layout_ptr = set_layout_ptr
+        pipe.set_layout = set_layout_ptr[0]
+        pipe.nbind = len(bindings)
+        pipe.wflags = tuple("w" in a for a in accesses)
+        pipe.rflags = tuple("r" in a for a in accesses)
+        pipe.push_size = module.push_size
+        pipe.local_size = tuple(module.local_size)
+        pipe.module = module
+        pipe.spec = dict(spec or {})
+        # Descriptor writes built once; the recorder fills buffer/offset/range per dispatch.
+        pipe.infos = ffi.new("VkDescriptorBufferInfo[]", max(1, len(bindings)))
+        pipe.writes = ffi.new("VkWriteDescriptorSet[]", max(1, len(bindings)))
+        for k, b in enumerate(bindings):
+            w = pipe.writes[k]
+            w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+            w.dstBinding = b
+            w.descriptorCount = 1
+            w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+            w.pBufferInfo = pipe.infos + k
+        return pipe
+
+    def _ok(self, result: int, what: str) -> None:
+        if result != self.vk.VK_SUCCESS:
+            raise HeliosError(f"{what} failed (VkResult {result})")
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self) -> Path | None:
+        """Write the driver's pipeline cache to disk (atomically) if pipelines were created since the last save."""
+        if self.path is None or not self._dirty:
+            return None
+        ffi = self.ffi
+        size = ffi.new("size_t*")
+        dev = self.device.device
+        if self.lib.vkGetPipelineCacheData(dev, self.handle, size, ffi.NULL) != self.vk.VK_SUCCESS:
+            return None
+        data = ffi.new("char[]", max(1, size[0]))
+        if self.lib.vkGetPipelineCacheData(dev, self.handle, size, data) != self.vk.VK_SUCCESS:
+            return None
+        blob = bytes(ffi.buffer(data, size[0]))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, self.path)  # atomic: a concurrent start never reads half a file
+        except OSError:
+            return None  # a read-only cache directory only costs start-up time
+        self._dirty = False
+        return self.path
+
+    def stats(self) -> dict[str, Any]:
+        return {"pipelines": len(self._pipelines), "pipelines_created": self.created,
+                "pipeline_cache_hits": self.cache_hits, "pipeline_cache_loaded_bytes": self.loaded_bytes,
+                "pipeline_cache_path": str(self.path) if self.path else None}
+
+    def close(self) -> None:
+        """Destroy every Vulkan object (tests and shutdown); saves the cache first."""
+        self.save()
+        vk, dev = self.vk, self.device.device
+        for pipe in self._pipelines.values():
+            vk.vkDestroyPipeline(dev, pipe.handle, None)
+        for handle in self._shader_modules.values():
+            vk.vkDestroyShaderModule(dev, handle, None)
+        for set_layout, layout in self._layouts.values():
+            vk.vkDestroyPipelineLayout(dev, layout, None)
+            vk.vkDestroyDescriptorSetLayout(dev, set_layout[0], None)
+        vk.vkDestroyPipelineCache(dev, self.handle, None)
+        self._pipelines.clear()
+        self._shader_modules.clear()
+        self._layouts.clear()

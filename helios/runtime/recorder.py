@@ -1,0 +1,466 @@
+"""Lazy command recording on one queue with one timeline semaphore.
+
+Dispatches, fills and copies are appended to the open command buffer. A barrier is recorded only when a
+command touches bytes that an earlier, not yet synchronised command wrote (or writes bytes one read);
+accesses are tracked per pool region (regions never overlap) and byte range within it, so views of one
+arena that do not overlap never force a barrier. The open buffer is submitted on a host read, an explicit
+sync, or once `flush_threshold` dispatches are pending; each submit signals the next timeline value, and
+command buffers and descriptor arenas are recycled once the semaphore has passed their value.
+
+The hot path calls the binding's raw `vk.lib` functions with cffi objects built once: the Pythonic
+wrappers cost 5-8 us per call, which is more than a whole dispatch should cost to record.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import deque
+
+from helios.errors import HeliosError
+
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+class VulkanCallError(HeliosError):
+    """A Vulkan call failed (device lost, out of memory while recording, ...)."""
+
+
+class Counters:
+    """Event counters of the runtime; plain attributes so the hot path increments them cheaply."""
+
+    __slots__ = ("dispatches", "submits", "barriers", "host_waits", "fills", "copies", "uploads", "downloads")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class _DescriptorArena:
+    """Descriptor sets for devices without push descriptors: one per dispatch, all reset with the batch."""
+
+    SETS_PER_POOL = 256
+    DESCRIPTORS_PER_POOL = 256 * 16
+
+    def __init__(self, device) -> None:
+        self.device, self.vk, self.ffi, self.lib = device, device.vk, device.ffi, device.vk.lib
+        self.pools: list = []
+        self.current = 0  # index of the pool being allocated from
+        self._info = self.ffi.new("VkDescriptorSetAllocateInfo*")
+        self._info.sType = self.vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO
+        self._info.descriptorSetCount = 1
+        self._out = self.ffi.new("VkDescriptorSet[1]")
+
+    def _new_pool(self):
+        vk = self.vk
+        size = vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                       descriptorCount=self.DESCRIPTORS_PER_POOL)
+        info = vk.VkDescriptorPoolCreateInfo(maxSets=self.SETS_PER_POOL, poolSizeCount=1, pPoolSizes=[size])
+        self.pools.append(vk.vkCreateDescriptorPool(self.device.device, info, None))
+
+    def allocate(self, set_layout_ptr):
+        vk = self.vk
+        while True:
+            if self.current >= len(self.pools):
+                self._new_pool()
+            self._info.descriptorPool = self.pools[self.current]
+            self._info.pSetLayouts = set_layout_ptr
+            result = self.lib.vkAllocateDescriptorSets(self.device.device, self._info, self._out)
+            if result == vk.VK_SUCCESS:
+                return self._out
+            if result in (vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL):
+                self.current += 1
+                continue
+            raise VulkanCallError(f"vkAllocateDescriptorSets failed (VkResult {result})")
+
+    def reset(self) -> None:
+        for pool in self.pools[: self.current + 1]:
+            self.lib.vkResetDescriptorPool(self.device.device, pool, 0)
+        self.current = 0
+
+
+class _Slot:
+    """A command pool with one command buffer, and its descriptor arena; busy until `value` completes."""
+
+    __slots__ = ("pool", "cb", "value", "arena")
+
+
+class CommandRecorder:
+    """Records commands lazily and owns the timeline semaphore; see the module docstring."""
+
+    def __init__(self, device, counters: Counters, *, flush_threshold: int = 1024,
+                 push_descriptors: bool | None = None, max_in_flight: int = 8):
+        self.device, self.vk, self.ffi, self.lib = device, device.vk, device.ffi, device.vk.lib
+        vk, ffi = self.vk, self.ffi
+        self.counters = counters
+        self.flush_threshold = flush_threshold
+        self.max_in_flight = max_in_flight
+        if push_descriptors is None:
+            push_descriptors = device.info.push_descriptor
+        self.push_descriptors = push_descriptors
+        self._push_fn = None
+        if push_descriptors:
+            # The binding's vkGetDeviceProcAddr wraps the pointer in a slow Pythonic function: cast it raw.
+            ptr = self.lib.vkGetDeviceProcAddr(device.device, b"vkCmdPushDescriptorSetKHR")
+            if ptr == ffi.NULL:
+                raise HeliosError("the device reports VK_KHR_push_descriptor but has no vkCmdPushDescriptorSetKHR")
+            self._push_fn = ffi.cast("PFN_vkCmdPushDescriptorSetKHR", ptr)
+
+        type_info = vk.VkSemaphoreTypeCreateInfo(semaphoreType=vk.VK_SEMAPHORE_TYPE_TIMELINE, initialValue=0)
+        create = vk.VkSemaphoreCreateInfo(pNext=type_info)
+        self.semaphore = vk.vkCreateSemaphore(device.device, create, None)
+        self.submitted = 0  # value signalled by the latest submit
+        self.completed = 0  # cached semaphore value (may lag the device)
+        self.open_value = 1  # value the open command buffer will signal
+
+        # Prebuilt structs for the raw calls. Everything a pointer field points to is kept on self.
+        self._sems = ffi.new("VkSemaphore[1]", [self.semaphore])
+        self._signal_value = ffi.new("uint64_t[1]")
+        self._timeline_info = ffi.new("VkTimelineSemaphoreSubmitInfo*")
+        self._timeline_info.sType = vk.VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO
+        self._timeline_info.signalSemaphoreValueCount = 1
+        self._timeline_info.pSignalSemaphoreValues = self._signal_value
+        self._cbs = ffi.new("VkCommandBuffer[1]")
+        self._submit = ffi.new("VkSubmitInfo*")
+        self._submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+        self._submit.pNext = self._timeline_info
+        self._submit.commandBufferCount = 1
+        self._submit.pCommandBuffers = self._cbs
+        self._submit.signalSemaphoreCount = 1
+        self._submit.pSignalSemaphores = self._sems
+        self._wait_value = ffi.new("uint64_t[1]")
+        self._wait_info = ffi.new("VkSemaphoreWaitInfo*")
+        self._wait_info.sType = vk.VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO
+        self._wait_info.semaphoreCount = 1
+        self._wait_info.pSemaphores = self._sems
+        self._wait_info.pValues = self._wait_value
+        self._counter = ffi.new("uint64_t*")
+        self._begin_info = ffi.new("VkCommandBufferBeginInfo*")
+        self._begin_info.sType = vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO
+        self._begin_info.flags = vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT
+        self._stages = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+        self._barrier = ffi.new("VkMemoryBarrier*")
+        self._barrier.sType = vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        self._barrier.srcAccessMask = vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+        self._barrier.dstAccessMask = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+                                       | vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+        # Ends every batch: makes device writes visible to host reads after the semaphore wait.
+        self._host_barrier = ffi.new("VkMemoryBarrier*")
+        self._host_barrier.sType = vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER
+        self._host_barrier.srcAccessMask = self._barrier.srcAccessMask
+        self._host_barrier.dstAccessMask = vk.VK_ACCESS_HOST_READ_BIT
+        self._null = ffi.NULL
+        self._bind_point = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+        self._compute_stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+
+        self._free_slots: list[_Slot] = []
+        self._in_flight: deque[_Slot] = deque()
+        self._slot_count = 0
+        self._slot: _Slot | None = None
+        self._cb = None  # the open command buffer, or None when nothing is recorded
+        self._bound = None  # pipeline bound in the open command buffer
+        self._desc_layout = self._desc_spans = None  # descriptors pushed by the previous dispatch
+        self._push_layout = self._push_bytes = None  # push constants sent by the previous dispatch
+        self.pending = 0  # dispatches recorded in the open command buffer
+        self._barrier_next = False  # start the next command buffer with a barrier (hazard state trimmed)
+        # region key -> (starts, ends): sorted, disjoint byte ranges written / read since the last barrier
+        self._writes: dict[int, tuple[list[int], list[int]]] = {}
+        self._reads: dict[int, tuple[list[int], list[int]]] = {}
+
+    # -- timeline --------------------------------------------------------------------------------
+    def completed_value(self) -> int:
+        """Ask the semaphore how far the device has got, and cache it."""
+        self._check(self.lib.vkGetSemaphoreCounterValue(self.device.device, self.semaphore, self._counter),
+                    "vkGetSemaphoreCounterValue")
+        self.completed = int(self._counter[0])
+        return self.completed
+
+    def wait(self, value: int) -> None:
+        """Block until the timeline reaches `value`, submitting the open batch first if it signals it."""
+        if value <= self.completed:
+            return
+        if value > self.submitted:
+            self.flush()
+            if value > self.submitted:  # nothing was recorded under that value: nothing to wait for
+                return
+        if value <= self.completed_value():
+            return
+        self._wait_value[0] = value
+        self.counters.host_waits += 1
+        self._check(self.lib.vkWaitSemaphores(self.device.device, self._wait_info, UINT64_MAX),
+                    "vkWaitSemaphores")
+        self.completed = value
+
+    def wait_all(self) -> None:
+        """Submit what is recorded and wait for all of it."""
+        self.flush()
+        self.wait(self.submitted)
+
+    def _check(self, result: int, what: str) -> None:
+        if result != 0:
+            raise VulkanCallError(f"{what} failed (VkResult {result}); the device may be lost")
+
+    def forget(self, key: int) -> None:
+        """Drop the hazard state of a pool region whose device work has completed (it is being reused)."""
+        self._writes.pop(key, None)
+        self._reads.pop(key, None)
+
+    # -- command buffers -------------------------------------------------------------------------
+    def _new_slot(self) -> _Slot:
+        vk = self.vk
+        slot = _Slot()
+        info = vk.VkCommandPoolCreateInfo(flags=vk.VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+                                          queueFamilyIndex=self.device.queue_family)
+        slot.pool = vk.vkCreateCommandPool(self.device.device, info, None)
+        alloc = vk.VkCommandBufferAllocateInfo(commandPool=slot.pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                               commandBufferCount=1)
+        slot.cb = vk.vkAllocateCommandBuffers(self.device.device, alloc)[0]
+        slot.value = 0
+        slot.arena = None if self.push_descriptors else _DescriptorArena(self.device)
+        self._slot_count += 1
+        return slot
+
+    def _recycle(self, slot: _Slot) -> _Slot:
+        self.lib.vkResetCommandPool(self.device.device, slot.pool, 0)
+        if slot.arena is not None:
+            slot.arena.reset()
+        return slot
+
+    def _take_slot(self) -> _Slot:
+        if self._free_slots:
+            return self._free_slots.pop()
+        if self._in_flight:
+            oldest = self._in_flight[0]
+            if oldest.value <= self.completed or self._slot_count >= self.max_in_flight \
+                    or oldest.value <= self.completed_value():
+                self.wait(oldest.value)
+                return self._recycle(self._in_flight.popleft())
+        return self._new_slot()
+
+    def _begin(self):
+        slot = self._slot = self._take_slot()
+        self._check(self.lib.vkBeginCommandBuffer(slot.cb, self._begin_info), "vkBeginCommandBuffer")
+        self._cb = slot.cb
+        if self._barrier_next:
+            self._barrier_next = False
+            self._record_barrier(slot.cb)
+        return slot.cb
+
+    def flush(self) -> None:
+        """Submit the open command buffer (if anything is recorded); does not wait."""
+        cb = self._cb
+        if cb is None:
+            return
+        lib = self.lib
+        lib.vkCmdPipelineBarrier(cb, self._stages, self.vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                                 self._host_barrier, 0, self._null, 0, self._null)
+        self._check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
+        value = self.open_value
+        self._signal_value[0] = value
+        self._cbs[0] = cb
+        self._check(lib.vkQueueSubmit(self.device.queue, 1, self._submit, self._null), "vkQueueSubmit")
+        slot = self._slot
+        slot.value = value
+        self._in_flight.append(slot)
+        self.submitted = value
+        self.open_value = value + 1
+        self._cb = self._slot = self._bound = None
+        self._desc_layout = self._desc_spans = self._push_layout = self._push_bytes = None
+        self.pending = 0
+        self.counters.submits += 1
+        # Hazard state carries over: a barrier's scope covers earlier submits on the queue, so the first
+        # dependent command of the next batch still gets its barrier. Bound it when it grows large.
+        if len(self._writes) + len(self._reads) > 4096:
+            self._barrier_next = True
+
+    def sync(self) -> None:
+        """Submit everything recorded and wait until the device has finished it."""
+        self.wait_all()
+
+    # -- hazards ---------------------------------------------------------------------------------
+    def _record_barrier(self, cb) -> None:
+        self.lib.vkCmdPipelineBarrier(cb, self._stages, self._stages, 0, 1, self._barrier,
+                                      0, self._null, 0, self._null)
+        self._writes.clear()
+        self._reads.clear()
+        self.counters.barriers += 1
+
+    def _access(self, cb, reads, writes) -> None:
+        """Barrier if needed, then note the accesses. reads/writes: [(storage, lo, hi)] in buffer bytes."""
+        value = self.open_value
+        hazard = False
+        for s, lo, hi in reads:
+            ranges = self._writes.get(s.key)
+            hazard = hazard or (ranges is not None and _hit(ranges, lo, hi))
+            s.last_use = value
+        for s, lo, hi in writes:
+            for table in (self._writes, self._reads):
+                ranges = table.get(s.key)
+                hazard = hazard or (ranges is not None and _hit(ranges, lo, hi))
+            s.last_use = s.last_write = value
+        if hazard:
+            self._record_barrier(cb)
+        for table, accesses in ((self._reads, reads), (self._writes, writes)):
+            for s, lo, hi in accesses:
+                ranges = table.get(s.key)
+                if ranges is None:
+                    table[s.key] = ([lo], [hi])
+                else:
+                    _add(ranges, lo, hi)
+
+    # -- commands --------------------------------------------------------------------------------
+    def dispatch(self, pipe, buffers, push, gx: int, gy: int, gz: int) -> None:
+        """Record one compute dispatch of `pipe` with `buffers[k]` at binding k (the hot path)."""
+        cb = self._cb
+        if cb is None:
+            cb = self._begin()
+        value = self.open_value
+        writes, reads = self._writes, self._reads
+        wflags = pipe.wflags
+        hazard = False
+        spans = []
+        try:
+            for t, w in zip(buffers, wflags, strict=True):
+                s = t._storage
+                lo = s.base + t._offset
+                hi = lo + t.nbytes
+                key = s.key
+                s.last_use = value
+                if w:
+                    s.last_write = value
+                if not hazard:
+                    ranges = writes.get(key)
+                    if ranges is not None and _hit(ranges, lo, hi):
+                        hazard = True
+                    elif w:
+                        ranges = reads.get(key)
+                        if ranges is not None and _hit(ranges, lo, hi):
+                            hazard = True
+                spans.append((key, lo, hi, s.buffer))
+        except AttributeError:
+            raise _bad_buffer(buffers) from None
+        if hazard:
+            self._record_barrier(cb)
+        for (key, lo, hi, _), r, w in zip(spans, pipe.rflags, wflags, strict=True):
+            if r:
+                ranges = reads.get(key)
+                if ranges is None:
+                    reads[key] = ([lo], [hi])
+                else:
+                    _add(ranges, lo, hi)
+            if w:
+                ranges = writes.get(key)
+                if ranges is None:
+                    writes[key] = ([lo], [hi])
+                else:
+                    _add(ranges, lo, hi)
+        lib = self.lib
+        layout = pipe.layout
+        if pipe is not self._bound:
+            lib.vkCmdBindPipeline(cb, self._bind_point, pipe.handle)
+            self._bound = pipe
+        # Descriptors and push constants stay bound between dispatches: re-send them only when they differ
+        # from the previous dispatch's (a dependent chain on one buffer re-sends nothing).
+        if pipe.nbind and (layout is not self._desc_layout or spans != self._desc_spans):
+            infos = pipe.infos
+            for k, (_, lo, hi, buf) in enumerate(spans):
+                info = infos[k]
+                info.buffer = buf
+                info.offset = lo
+                info.range = hi - lo or 4  # a zero-element tensor still needs a valid range
+            if self._push_fn is not None:
+                self._push_fn(cb, self._bind_point, layout, 0, pipe.nbind, pipe.writes)
+                self._desc_layout, self._desc_spans = layout, spans
+            else:
+                self._bind_descriptor_set(cb, pipe)
+        if push and (layout is not self._push_layout or push != self._push_bytes):
+            lib.vkCmdPushConstants(cb, layout, self._compute_stage, 0, len(push), push)
+            self._push_layout, self._push_bytes = layout, push
+        lib.vkCmdDispatch(cb, gx, gy, gz)
+        self.counters.dispatches += 1
+        self.pending += 1
+        if self.pending >= self.flush_threshold:
+            self.flush()
+
+    def _bind_descriptor_set(self, cb, pipe) -> None:
+        out = self._slot.arena.allocate(pipe.set_layout_ptr)
+        writes = pipe.writes
+        for k in range(pipe.nbind):
+            writes[k].dstSet = out[0]
+        self.lib.vkUpdateDescriptorSets(self.device.device, pipe.nbind, writes, 0, self._null)
+        self.lib.vkCmdBindDescriptorSets(cb, self._bind_point, pipe.layout, 0, 1, out, 0, self._null)
+
+    def fill(self, storage, lo: int, nbytes: int, word: int) -> None:
+        """Record vkCmdFillBuffer of the 32-bit `word` over buffer bytes [lo, lo + nbytes)."""
+        cb = self._cb if self._cb is not None else self._begin()
+        self._access(cb, (), ((storage, lo, lo + nbytes),))
+        self.lib.vkCmdFillBuffer(cb, storage.buffer, lo, nbytes, word)
+        self.counters.fills += 1
+
+    def copy(self, src, src_lo: int, dst, dst_lo: int, nbytes: int) -> None:
+        """Record vkCmdCopyBuffer of `nbytes` from src's buffer bytes to dst's."""
+        cb = self._cb if self._cb is not None else self._begin()
+        self._access(cb, ((src, src_lo, src_lo + nbytes),), ((dst, dst_lo, dst_lo + nbytes),))
+        region = self.ffi.new("VkBufferCopy*")
+        region.srcOffset, region.dstOffset, region.size = src_lo, dst_lo, nbytes
+        self.lib.vkCmdCopyBuffer(cb, src.buffer, dst.buffer, 1, region)
+        self.counters.copies += 1
+
+    def reset_queries(self, query_pool, first: int, count: int) -> None:
+        cb = self._cb if self._cb is not None else self._begin()
+        self.lib.vkCmdResetQueryPool(cb, query_pool, first, count)
+
+    def write_timestamp(self, query_pool, index: int) -> None:
+        """Record a timestamp written once all earlier commands have completed."""
+        cb = self._cb if self._cb is not None else self._begin()
+        self.lib.vkCmdWriteTimestamp(cb, self.vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool, index)
+
+    def close(self) -> None:
+        """Wait for all work and destroy the semaphore and command pools (tests and shutdown)."""
+        self.wait_all()
+        dev = self.device.device
+        for slot in list(self._free_slots) + list(self._in_flight):
+            self.vk.vkDestroyCommandPool(dev, slot.pool, None)
+            if slot.arena is not None:
+                for pool in slot.arena.pools:
+                    self.vk.vkDestroyDescriptorPool(dev, pool, None)
+        self._free_slots.clear()
+        self._in_flight.clear()
+        self.vk.vkDestroySemaphore(dev, self.semaphore, None)
+
+
+def _hit(ranges: tuple[list[int], list[int]], lo: int, hi: int) -> bool:
+    """Whether [lo, hi) overlaps one of the sorted, disjoint ranges (starts, ends)."""
+    starts, ends = ranges
+    i = bisect_right(starts, lo)
+    if i and ends[i - 1] > lo:
+        return True
+    return i < len(starts) and starts[i] < hi
+
+
+def _add(ranges: tuple[list[int], list[int]], lo: int, hi: int) -> None:
+    """Insert [lo, hi), merging it with the ranges it overlaps or touches (keeps checks O(log n))."""
+    starts, ends = ranges
+    i = bisect_left(ends, lo)  # first range ending at or after lo
+    j = bisect_right(starts, hi)  # ranges i..j-1 start at or before hi: they merge with [lo, hi)
+    if i == j:
+        starts.insert(i, lo)
+        ends.insert(i, hi)
+    else:
+        lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+        starts[i:j] = [lo]
+        ends[i:j] = [hi]
+
+
+def _bad_buffer(buffers) -> HeliosError:
+    for k, t in enumerate(buffers):
+        if getattr(t, "_storage", 0) is None:
+            return HeliosError(f"buffers[{k}] is a tensor that was released; it can no longer be used")
+        if not hasattr(t, "_storage"):
+            return HeliosError(f"buffers[{k}] is a {type(t).__name__}, not a helios Tensor")
+    return HeliosError("invalid buffers passed to launch()")

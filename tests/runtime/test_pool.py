@@ -1,0 +1,106 @@
+"""BufferPool: timeline-gated reuse, steady state without new allocations, out-of-memory handling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helios import runtime as rt
+from helios.errors import OutOfMemoryError
+from tests.runtime.kernels import ADD_INPLACE, AXPB, SLOW, groups
+
+
+def test_region_in_flight_is_not_reused_before_the_semaphore_passes(private_runtime):
+    runtime = private_runtime()  # a fresh pool: no other free regions of these size classes
+    n = 4096
+    x = rt.from_numpy(np.ones(n, dtype=np.float32))
+    y = rt.empty(n)
+    rt.launch(SLOW, [x, y], {"n": n, "iters": 20000}, groups(n))  # tens of ms on lavapipe
+    rt.flush()  # submitted, not waited for
+    rec = runtime.recorder
+    tag = y.storage.last_use
+    key = y.storage.key
+    y.release()
+    # The device is still running the slow kernel that writes y's region.
+    assert rec.completed_value() < tag, "the slow kernel finished too early for this test to mean anything"
+    other = rt.empty(n)  # held: after the sync y's old region is the only free one of its class
+    fresh = [rt.from_numpy(np.full(n, 7.0, np.float32)) for _ in range(3)]
+    assert all(t.storage.key != key for t in fresh)
+    rt.sync()
+    assert rec.completed >= tag
+    for t in fresh:  # the slow kernel's writes landed in y's region, not in these
+        np.testing.assert_array_equal(t.numpy(), np.full(n, 7.0, np.float32))
+    assert other.storage.key != key and rt.empty(n).storage.key == key  # now it is handed out again
+
+
+def test_release_of_a_region_used_by_the_open_batch_waits_for_that_batch(private_runtime):
+    private_runtime()
+    x = rt.from_numpy(np.ones(64, dtype=np.float32))
+    y = rt.empty(64)
+    rt.launch(AXPB, [x, y], {"n": 64, "a": 1.0, "c": 0.0}, 1)
+    key = y.storage.key
+    del y  # used by the open (unsubmitted) batch
+    other = rt.empty(64)  # held, so that after the sync y's old region is the only free one of its class
+    assert other.storage.key != key
+    rt.sync()
+    assert rt.empty(64).storage.key == key
+
+
+def _training_step(params):
+    acts = [rt.empty(n) for n in (1000, 5000, 20000, 5000, 333)]
+    for a in acts:
+        rt.fill(a, 1.0)
+        rt.launch(ADD_INPLACE, [a], {"n": a.numel, "c": 1.0}, groups(a.numel))
+    for p in params:
+        rt.launch(ADD_INPLACE, [p], {"n": p.numel, "c": 0.5}, groups(p.numel))
+    return float(acts[2].numpy()[0])  # a host read, as a loss read would be
+
+
+def test_steady_state_makes_no_device_allocation(runtime):
+    params = [rt.zeros(n) for n in (4096, 128, 65536)]
+    assert _training_step(params) == 2.0  # warm-up
+    rt.sync()
+    before = rt.counters()
+    for _ in range(3):
+        _training_step(params)
+    after = rt.counters()
+    assert after["device_allocs"] == before["device_allocs"]
+    assert after["pool_bytes"] == before["pool_bytes"]
+    np.testing.assert_array_equal(params[0].numpy(), np.full(4096, 2.0, np.float32))
+
+
+def test_out_of_memory_is_clear_and_the_pool_stays_usable(runtime, monkeypatch):
+    pool = runtime.pool
+    vk = runtime.device.vk
+
+    def fail(alloc):
+        raise vk.VkErrorOutOfDeviceMemory()
+
+    monkeypatch.setattr(pool, "_allocate_memory", fail)
+    big = pool.block_size + 1024  # needs a block of its own
+    with pytest.raises(OutOfMemoryError) as info:
+        rt.empty(big // 4)
+    message = str(info.value)
+    assert str(big) in message and "smaller batch" in message and "reserved" in message
+    monkeypatch.undo()
+    t = rt.from_numpy(np.arange(10, dtype=np.float32))
+    np.testing.assert_array_equal(t.numpy(), np.arange(10, dtype=np.float32))
+
+
+def test_trim_frees_blocks_nobody_holds(private_runtime):
+    r = private_runtime(block_size=1 << 20)
+    big = rt.empty((1 << 20) // 4 + 64)  # bigger than a block: a dedicated block
+    rt.fill(big, 1.0)
+    reserved = r.pool.stats()["pool_bytes"]
+    del big
+    assert r.pool.trim() > 0
+    assert r.pool.stats()["pool_bytes"] < reserved
+
+
+def test_pool_statistics(runtime):
+    before = rt.counters()
+    keep = [rt.empty(n) for n in (10, 100, 1000, 10000)]
+    after = rt.counters()
+    assert after["pool_in_use"] >= before["pool_in_use"] + sum(t.nbytes for t in keep)
+    assert after["pool_regions"] >= before["pool_regions"]
+    assert after["pool_classes"] >= 3 and after["pool_bytes"] >= after["pool_in_use"]

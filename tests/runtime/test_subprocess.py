@@ -1,0 +1,103 @@
+"""Runtime behaviour that needs a fresh process: the persisted pipeline cache and a validation-layer run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import run_python
+
+PIPELINE_SCRIPT = """
+import json, numpy as np
+from helios import runtime as rt
+from tests.runtime.kernels import ADD, AXPB
+x, y, z = rt.from_numpy(np.ones(4, np.float32)), rt.empty(4), rt.empty(4)
+rt.launch(AXPB, [x, y], {"n": 4, "a": 2.0, "c": 1.0}, 1)
+rt.launch(ADD, [x, y, z], {"n": 4}, 1)
+assert z.numpy().tolist() == [4.0] * 4
+print(json.dumps(rt.get_runtime().pipelines.stats()))
+"""
+
+
+def _stats(tmp_path) -> dict:
+    done = run_python("-c", PIPELINE_SCRIPT, env={"HELIOS_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_pipeline_cache_is_persisted_and_reused(tmp_path):
+    first = _stats(tmp_path)
+    assert first["pipeline_cache_loaded_bytes"] == 0 and first["pipelines_created"] == 2
+    path = tmp_path / "pipelines"
+    files = list(path.iterdir())
+    assert len(files) == 1 and files[0].stat().st_size > 0 and str(files[0]) == first["pipeline_cache_path"]
+    second = _stats(tmp_path)
+    assert second["pipeline_cache_path"] == first["pipeline_cache_path"]
+    assert second["pipeline_cache_loaded_bytes"] == files[0].stat().st_size  # the driver accepted the file
+
+
+def test_a_corrupt_pipeline_cache_is_ignored(tmp_path):
+    first = _stats(tmp_path)
+    with open(first["pipeline_cache_path"], "wb") as f:
+        f.write(b"not a pipeline cache" * 3)
+    second = _stats(tmp_path)
+    assert second["pipelines_created"] == 2  # it still ran (the script checks the results)
+
+
+VALIDATION_SCRIPT = """
+import numpy as np
+from helios import runtime as rt
+from helios.device import get_device
+from tests.runtime.kernels import ADD, ADD_INPLACE, AXPB, SCALE, groups
+
+def exercise():
+    x = rt.from_numpy(np.arange(300, dtype=np.float32))
+    y, z = rt.empty(300), rt.zeros(300)
+    rt.launch(AXPB, [x, y], {"n": 300, "a": 2.0, "c": 1.0}, groups(300))
+    rt.launch(ADD, [x, y, z], {"n": 300}, groups(300))
+    for _ in range(5):
+        rt.launch(ADD_INPLACE, [z], {"n": 300, "c": 1.0}, groups(300))
+    arena = rt.zeros(1024)
+    for k in range(4):
+        rt.launch(SCALE, [x.view(0, 256), arena.view(256 * k, 256)], {"n": 256}, 4, spec={"S": float(k)})
+    rt.copy(z, y)
+    rt.fill(x, 0.5)
+    half = rt.full(7, 1.0, np.float16)
+    with rt.timed() as t:
+        rt.launch(ADD_INPLACE, [y], {"n": 300, "c": 1.0}, groups(300))
+    ref = np.arange(300, dtype=np.float32)
+    assert np.array_equal(y.numpy(), 3 * ref + 1 + 5 + 1), y.numpy()[:4]
+    assert np.array_equal(arena.numpy()[256:512], ref[:256])
+    assert np.array_equal(half.numpy(), np.ones(7, np.float16)) and t.ms >= 0
+    rt.sync()
+
+exercise()
+for options in ({"push_descriptors": False}, {"zero_copy": False}):
+    r = rt.Runtime(persist_pipelines=False, **options)
+    previous = rt.set_runtime(r)
+    exercise()
+    rt.set_runtime(previous)
+    r.close()
+get_device().check_validation()
+print("validation clean")
+"""
+
+
+def _has_validation_layer() -> bool:
+    try:
+        out = subprocess.run(["vulkaninfo", "--summary"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return True  # let the test itself say what is missing
+    return "VK_LAYER_KHRONOS_validation" in out
+
+
+@pytest.mark.skipif(not _has_validation_layer(), reason="vulkan-validationlayers is not installed")
+def test_runtime_is_clean_under_the_validation_layer(tmp_path):
+    # Synchronization validation too: it checks every hazard the recorder decided needed no barrier.
+    env = {"HELIOS_VALIDATE": "1", "HELIOS_CACHE_DIR": str(tmp_path),
+           "VK_LAYER_ENABLES": "VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT"}
+    done = run_python("-c", VALIDATION_SCRIPT, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "validation clean" in done.stdout

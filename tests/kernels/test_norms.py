@@ -1,0 +1,167 @@
+"""LayerNorm and RMSNorm forward and backward against numpy (float64) and PyTorch, in every layout and
+width, with and without bias, and with gradients accumulated into views of a parameter arena.
+
+Tolerances: y within 1e-5 * (1 + |y|); dx within 1e-5 of max |dx|; dw/db (sums over up to 513 rows)
+within 1e-4 of max |dw|. Inputs have a mean far from 0 (x ~ 8 + 3 N(0, 1)) so that a one-pass
+sum/sum-of-squares variance would fail them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import helios.runtime as rt
+from helios.kernels import norms as N
+from helios.kernels import reduce as R
+from helios.spirv import validate
+
+COLS = [1, 7, 8, 33, 513, 4097]
+ROWS = [1, 7, 33]
+EPS = 1e-5
+KERNELS = (N.LAYERNORM, N.RMSNORM, N.LAYERNORM_BACKWARD, N.RMSNORM_BACKWARD)
+
+
+@pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants],
+                         ids=lambda x: getattr(x, "name", x))
+def test_spirv_valid(kernel, variant):
+    validate(kernel.module(variant).words)
+
+
+@pytest.fixture(params=[("sg", 4), ("sg", 1), ("wg", 4), ("wg", 1)], ids=lambda p: f"{p[0]}-vec{p[1]}")
+def layout(request, monkeypatch):
+    monkeypatch.setattr(R, "LAYOUT", request.param[0])
+    monkeypatch.setattr(R, "VEC", request.param[1])
+    return request.param
+
+
+def _data(rows, cols, seed=0):
+    rng = np.random.default_rng(seed + 7919 * rows + cols)
+    x = (rng.standard_normal((rows, cols)) * 3 + 8).astype(np.float32)
+    w = (rng.standard_normal(cols) * 0.5 + 1).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    return x, w, b, dy
+
+
+def _close(got, want, rel):
+    np.testing.assert_allclose(got, want, rtol=0, atol=rel * max(1.0, float(np.abs(want).max())))
+
+
+F = rt.from_numpy
+
+
+@pytest.mark.parametrize("cols", COLS)
+def test_layernorm(layout, cols):
+    for rows in ROWS:
+        if rows * cols > 40_000:
+            continue
+        x, w, b, dy = _data(rows, cols)
+        x64 = x.astype(np.float64)
+        for bias in (b, None):
+            y, mean, rstd = N.layernorm(F(x), F(w), None if bias is None else F(bias), EPS)
+            ry, rmean, rrstd = N.reference_layernorm(x64, w, bias, EPS)
+            np.testing.assert_allclose(y.numpy(), ry, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(mean.numpy(), rmean, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=1e-5)
+            dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy), has_bias=bias is not None)
+            rdx, rdw, rdb = N.reference_layernorm_backward(x64, w, rmean, rrstd, dy)
+            _close(dx.numpy(), rdx, 1e-5)
+            _close(dw.numpy(), rdw, 1e-4)
+            if bias is None:
+                assert db is None
+            else:
+                _close(db.numpy(), rdb, 1e-4)
+
+
+@pytest.mark.parametrize("cols", COLS)
+def test_rmsnorm(layout, cols):
+    for rows in ROWS:
+        if rows * cols > 40_000:
+            continue
+        x, w, _, dy = _data(rows, cols, seed=1)
+        x64 = x.astype(np.float64)
+        y, rstd = N.rmsnorm(F(x), F(w), EPS)
+        ry, rrstd = N.reference_rmsnorm(x64, w, EPS)
+        np.testing.assert_allclose(y.numpy(), ry, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=1e-5)
+        dx, dw = N.rmsnorm_backward(F(x), F(w), rstd, F(dy))
+        rdx, rdw = N.reference_rmsnorm_backward(x64, w, rrstd, dy)
+        _close(dx.numpy(), rdx, 1e-5)
+        _close(dw.numpy(), rdw, 1e-4)
+
+
+@pytest.mark.parametrize("shape", [(513, 36), (300, 4097), (4, 5, 33)])
+def test_many_rows_and_accumulate_into_arena(shape):
+    """More rows than backward workers; dw/db added into views of one flat gradient arena."""
+    cols = shape[-1]
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(shape) * 2 - 5).astype(np.float32)
+    w, b = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    x64 = x.astype(np.float64)
+    pad = -(-cols // 4) * 4  # views start on 16-byte boundaries
+    start = rng.standard_normal(3 * pad).astype(np.float32)
+    arena = F(start)
+    dw_out, db_out, dg_out = arena.view(0, (cols,)), arena.view(pad, (cols,)), arena.view(2 * pad, (cols,))
+    y, mean, rstd = N.layernorm(F(x), F(w), F(b), EPS)
+    ry, rmean, rrstd = N.reference_layernorm(x64, w, b, EPS)
+    np.testing.assert_allclose(y.numpy(), ry, rtol=1e-5, atol=1e-5)
+    dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy), dw_out=dw_out, db_out=db_out, accumulate=True)
+    rdx, rdw, rdb = N.reference_layernorm_backward(x64, w, rmean, rrstd, dy)
+    assert dw is dw_out and db is db_out
+    _close(dx.numpy(), rdx, 1e-5)
+    yr, rstd_r = N.rmsnorm(F(x), F(w), EPS)
+    dxr, dg = N.rmsnorm_backward(F(x), F(w), rstd_r, F(dy), dw_out=dg_out, accumulate=True)
+    ryr, rrstd_r = N.reference_rmsnorm(x64, w, EPS)
+    rdxr, rdg = N.reference_rmsnorm_backward(x64, w, rrstd_r, dy)
+    _close(dxr.numpy(), rdxr, 1e-5)
+    got = arena.numpy()
+    _close(got[:cols] - start[:cols], rdw, 1e-4)
+    _close(got[pad:pad + cols] - start[pad:pad + cols], rdb, 1e-4)
+    _close(got[2 * pad:2 * pad + cols] - start[2 * pad:2 * pad + cols], rdg, 1e-4)
+
+
+def test_matches_torch():
+    torch = pytest.importorskip("torch")
+    x, w, b, dy = _data(33, 65, seed=5)
+    xt, wt, bt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
+    torch.nn.functional.layer_norm(xt, (65,), wt, bt, EPS).backward(torch.tensor(dy, dtype=torch.float64))
+    y, mean, rstd = N.layernorm(F(x), F(w), F(b), EPS)
+    dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy))
+    for got, want in ((dx, xt.grad), (dw, wt.grad), (db, bt.grad)):
+        _close(got.numpy(), want.numpy(), 1e-4)
+
+    xt, wt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
+    yt = xt * torch.rsqrt((xt * xt).mean(-1, keepdim=True) + EPS) * wt  # RMSNorm by hand
+    yt.backward(torch.tensor(dy, dtype=torch.float64))
+    y, rstd = N.rmsnorm(F(x), F(w), EPS)
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    dx, dw = N.rmsnorm_backward(F(x), F(w), rstd, F(dy))
+    _close(dx.numpy(), xt.grad.numpy(), 1e-5)
+    _close(dw.numpy(), wt.grad.numpy(), 1e-4)
+
+
+def test_reference_backward_finite_differences():
+    """The float64 reference VJPs agree with central differences of the reference forwards."""
+    rng = np.random.default_rng(6)
+    x, dy = rng.standard_normal((3, 6)), rng.standard_normal((3, 6))
+    w, b = rng.standard_normal(6), rng.standard_normal(6)
+
+    def numeric(f, a):
+        h, g = 1e-6, np.zeros_like(a)
+        for i in np.ndindex(a.shape):
+            e = np.zeros_like(a)
+            e[i] = h
+            g[i] = np.sum(dy * (f(a + e) - f(a - e))) / (2 * h)
+        return g
+
+    _, mean, rstd = N.reference_layernorm(x, w, b, EPS)
+    dx, dw, db = N.reference_layernorm_backward(x, w, mean, rstd, dy)
+    np.testing.assert_allclose(dx, numeric(lambda a: N.reference_layernorm(a, w, b, EPS)[0], x), atol=1e-7)
+    np.testing.assert_allclose(dw, numeric(lambda a: N.reference_layernorm(x, a, b, EPS)[0], w), atol=1e-7)
+    np.testing.assert_allclose(db, numeric(lambda a: N.reference_layernorm(x, w, a, EPS)[0], b), atol=1e-7)
+    _, rstd = N.reference_rmsnorm(x, w, EPS)
+    dx, dw = N.reference_rmsnorm_backward(x, w, rstd, dy)
+    np.testing.assert_allclose(dx, numeric(lambda a: N.reference_rmsnorm(a, w, EPS)[0], x), atol=1e-7)
+    np.testing.assert_allclose(dw, numeric(lambda a: N.reference_rmsnorm(x, a, EPS)[0], w), atol=1e-7)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from helios.spirv.grammar import Op
-from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, u32, vec, with_count
+from helios.spirv.types import DType, ScalarType, SpirvError, u32, vec
 from helios.spirv.values import Value
 
 if TYPE_CHECKING:
@@ -210,9 +210,3 @@ class SharedArray(_Array):
     def _declare(self, name: str) -> int:
         return self.b.m.global_variable("Workgroup", self.array_type, name)
 
-
-def vector_of(dtype: DType, n: int) -> DType:
-    return with_count(dtype, n)
-
-
-__all__ = ["Buffer", "BufferView", "Var", "LocalArray", "SharedArray", "ACCESS", "VectorType"]

@@ -292,4 +292,4 @@ class Value:
         return self.b.cast(self, dtype)
 
 
-__all__ = ["Value", "literal_type", "check_literal", "f32", "i32", "u32", "boolean"]
+__all__ = ["Value", "literal_type", "check_literal", "python_number"]

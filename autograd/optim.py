@@ -15,7 +15,7 @@ class AdamW:
 
     `step()` records at most three dispatches (two for the norm and clip coefficient, one for the update)
     and reads nothing back. With `skip_nonfinite`, a NaN/Inf gradient norm (or one above `skip_above`)
-    makes the update kernel change nothing; the caller learns it from `last_norm` when it next reads.
+    makes the update kernel change nothing; the caller learns it from `last_check` when it next reads.
     """
 
     def __init__(self, arena: ParameterArena, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.95),
@@ -31,10 +31,12 @@ class AdamW:
         self.m = rt.zeros(arena.size)
         self.v = rt.zeros(arena.size)
         self.step_count = 0
-        self.last_norm = None  # (1,) device tensor: the gradient norm of the last step
-        self.last_clip = None  # (1,) device tensor: the clip coefficient applied
+        # (1,) device tensors of the last step: the gradient norm, the value the skip test read, the clip coefficient
+        self.last_raw_norm = self.last_check = self.last_clip = None
 
-    def step(self, lr: float | None = None) -> None:
+    def step(self, lr: float | None = None, skip_extra=None) -> None:
+        """One update. `skip_extra` (a (1,) device tensor) is added to the norm the skip test reads, so
+        a caller can make a NaN elsewhere (e.g. in the loss, scaled by 0) skip the step too."""
         from helios import ops
 
         lr = self.lr if lr is None else lr
@@ -42,15 +44,16 @@ class AdamW:
         max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
         with no_grad():
             norm, coef = ops.grad_norm(self.arena.grads, max_norm)
+            check = ops.add(norm, skip_extra) if skip_extra is not None else norm
             ops.adamw_step(
                 self.arena.data, self.arena.grads, self.m, self.v, self.arena.decay_mask,
                 lr=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps, weight_decay=self.weight_decay,
                 step=self.step_count, clip_coef=coef,
-                norm=norm if self.skip_nonfinite else None, skip_above=self.skip_above,
+                norm=check if self.skip_nonfinite else None, skip_above=self.skip_above,
             )
         for p in self.arena.params:
             p._version.value += 1
-        self.last_norm, self.last_clip = norm, coef
+        self.last_raw_norm, self.last_check, self.last_clip = norm, check, coef
 
     def unstep(self) -> None:
         """Undo the step counter after a step the device skipped (bias correction must not advance)."""

@@ -121,12 +121,6 @@ class GPT(Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def flops_per_token(self) -> float:
-        """6 * matmul parameters + attention's 12 * n_layer * n_embd * T (the PaLM accounting)."""
-        cfg = self.cfg
-        n = self.num_params() - (cfg.block_size * cfg.n_embd if cfg.arch == "gpt2" else 0)
-        return 6.0 * n + 12.0 * cfg.n_layer * cfg.n_embd * cfg.block_size
-
 
 class _ModuleList(Module):
     """Submodules named 0, 1, 2, ... (PyTorch's `h.0.attn...` naming)."""

@@ -1,0 +1,193 @@
+"""The helios backend: the autograd GPT on Vulkan compute, with the fused AdamW over the parameter arena.
+
+A training step records forward, backward, the gradient norm and the AdamW update as lazy GPU work and
+reads back once, at the end (loss, gradient norm and clip coefficient together). Skipping a bad step
+is decided on the device: the AdamW kernel leaves everything untouched when the norm (with the loss
+folded in, so a NaN loss counts) is not finite or is above the spike threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+
+import numpy as np
+
+import autograd
+from autograd.nn import GPT, GPTConfig
+from autograd.optim import AdamW
+from helios import ops
+from helios import runtime as rt
+from trainer.backend import COUNTER_KEYS, Backend, StepResult, flops_per_token, sample_logits
+from trainer.config import ModelConfig, OptimConfig
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def _gpt_config(cfg: ModelConfig) -> GPTConfig:
+    return GPTConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(GPTConfig)})
+
+
+class HeliosBackend(Backend):
+    """GPT + fused AdamW on the helios Vulkan engine."""
+
+    def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
+        self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed
+        self.model = GPT(_gpt_config(model_cfg), seed=seed)
+        self.model.train()
+        self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
+                         weight_decay=optim_cfg.weight_decay, grad_clip=0.0)
+        self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
+        self._base_counters = self._raw_counters()
+
+    @classmethod
+    def create(cls, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> HeliosBackend:
+        return cls(model_cfg, optim_cfg, seed)
+
+    # -- training ------------------------------------------------------------------------------
+    def train_step(self, micro_batches, lr: float, grad_clip: float, spike_threshold: float | None,
+                   inject_nan: bool = False) -> StepResult:
+        n = len(micro_batches)
+        fwd_ms = bwd_ms = 0.0
+        self.model.zero_grad()
+        loss_sum = rt.zeros(1)
+        for x, y in micro_batches:
+            t0 = time.perf_counter()
+            loss = self.model(autograd.tensor(np.ascontiguousarray(x, np.int32)),
+                              autograd.tensor(np.ascontiguousarray(y, np.int32)), forward_index=self.forwards)
+            self.forwards += 1
+            fwd_ms += _ms(t0)
+            t0 = time.perf_counter()
+            (loss if n == 1 else loss * (1.0 / n)).backward()
+            ops.add_inplace(loss_sum, loss.data)
+            bwd_ms += _ms(t0)
+        t0 = time.perf_counter()
+        mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
+        # The update is skipped on the device when this check is NaN/Inf or above the spike threshold;
+        # adding 0 * loss makes a NaN loss poison it too.
+        poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
+        self.opt.grad_clip = grad_clip
+        self.opt.skip_above = spike_threshold if spike_threshold is not None else math.inf
+        self.opt.step(lr=lr, skip_extra=poison)
+        opt_ms = _ms(t0)
+        t0 = time.perf_counter()
+        loss_val = float(mean_loss.numpy()[0])  # the step's one host wait; the reads below find it done
+        raw_norm = float(self.opt.last_raw_norm.numpy()[0])
+        check = float(self.opt.last_check.numpy()[0])
+        clip_coef = float(self.opt.last_clip.numpy()[0])
+        wait_ms = _ms(t0)
+        norm_val = raw_norm if not inject_nan else math.nan
+        skipped = None
+        if not (math.isfinite(check) and math.isfinite(loss_val) and math.isfinite(norm_val)):
+            skipped = "nan"
+        elif spike_threshold is not None and check > spike_threshold:
+            skipped = "spike"
+        if skipped:
+            self.opt.unstep()
+            clip_coef = 1.0
+        elif grad_clip <= 0:
+            clip_coef = 1.0
+        return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
+
+    def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
+        self.model.eval()
+        try:
+            with autograd.no_grad():
+                return self.model(autograd.tensor(np.ascontiguousarray(x, np.int32)),
+                                  autograd.tensor(np.ascontiguousarray(y, np.int32))).item()
+        finally:
+            self.model.train()
+
+    def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
+                 rng: np.random.Generator) -> np.ndarray:
+        ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
+        if not ids:
+            raise ValueError("generate needs a non-empty prompt")
+        out: list[int] = []
+        self.model.eval()
+        try:
+            with autograd.no_grad():
+                for _ in range(n):
+                    context = np.asarray([ids[-self.cfg.block_size:]], dtype=np.int32)
+                    logits = self.model(autograd.tensor(context))
+                    last = logits.data.reshape(-1, self.cfg.vocab_size).numpy()[-1].astype(np.float64)
+                    token = sample_logits(last, temperature, top_k, rng)
+                    ids.append(token)
+                    out.append(token)
+        finally:
+            self.model.train()
+        return np.asarray(out, dtype=np.int32)
+
+    # -- state ---------------------------------------------------------------------------------
+    def _slices(self):
+        arena = self.model.arena
+        return zip(arena.names, arena.params, arena.offsets, strict=True)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        m, v = self.opt.m.numpy(), self.opt.v.numpy()
+        out: dict[str, np.ndarray] = {}
+        for name, p, off in self._slices():
+            size = p.numel()
+            out[f"param.{name}"] = p.numpy().copy()
+            out[f"adam_m.{name}"] = m[off:off + size].reshape(p.shape).copy()
+            out[f"adam_v.{name}"] = v[off:off + size].reshape(p.shape).copy()
+        out["adam_step"] = np.array(self.opt.step_count, dtype=np.int64)
+        out["rng_forwards"] = np.array(self.forwards, dtype=np.int64)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        expected = {f"{k}.{n}" for n, _, _ in self._slices() for k in ("param", "adam_m", "adam_v")}
+        expected.add("adam_step")
+        keys = set(state) - {"rng_forwards"}
+        missing, extra = sorted(expected - keys), sorted(keys - expected)
+        if missing or extra:
+            raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")
+        size = self.model.arena.size
+        host = {"param": np.zeros(size, np.float32), "adam_m": np.zeros(size, np.float32),
+                "adam_v": np.zeros(size, np.float32)}
+        for name, p, off in self._slices():
+            for prefix, dst in host.items():
+                src = np.asarray(state[f"{prefix}.{name}"], dtype=np.float32)
+                if tuple(src.shape) != tuple(p.shape):
+                    raise ValueError(f"{prefix}.{name} has shape {list(src.shape)}, the model needs {list(p.shape)}")
+                dst[off:off + p.numel()] = src.reshape(-1)
+        rt.copy(rt.from_numpy(host["param"]), self.model.arena.data)
+        self.opt.load_state({"m": host["adam_m"], "v": host["adam_v"], "step": state["adam_step"]})
+        self.forwards = int(np.asarray(state.get("rng_forwards", 0)).reshape(()))
+        rt.sync()
+
+    # -- reporting -----------------------------------------------------------------------------
+    @staticmethod
+    def _raw_counters() -> dict[str, int]:
+        c = rt.counters()
+        return {k: int(c.get(k, 0)) for k in COUNTER_KEYS}
+
+    def counters(self) -> dict[str, int]:
+        now = self._raw_counters()
+        for key in ("dispatches", "submits", "barriers", "host_waits", "device_allocs"):
+            now[key] -= self._base_counters[key]
+        return now
+
+    def num_params(self) -> int:
+        return self.model.arena.numel()
+
+    def flops_per_token(self) -> float:
+        return flops_per_token(self.cfg, self.num_params())
+
+    def device_name(self) -> str:
+        return rt.get_runtime().info.name
+
+    def peak_flops(self) -> float | None:
+        """The FMA peak `python -m helios.bench limits` measured and stored for this device, if any."""
+        from helios.env import cache_dir
+
+        path = cache_dir() / "limits.json"
+        try:
+            entry = json.loads(path.read_text()).get(self.device_name())
+        except (OSError, ValueError):
+            return None
+        return float(entry["fma_gflops"]) * 1e9 if entry and "fma_gflops" in entry else None

@@ -19,12 +19,12 @@ from helios.spirv import validate
 
 KERNELS = [A.EXP, A.LOG, A.SQRT, A.RELU, A.GELU, A.SILU, A.CLAMP, A.SOFTCAP, A.RELU_BWD, A.GELU_BWD, A.SILU_BWD,
            A.EXP_BWD, A.LOG_BWD, A.SQRT_BWD, A.CLAMP_BWD, A.SOFTCAP_BWD]
-SHAPES = [(1,), (7,), (33, 513), (1, 4097)]
+SHAPES = [(1,), (7,), (33, 513), (1, 4097), (33, 12)]
 
 
-@pytest.fixture(params=[1, 4], ids=["scalar", "vec4"])
-def vec(request, monkeypatch):
-    monkeypatch.setattr(E, "VEC", request.param)
+@pytest.fixture(params=E.ACCESSES)
+def access(request, monkeypatch):
+    monkeypatch.setattr(E, "ACCESS", request.param)
     return request.param
 
 
@@ -45,14 +45,14 @@ def _inputs(op: str, shape, seed=0) -> np.ndarray:
 
 
 @pytest.mark.parametrize("op", ["exp", "log", "sqrt", "relu", "gelu", "silu"])
-def test_forward_against_reference(op, vec):
+def test_forward_against_reference(op, access):
     for shape in SHAPES:
         x = _inputs(op, shape)
         got = getattr(A, op)(rt.from_numpy(x)).numpy()
         np.testing.assert_allclose(got, A.REFERENCE[op](x.astype(np.float64)), rtol=1e-5, atol=1e-6)
 
 
-def test_extreme_inputs_give_no_nan(vec):
+def test_extreme_inputs_give_no_nan(access):
     x = np.array([-1e30, -1e4, -100, -20, -9, -1e-30, 0, 1e-30, 9, 20, 100, 1e4, 1e30], np.float32)
     xt = rt.from_numpy(x)
     x64 = x.astype(np.float64)
@@ -64,7 +64,7 @@ def test_extreme_inputs_give_no_nan(vec):
     np.testing.assert_allclose(A.softcap(xt, 30.0).numpy(), A.reference_softcap(x64, 30.0), rtol=1e-5, atol=0)
 
 
-def test_softcap_and_tanh_accurate_near_zero(vec):
+def test_softcap_and_tanh_accurate_near_zero(access):
     """cap * tanh(x / cap) ~ x for small x: relative accuracy must hold there (GLSL Tanh on lavapipe loses it)."""
     x = np.array([1e-7, -3e-6, 1e-4, 0.01, -0.3, 0.62, 0.63, 1.0, -5.0, 30.0], np.float32) * 15.0
     got = A.softcap(rt.from_numpy(x), 15.0).numpy()
@@ -72,7 +72,7 @@ def test_softcap_and_tanh_accurate_near_zero(vec):
 
 
 @pytest.mark.parametrize("lo,hi", [(-0.5, 0.7), (None, 0.2), (-0.1, None), (0.3, -0.3)])
-def test_clamp(lo, hi, vec):
+def test_clamp(lo, hi, access):
     x = _inputs("clamp", (7, 33))
     x[0, :4] = [np.nan, lo or 0.0, hi or 0.0, np.inf]
     got = A.clamp(rt.from_numpy(x), lo, hi).numpy()
@@ -93,7 +93,7 @@ _TORCH = {
 
 
 @pytest.mark.parametrize("op", list(_TORCH))
-def test_backward_against_torch(op, vec):
+def test_backward_against_torch(op, access):
     for shape in [(7,), (33, 65)]:
         x = _inputs(op, shape, seed=1)
         if op == "relu":
@@ -108,7 +108,7 @@ def test_backward_against_torch(op, vec):
 
 
 @pytest.mark.parametrize("lo,hi", [(-0.5, 0.7), (None, 0.2), (-0.1, None)])
-def test_clamp_backward_against_torch(lo, hi, vec):
+def test_clamp_backward_against_torch(lo, hi, access):
     x = _inputs("clamp", (9, 13), seed=3)
     x[0, :2] = [lo or 0.0, hi or 0.0]  # exactly at a bound: torch passes the gradient
     dy = np.random.default_rng(4).standard_normal(x.shape).astype(np.float32)
@@ -118,7 +118,7 @@ def test_clamp_backward_against_torch(lo, hi, vec):
     np.testing.assert_array_equal(got, xt.grad.numpy())
 
 
-def test_softcap_backward_against_torch(vec):
+def test_softcap_backward_against_torch(access):
     cap = 5.0
     x = _inputs("softcap", (33, 17), seed=5) * 4
     dy = np.random.default_rng(6).standard_normal(x.shape).astype(np.float32)

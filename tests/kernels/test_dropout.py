@@ -17,9 +17,9 @@ from helios.kernels import rng as R
 from helios.spirv import validate
 
 
-@pytest.fixture(params=[1, 4], ids=["scalar", "vec4"])
-def vec(request, monkeypatch):
-    monkeypatch.setattr(E, "VEC", request.param)
+@pytest.fixture(params=E.ACCESSES)
+def access(request, monkeypatch):
+    monkeypatch.setattr(E, "ACCESS", request.param)
     return request.param
 
 
@@ -30,7 +30,7 @@ def test_spirv_valid(kernel, variant):
 
 
 @pytest.mark.parametrize("seed,offset,stream", [(0, 0, 0), (1234, 5, 0), (2**40 + 3, 2**33 + 1, 77), (7, 1, 2**31)])
-def test_device_uniform_matches_numpy_bit_exactly(seed, offset, stream, vec):
+def test_device_uniform_matches_numpy_bit_exactly(seed, offset, stream, access):
     for n in (1, 7, 4097):
         got = R.rand(n, seed, offset, stream).numpy()
         np.testing.assert_array_equal(got, R.uniform_reference(seed, offset, np.arange(n), stream))
@@ -55,9 +55,9 @@ def test_uniform_statistics():
         assert abs(np.corrcoef(u[: other.size], other)[0, 1]) < 0.01
 
 
-@pytest.mark.parametrize("shape", [(1,), (7,), (33, 65), (1, 4097), (513, 7)])
+@pytest.mark.parametrize("shape", [(1,), (7,), (33, 65), (1, 4097), (513, 7), (33, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.25, 0.9, 1.0])
-def test_dropout_forward_and_backward(shape, p, vec):
+def test_dropout_forward_and_backward(shape, p, access):
     rng = np.random.default_rng(1)
     x = rng.standard_normal(shape).astype(np.float32)
     seed, offset = 99, 3
@@ -70,13 +70,14 @@ def test_dropout_forward_and_backward(shape, p, vec):
     np.testing.assert_array_equal(dx != 0, kept)  # the mask, recomputed, is the forward's
 
 
-def test_vec4_and_scalar_draw_the_same_mask(monkeypatch):
-    x = np.ones(4099, np.float32)
-    monkeypatch.setattr(E, "VEC", 4)
-    a = D.dropout(rt.from_numpy(x), 0.5, 7, 8).numpy()
-    monkeypatch.setattr(E, "VEC", 1)
-    b = D.dropout(rt.from_numpy(x), 0.5, 7, 8).numpy()
-    np.testing.assert_array_equal(a, b)
+def test_all_variants_draw_the_same_mask(monkeypatch):
+    x = np.ones(4100, np.float32)
+    masks = []
+    for access in E.ACCESSES:
+        monkeypatch.setattr(E, "ACCESS", access)
+        masks.append(D.dropout(rt.from_numpy(x), 0.5, 7, 8).numpy())
+    for m in masks[1:]:
+        np.testing.assert_array_equal(m, masks[0])
 
 
 def test_deterministic_and_offset_dependent():

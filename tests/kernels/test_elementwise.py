@@ -19,10 +19,10 @@ SHAPES = [(1,), (7,), (1, 4097), (7, 33), (33, 513), (513, 12), (3, 5, 8)]
 KERNELS = [E.ADD, E.SUB, E.MUL, E.DIV, E.SCALE, E.NEG, E.MASKED_FILL, E.ADD_INPLACE]
 
 
-@pytest.fixture(params=[1, 4], ids=["scalar", "vec4"])
-def vec(request, monkeypatch):
-    """Run the test with the scalar variants forced, then with vec4 (the default)."""
-    monkeypatch.setattr(E, "VEC", request.param)
+@pytest.fixture(params=E.ACCESSES)
+def access(request, monkeypatch):
+    """Run the test with each access variant forced (scalar, vec4 with a scalar tail, u64x2 where n % 4 == 0)."""
+    monkeypatch.setattr(E, "ACCESS", request.param)
     return request.param
 
 
@@ -37,7 +37,7 @@ def _close(got, want):
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
-def test_binary_against_numpy(op, vec):
+def test_binary_against_numpy(op, access):
     rng = np.random.default_rng(1)
     for shape in SHAPES:
         a = rng.standard_normal(shape).astype(np.float32)
@@ -51,12 +51,15 @@ def test_binary_against_numpy(op, vec):
             _close(got, E.reference_binary(op, a, b))
 
 
-def test_broadcast_variant_choice(monkeypatch):
-    monkeypatch.setattr(E, "VEC", 4)
-    assert E.choose_variant(4097) == "vec4"
+def test_variant_choice(monkeypatch):
+    monkeypatch.setattr(E, "ACCESS", "u64x2")
+    assert E.choose_variant(4096) == "u64x2"
+    assert E.choose_variant(4097) == "vec4"  # u64x2 has no scalar tail
     assert E.choose_variant(3) == "scalar"
-    assert E.choose_variant(33 * 12, "row", 12) == "row_vec4"
+    assert E.choose_variant(33 * 12, "row", 12) == "row_u64x2"
     assert E.choose_variant(33 * 13, "col", 13) == "col_scalar"
+    monkeypatch.setattr(E, "ACCESS", None)
+    assert E.choose_variant(4096) == ("u64x2" if rt.get_runtime().info.is_cpu else "vec4")
 
 
 def test_broadcast_shapes_and_errors():
@@ -71,7 +74,7 @@ def test_broadcast_shapes_and_errors():
         E.add(a, rt.zeros((6, 4)))
 
 
-def test_out_argument_writes_into_a_view(vec):
+def test_out_argument_writes_into_a_view(access):
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((2, 9)).astype(np.float32), rng.standard_normal((2, 9)).astype(np.float32)
     arena = rt.zeros(64)
@@ -83,7 +86,7 @@ def test_out_argument_writes_into_a_view(vec):
     assert not full[:16].any() and not full[34:].any()  # nothing outside the view written
 
 
-def test_unary_arithmetic(vec):
+def test_unary_arithmetic(access):
     rng = np.random.default_rng(3)
     for shape in SHAPES:
         x = rng.standard_normal(shape).astype(np.float32)
@@ -94,10 +97,10 @@ def test_unary_arithmetic(vec):
 
 
 @pytest.mark.parametrize("mask_dtype", [np.int32, np.float32, np.uint32])
-def test_masked_fill(vec, mask_dtype):
+def test_masked_fill(access, mask_dtype):
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((33, 7)).astype(np.float32)
-    mask = (rng.random((33, 7)) < 0.4).astype(mask_dtype)
+    x = rng.standard_normal((33, 8)).astype(np.float32)
+    mask = (rng.random((33, 8)) < 0.4).astype(mask_dtype)
     if mask_dtype == np.float32:
         mask[0, :3] = -0.0  # negative zero is zero: not filled
         mask[1, :3] = 0.5
@@ -105,7 +108,7 @@ def test_masked_fill(vec, mask_dtype):
     np.testing.assert_array_equal(got, E.reference_masked_fill(x, mask, -1e9))
 
 
-def test_add_inplace_allocates_nothing(vec):
+def test_add_inplace_allocates_nothing(access):
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal(4099).astype(np.float32), rng.standard_normal(4099).astype(np.float32)
     at, bt = rt.from_numpy(a), rt.from_numpy(b)
@@ -116,11 +119,13 @@ def test_add_inplace_allocates_nothing(vec):
     _close(at.numpy(), a + np.float32(-0.5) * b)
 
 
-def test_2d_grid_logic(monkeypatch, vec):
-    """With at most 3 workgroups per dimension, 5000 work items need a 3 x 7 grid; every element is covered once."""
+def test_2d_grid_logic(monkeypatch, access):
+    """With at most 3 workgroups in x, 5000 work items need a 3 x 7 grid; every element is covered once."""
     monkeypatch.setattr(E, "MAX_GROUPS", (3, 65535))
-    n = 4 * 5000 + 3 if vec == 4 else 5000
-    assert E.grid_2d(E.work_items(n, vec)) in ((3, 7, 1), (3, 6, 1))
+    n = {"scalar": 5000, "vec4": 4 * 4997 + 3, "u64x2": 4 * 5000}[access]
+    variant = E.choose_variant(n)
+    assert variant == access
+    assert E.grid_2d(E.work_items(n, E.ADD.variant(variant).vec)) == (3, 7, 1)
     x = np.arange(n, dtype=np.float32)
     got = E.add(rt.from_numpy(x), rt.from_numpy(np.ones(n, np.float32))).numpy()
     np.testing.assert_array_equal(got, x + 1)

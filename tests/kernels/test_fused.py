@@ -16,12 +16,12 @@ from helios.kernels import elementwise as E
 from helios.kernels import fused as F
 from helios.spirv import validate
 
-SHAPES = [(1,), (7,), (33, 65), (1, 4097), (513, 3)]
+SHAPES = [(1,), (7,), (33, 65), (1, 4097), (513, 3), (33, 64)]
 
 
-@pytest.fixture(params=[1, 4], ids=["scalar", "vec4"])
-def vec(request, monkeypatch):
-    monkeypatch.setattr(E, "VEC", request.param)
+@pytest.fixture(params=E.ACCESSES)
+def access(request, monkeypatch):
+    monkeypatch.setattr(E, "ACCESS", request.param)
     return request.param
 
 
@@ -36,7 +36,7 @@ def _randn(shape, seed):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_swiglu_against_torch(shape, vec):
+def test_swiglu_against_torch(shape, access):
     gate, up, dy = _randn(shape, 1), _randn(shape, 2), _randn(shape, 3)
     g, u = (torch.from_numpy(a.astype(np.float64)).requires_grad_(True) for a in (gate, up))
     y = torch.nn.functional.silu(g) * u
@@ -68,9 +68,9 @@ def test_swiglu_extremes_no_nan():
     assert not np.isnan(dgate.numpy()).any()
 
 
-@pytest.mark.parametrize("shape", [(7,), (33, 65), (1, 4097)])
+@pytest.mark.parametrize("shape", [(7,), (33, 65), (1, 4097), (9, 32)])
 @pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 1.0])
-def test_residual_dropout_add(shape, p, vec):
+def test_residual_dropout_add(shape, p, access):
     x, y, dout = _randn(shape, 7), _randn(shape, 8), _randn(shape, 9)
     seed, offset = 1234, 17
     out = F.residual_dropout_add(rt.from_numpy(x), rt.from_numpy(y), p, seed, offset)

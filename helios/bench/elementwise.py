@@ -1,0 +1,170 @@
+"""Elementwise kernels (add, bias add, gelu, gelu backward, swiglu, dropout, add_inplace) vs numpy doing the same
+work at 1M-16M elements (and vs torch on the same GPU, 1M-64M elements, where CUDA is available).
+
+The numpy references write into preallocated arrays (`out=`), so they pay no page faults, and use float32
+throughout; multi-pass references (gelu, swiglu, dropout) use preallocated temporaries. Bytes counted: 4 per
+element of every operand read or written once (the kernel's `bytes`), also for the reference, so the two
+GB/s columns compare the same useful traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from helios.bench.harness import compare
+
+FULL = [1 << 20, 1 << 22, 1 << 24]
+QUICK = [1 << 20]
+GPU_EXTRA = [1 << 26]
+COLS = 768  # bias-add rows: a GPT-2-small width
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeats", type=int, default=10, help="timed samples per figure (median reported)")
+    parser.add_argument("--quick", action="store_true", help="1M elements only")
+
+
+def _numpy_gelu(x, out, t):
+    """0.5 x (1 + tanh(k0 (x + k1 x^3))) with two temporaries, float32."""
+    k0, k1 = np.float32(math.sqrt(2 / math.pi)), np.float32(0.044715)
+
+    def run():
+        np.multiply(x, x, out=t)
+        np.multiply(t, k1, out=t)
+        np.add(t, 1, out=t)
+        np.multiply(t, x, out=t)
+        np.multiply(t, k0, out=t)
+        np.tanh(t, out=t)
+        np.add(t, 1, out=t)
+        np.multiply(t, x, out=out)
+        np.multiply(out, 0.5, out=out)
+
+    return run
+
+
+def _numpy_gelu_backward(x, dy, out, t, u):
+    k0, k1 = np.float32(math.sqrt(2 / math.pi)), np.float32(0.044715)
+
+    def run():
+        np.multiply(x, x, out=u)  # x^2
+        np.multiply(u, k1, out=t)
+        np.add(t, 1, out=t)
+        np.multiply(t, x, out=t)
+        np.multiply(t, k0, out=t)
+        np.tanh(t, out=t)  # t
+        np.multiply(u, 3 * k1, out=u)
+        np.add(u, 1, out=u)
+        np.multiply(u, k0, out=u)  # du
+        np.multiply(u, x, out=u)
+        np.multiply(t, t, out=out)
+        np.subtract(1, out, out=out)
+        np.multiply(out, u, out=out)  # x (1 - t^2) du
+        np.add(out, t, out=out)
+        np.add(out, 1, out=out)
+        np.multiply(out, 0.5, out=out)
+        np.multiply(out, dy, out=out)
+
+    return run
+
+
+def _numpy_swiglu(gate, up, out, t):
+    def run():
+        np.negative(gate, out=t)
+        np.exp(t, out=t)
+        np.add(t, 1, out=t)
+        np.divide(gate, t, out=out)
+        np.multiply(out, up, out=out)
+
+    return run
+
+
+def _numpy_dropout(x, out, u, p: float):
+    gen = np.random.default_rng(0)
+    scale = np.float32(1 / (1 - p))
+
+    def run():
+        gen.random(out=u, dtype=np.float32)
+        np.multiply(x, scale, out=out)
+        out[u < p] = 0.0
+
+    return run
+
+
+def _torch_cases(torch, a, b, bias, rows: int) -> dict:
+    """Reference callables with torch on the GPU, keyed like the helios cases."""
+    import torch.nn.functional as tf
+
+    ta, tb, tbias = (torch.from_numpy(x).cuda() for x in (a, b, bias))
+    out = torch.empty_like(ta)
+    ta2, out2 = ta[: rows * COLS].view(rows, COLS), out[: rows * COLS].view(rows, COLS)
+    return {
+        "add": lambda: torch.add(ta, tb, out=out),
+        "add_bias": lambda: torch.add(ta2, tbias, out=out2),
+        "gelu": lambda: tf.gelu(ta, approximate="tanh"),
+        "gelu_backward": lambda: torch.ops.aten.gelu_backward(tb, ta, approximate="tanh"),
+        "swiglu": lambda: tf.silu(ta) * tb,
+        "dropout": lambda: tf.dropout(ta, 0.1, training=True),
+        "add_inplace": lambda: ta.add_(tb, alpha=1e-3),
+    }
+
+
+def _records(n: int, repeats: int, torch) -> list[dict]:
+    """Records for one size (its device tensors are freed when this returns)."""
+    import helios.runtime as rt
+    from helios.kernels import activations as A
+    from helios.kernels import dropout as D
+    from helios.kernels import elementwise as E
+    from helios.kernels import fused as F
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    rows = n // COLS
+    bias = rng.standard_normal(COLS, dtype=np.float32)
+    out, t, u = np.empty_like(a), np.empty_like(a), np.empty_like(a)
+    ta, tb, tbias = rt.from_numpy(a), rt.from_numpy(b), rt.from_numpy(bias)
+    ta2 = ta.view(0, (rows, COLS))
+    a2, out2 = a[: rows * COLS].reshape(rows, COLS), out[: rows * COLS].reshape(rows, COLS)
+    cases = [
+        ("add", E.ADD, n, lambda: E.add(ta, tb), lambda: np.add(a, b, out=out)),
+        ("add_bias", E.ADD, rows * COLS, lambda: E.add(ta2, tbias), lambda: np.add(a2, bias, out=out2)),
+        ("gelu", A.GELU, n, lambda: A.gelu(ta), _numpy_gelu(a, out, t)),
+        ("gelu_backward", A.GELU_BWD, n, lambda: A.gelu_backward(ta, tb), _numpy_gelu_backward(a, b, out, t, u)),
+        ("swiglu", F.SWIGLU, n, lambda: F.swiglu(ta, tb), _numpy_swiglu(a, b, out, t)),
+        ("dropout", D.DROPOUT, n, lambda: D.dropout(ta, 0.1, 1, 0), _numpy_dropout(a, out, u, 0.1)),
+        ("add_inplace", E.ADD_INPLACE, n, lambda: E.add_inplace(ta, tb, 1e-3),
+         lambda: np.add(a, np.float32(1e-3) * b, out=a)),
+    ]
+    torch_refs = _torch_cases(torch, a, b, bias, rows) if torch is not None else {}
+    records = []
+    for name, kernel, count, device_fn, ref_fn in cases:
+        bcast = "row" if name == "add_bias" else "full"
+        variant = E.choose_variant(count, bcast, COLS)
+        nbytes = kernel.bytes(count) - (4 * count if bcast == "row" else 0)  # the bias row stays cached
+        shape = f"{rows}x{COLS}" if bcast == "row" else str(n)
+        common = dict(flops=kernel.flops(count), nbytes=nbytes, repeats=repeats)
+        records.append(compare(name, variant, shape, device_fn, ref_fn, ref="numpy", **common))
+        if name in torch_refs:
+            records.append(compare(name, variant, shape, device_fn, torch_refs[name], ref="torch-cuda",
+                                   cuda_ref=True, **common))
+    return records
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """One record per kernel and size against numpy, plus one against torch CUDA where it is available."""
+    import helios.runtime as rt
+    from helios.bench.harness import torch_reference
+
+    info = rt.get_runtime().info
+    quick = getattr(args, "quick", False)
+    sizes = QUICK if quick else FULL
+    torch, cuda = torch_reference() if not info.is_cpu else (None, False)
+    if not info.is_cpu and not quick:
+        sizes = sizes + [n for n in GPU_EXTRA if 4 * n <= info.max_storage_buffer_range]
+    repeats = getattr(args, "repeats", 10)
+    records = []
+    for n in sizes:
+        records += _records(n, repeats, torch if cuda else None)
+    return records

@@ -178,7 +178,7 @@ def _fmt(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (str, list, tuple, bool)) else repr(value)
 
 
-def _coerce(section: str, key: str, hint: Any, value: Any) -> Any:
+def _coerce(section: str, key: str, hint: Any, value: Any, source: str) -> Any:
     """Check `value` against the field's type hint, returning it in canonical form or raising ConfigError."""
     origin = typing.get_origin(hint)
     if origin in (types.UnionType, typing.Union):
@@ -186,8 +186,8 @@ def _coerce(section: str, key: str, hint: Any, value: Any) -> Any:
         # TOML has no null; "none" (from the CLI or a file) restores an optional key's default meaning.
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and inner is not str):
             return None
-        return _coerce(section, key, inner, value)
-    where = f"[{section}] {key} = {_fmt(value)}"
+        return _coerce(section, key, inner, value, source)
+    where = f"{source}: [{section}] {key} = {_fmt(value)}"
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -209,7 +209,7 @@ def _coerce(section: str, key: str, hint: Any, value: Any) -> Any:
     if origin is tuple:
         args = typing.get_args(hint)
         if isinstance(value, (list, tuple)) and len(value) == len(args):
-            return tuple(_coerce(section, key, a, v) for a, v in zip(args, value, strict=True))
+            return tuple(_coerce(section, key, a, v, source) for a, v in zip(args, value, strict=True))
         raise ConfigError(f"{where} has the wrong type: expected a list of {len(args)} numbers")
     raise AssertionError(f"unsupported config type {hint!r}")  # a programming error, not a user one
 
@@ -225,7 +225,7 @@ def _build_section(section: str, raw: Any, source: str) -> Any:
     for key, value in raw.items():
         if key not in hints:
             raise ConfigError(f"{source}: unknown key '{key}' in [{section}]; valid keys: {', '.join(valid)}")
-        value = _coerce(section, key, hints[key], value)
+        value = _coerce(section, key, hints[key], value, source)
         rule = RULES.get((section, key))
         if rule is not None and value is not None and not rule[0](value):
             raise ConfigError(f"{source}: [{section}] {key} = {_fmt(value)} is not allowed: expected {rule[1]}")

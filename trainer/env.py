@@ -27,3 +27,17 @@ def step_delay_s() -> float:
         return max(0.0, float(raw)) if raw else 0.0
     except ValueError:
         raise ConfigError(f"HELIOS_STEP_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.2") from None
+
+
+def torch_threads() -> int:
+    """HELIOS_TORCH_THREADS: CPU threads for the torch backend (default: every core this process may use)."""
+    raw = os.environ.get("HELIOS_TORCH_THREADS", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return len(os.sched_getaffinity(0))
+
+
+def prefer_passive_omp() -> None:
+    """Default OMP_WAIT_POLICY=PASSIVE (before torch loads OpenMP): spinning worker threads collapse throughput
+    10x+ when the cores are shared with other processes, and cost little when idle."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -7,15 +7,16 @@ the checkpoint format names, and so a skipped step provably touches nothing.
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import numpy as np
 
+from trainer import env
 from trainer.backend import COUNTER_KEYS, Backend, StepResult, flops_per_token, sample_logits
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
+env.prefer_passive_omp()
 try:
     import torch
     import torch.nn.functional as F
@@ -33,7 +34,7 @@ class TorchBackend(Backend):
     """GPT + AdamW in PyTorch on the CPU."""
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
-        torch.set_num_threads(len(os.sched_getaffinity(0)))
+        torch.set_num_threads(env.torch_threads())
         self.cfg, self.optim, self.seed = model_cfg, optim_cfg, seed
         self.model = GPT(model_cfg)
         self.model.init_weights(seed)
@@ -100,11 +101,14 @@ class TorchBackend(Backend):
 
     @torch.no_grad()
     def _adamw(self, grads: list[torch.Tensor], lr: float, clip_coef: float) -> None:
-        """p <- p*(1 - lr*wd) [decayed params only] - lr * m_hat / (sqrt(v_hat) + eps), with g scaled by clip_coef."""
+        """p <- p*(1 - lr*wd) [decayed only] - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), g scaled by clip_coef.
+
+        The same arithmetic as helios/kernels/adamw.py (and torch.optim.AdamW), so the two backends agree.
+        """
         b1, b2 = self.optim.betas
         wd, eps = self.optim.weight_decay, self.optim.eps
         self.step += 1
-        bc1, bc2 = 1.0 - b1 ** self.step, 1.0 - b2 ** self.step
+        bc1, sqrt_bc2 = 1.0 - b1 ** self.step, math.sqrt(1.0 - b2 ** self.step)
         for p, g, m, v, decay in zip(self.params, grads, self.m, self.v, self.decay, strict=True):
             if clip_coef != 1.0:
                 g = g * clip_coef
@@ -112,7 +116,7 @@ class TorchBackend(Backend):
             v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
             if decay and wd:
                 p.mul_(1.0 - lr * wd)
-            p.addcdiv_(m, (v / bc2).sqrt_().add_(eps), value=-lr / bc1)
+            p.addcdiv_(m, v.sqrt().div_(sqrt_bc2).add_(eps), value=-lr / bc1)
 
     @torch.no_grad()
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:

@@ -1,0 +1,74 @@
+"""`python -m telemetry plot RUN_DIR`: one PNG with loss, lr, grad norm, throughput, memory and step time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _series(events: list[dict[str, Any]], kind: str, key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of events of one kind where the value is a number."""
+    xs, ys = [], []
+    for e in events:
+        v = e.get(key)
+        if e["event"] == kind and isinstance(v, (int, float)) and not isinstance(v, bool):
+            xs.append(e.get("step", len(xs)))
+            ys.append(float(v))
+    return xs, ys
+
+
+def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
+    """Render the dashboard figure to out (PNG) with matplotlib's Agg backend; returns out."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: never needs a display
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
+    fig.suptitle(title or "helios run")
+    ax = axes[0, 0]
+    ax.plot(*_series(events, "step", "loss"), lw=0.8, label="train")
+    ax.plot(*_series(events, "eval", "val_loss"), "o-", ms=3, label="val")
+    ax.set(title="loss", xlabel="step")
+    ax.legend()
+    ax = axes[0, 1]
+    ax.plot(*_series(events, "step", "lr"), color="tab:green")
+    ax.set(title="learning rate", xlabel="step")
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    ax = axes[0, 2]
+    xs, ys = _series(events, "step", "grad_norm")
+    ax.plot(xs, ys, lw=0.8, color="tab:purple", label="grad norm")
+    clip = [(e["step"], e["grad_norm"]) for e in events if e["event"] == "step" and isinstance(e.get("clip_coef"),
+            (int, float)) and e["clip_coef"] < 1 and isinstance(e.get("grad_norm"), (int, float))]
+    if clip:
+        ax.scatter(*zip(*clip, strict=True), s=6, color="tab:orange", label="clipped", zorder=3)
+    for i, e in enumerate(e for e in events if e["event"] == "skip"):
+        ax.axvline(e.get("step", 0), color="tab:red", lw=0.8, ls="--", label="skipped" if i == 0 else None)
+    if ys and min(ys) > 0:
+        ax.set_yscale("log")
+    ax.set(title="gradient norm", xlabel="step")
+    ax.legend(fontsize="small")
+    ax = axes[1, 0]
+    ax.plot(*_series(events, "step", "tok_per_s"), lw=0.8, color="tab:blue")
+    ax.set(title="throughput (tokens/s)", xlabel="step")
+    ax = axes[1, 1]
+    xs, ys = _series(events, "step", "pool_bytes")
+    if any(ys):
+        ax.plot(xs, [y / 2**20 for y in ys], color="tab:brown", label="pool MiB")
+        ax2 = ax.twinx()
+        ax2.plot(*_series(events, "step", "device_allocs"), lw=0.8, color="tab:gray", label="device allocs")
+        ax2.set_ylabel("device allocs / step")
+        ax.legend(loc="upper left", fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no device memory counters\n(torch backend)", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set(title="device memory", xlabel="step")
+    ax = axes[1, 2]
+    for key in ("fwd_ms", "bwd_ms", "opt_ms", "wait_ms"):
+        ax.plot(*_series(events, "step", key), lw=0.8, label=key[:-3])
+    ax.set(title="step time (ms)", xlabel="step")
+    ax.legend(fontsize="small")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,77 @@
+"""A run's headline numbers from its events (`python -m telemetry summary RUN_DIR`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+
+def _num(values: list[Any]) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Headline numbers: progress, losses, throughput, skips, checkpoints, wall time (None where unknown)."""
+    configs = [e for e in events if e["event"] == "config"]
+    steps = [e for e in events if e["event"] == "step"]
+    evals = [e for e in events if e["event"] == "eval"]
+    ckpts = [e for e in events if e["event"] == "ckpt"]
+    ends = [e for e in events if e["event"] == "end"]
+    first = configs[0] if configs else {}
+    last_cfg = configs[-1] if configs else {}
+    losses = _num([s.get("loss") for s in steps])
+    tail = losses[-10:]
+    speeds = _num([s.get("tok_per_s") for s in steps[1:]]) or _num([s.get("tok_per_s") for s in steps])
+    vals = _num([e.get("val_loss") for e in evals])
+    clipped = sum(1 for s in steps if isinstance(s.get("clip_coef"), (int, float)) and s["clip_coef"] < 1)
+    mfus = _num([s.get("mfu") for s in steps])
+    return {
+        "backend": last_cfg.get("backend"),
+        "device": last_cfg.get("device"),
+        "params": last_cfg.get("num_params"),
+        "step": steps[-1]["step"] if steps else 0,
+        "max_iters": last_cfg.get("max_iters"),
+        "status": ends[-1].get("status") if ends and (not steps or ends[-1]["t"] >= steps[-1]["t"]) else "running",
+        "resumes": max(0, len(configs) - 1),
+        "first_loss": losses[0] if losses else None,
+        "last_loss": statistics.fmean(tail) if tail else None,
+        "min_loss": min(losses) if losses else None,
+        "last_val_loss": vals[-1] if vals else None,
+        "best_val_loss": min(vals) if vals else None,
+        "tok_per_s": statistics.median(speeds) if speeds else None,
+        "step_ms": statistics.median(_num([s.get("step_ms") for s in steps])) if steps else None,
+        "mfu": statistics.median(mfus) if mfus else None,
+        "clipped_steps": clipped,
+        "skips": dict(Counter(e.get("reason") for e in events if e["event"] == "skip")),
+        "checkpoints": len(ckpts),
+        "last_checkpoint": ckpts[-1].get("path") if ckpts else None,
+        "wall_s": (events[-1]["t"] - first.get("t", events[-1]["t"])) if events else 0.0,
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary as an aligned two-column table."""
+    def f(v: Any, spec: str = ".4f") -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}"
+        return format(v, spec) if isinstance(v, float) else str(v)
+
+    skips = ", ".join(f"{k}: {v}" for k, v in s["skips"].items()) or "none"
+    rows = [
+        ("backend", f"{f(s['backend'])} on {f(s['device'])}"),
+        ("parameters", f(s["params"])),
+        ("progress", f"step {s['step']} / {f(s['max_iters'])} ({s['status']}, {s['resumes']} resume(s))"),
+        ("train loss", f"{f(s['first_loss'])} -> {f(s['last_loss'])} (min {f(s['min_loss'])})"),
+        ("val loss", f"{f(s['last_val_loss'])} (best {f(s['best_val_loss'])})"),
+        ("throughput", f"{f(s['tok_per_s'], ',.0f')} tok/s, {f(s['step_ms'], '.1f')} ms/step (median)"),
+        ("mfu", f(s["mfu"], ".1%")),
+        ("clipped steps", str(s["clipped_steps"])),
+        ("skipped steps", skips),
+        ("checkpoints", f"{s['checkpoints']} written, last {f(s['last_checkpoint'])}"),
+        ("wall time", f"{s['wall_s']:.1f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -2,8 +2,8 @@
 
 A benchmark module builds, per shape, a *device callable* (enqueues helios launches, no sync) and a
 *reference callable* (numpy or torch on the host, or torch on CUDA), then calls `compare(...)`, which
-returns the `{"event": "bench", ...}` record. Device time comes from the runtime's timestamp helper
-when one exists, else from sync + wall clock around a batch of calls. Host references run under
+returns the `{"event": "bench", ...}` record. Device time comes from the runtime's timestamp queries
+(`helios.runtime.timed`), falling back to sync + wall clock around a batch of calls. Host references run under
 `OMP_WAIT_POLICY=PASSIVE` / a short OpenBLAS spin timeout and interleaved with the device runs (A B A B)
 so that BLAS threads and lavapipe's worker threads don't spin against each other on a 2-core machine.
 """
@@ -35,19 +35,12 @@ def _runtime():
 
 
 def _timestamp_helper():
-    """The runtime's GPU timestamp helper, if it has one: `f(fn, repeats, warmup) -> list[ms]`.
-
-    Looked up by name so the harness keeps working before and after the runtime grows it.
-    """
+    """`helios.runtime.timed` (timestamp queries around a block), or None on a runtime without it."""
     try:
-        rt = _runtime()
+        from helios.runtime import timed
     except ImportError:
         return None
-    for name in ("time_ms", "timed", "time_gpu", "gpu_time_ms"):
-        helper = getattr(rt, name, None)
-        if callable(helper):
-            return helper
-    return None
+    return timed
 
 
 def device_name() -> str:
@@ -85,15 +78,30 @@ def device_sample(fn: Fn, batch: int) -> float:
     return (time.perf_counter() - t0) * 1e3 / batch
 
 
+def timestamp_sample(fn: Fn, batch: int = 1) -> float:
+    """One sample from GPU timestamps: ms per call of fn over `batch` calls (waits for the device)."""
+    timed = _timestamp_helper()
+    _sync()
+    with timed() as t:
+        for _ in range(batch):
+            fn()
+    return t.ms / batch
+
+
+def _sampler(target_ms: float, fn: Fn) -> Callable[[], float]:
+    """The device sampler: timestamps when the runtime has them, else sync + wall clock over a batch."""
+    if _timestamp_helper() is not None:
+        return lambda: timestamp_sample(fn)
+    batch = _batch_size(fn, target_ms)
+    return lambda: device_sample(fn, batch)
+
+
 def time_device(fn: Fn, repeats: int = 10, warmup: int = 2, target_ms: float = 20.0) -> float:
     """Median ms of one call of a device callable (timestamp queries if available, else sync+wall clock)."""
-    helper = _timestamp_helper()
-    if helper is not None:
-        return float(statistics.median(helper(fn, repeats=repeats, warmup=warmup)))
     for _ in range(warmup):
         fn()
-    batch = _batch_size(fn, target_ms)
-    return statistics.median(device_sample(fn, batch) for _ in range(repeats))
+    sample = _sampler(target_ms, fn)
+    return statistics.median(sample() for _ in range(repeats))
 
 
 # -- host / reference side -----------------------------------------------------------------------
@@ -128,19 +136,15 @@ def time_host(fn: Fn, repeats: int = 10, warmup: int = 2, cuda: bool = False) ->
 def time_pair(device_fn: Fn, ref_fn: Fn | None, repeats: int = 10, warmup: int = 2, cuda_ref: bool = False,
               target_ms: float = 20.0) -> tuple[float, float | None]:
     """Median ms of device_fn and ref_fn, run interleaved (A B A B) so neither gets a quiet machine alone."""
-    helper = _timestamp_helper()
     ref_sample = cuda_sample if cuda_ref else host_sample
     for _ in range(warmup):
         device_fn()
         if ref_fn is not None:
             ref_fn()
-    batch = 1 if helper is not None else _batch_size(device_fn, target_ms)
+    sample = _sampler(target_ms, device_fn)
     dev, ref = [], []
     for _ in range(repeats):
-        if helper is not None:
-            dev.extend(helper(device_fn, repeats=1, warmup=0))
-        else:
-            dev.append(device_sample(device_fn, batch))
+        dev.append(sample())
         if ref_fn is not None:
             ref.append(ref_sample(ref_fn))
     return float(statistics.median(dev)), (float(statistics.median(ref)) if ref else None)

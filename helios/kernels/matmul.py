@@ -1,0 +1,159 @@
+"""Matrix multiply with fused epilogues: `C = alpha * op(a) @ op(b) [+ bias] [gelu] [+ residual] + beta * C`.
+
+One dispatch per product, whatever the transposes: the layout variants (nn, nt, tn, tt) address the
+operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn) and
+`dW = dY^T @ X` (tn, with beta=1 to accumulate into the gradient arena) never dispatch a transpose.
+Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entry per grid z.
+
+Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
+`reg4x4`, `reg8x8`, `reg8x16` (matmul_reg.py: no shared memory, for lavapipe) and shared-memory tiled
+`tiled32`, `tiled64`, `tiled128` (matmul_tiled.py: for GPUs); `<tiling>` loads vec4s and needs the
+contiguous dimensions to be multiples of 4, `<tiling>_scalar` works for every shape. matmul_select.py
+picks the tiling (tuned winner or table). Epilogue parts are specialization constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helios.kernels import matmul_select
+from helios.kernels.matmul_common import LAYOUTS
+from helios.kernels.matmul_reg import REG_TILINGS, build_reg, reg_grid
+from helios.kernels.matmul_tiled import TILED_TILINGS, build_tiled, tiled_grid
+from helios.runtime import Tensor, empty, launch
+from helios.spirv import Kernel, KernelBuilder, Variant
+
+GELU_K0 = float(np.sqrt(2.0 / np.pi))
+
+
+# -- numpy reference --------------------------------------------------------------------------------
+def reference(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False, bias=None,
+              gelu: bool = False, residual=None, out=None, beta: float = 0.0, alpha: float = 1.0):
+    """(C, preact) in a's dtype (float64 in, float64 out): the op's definition, preact None unless gelu."""
+    at = np.swapaxes(a, -1, -2) if trans_a else a
+    bt = np.swapaxes(b, -1, -2) if trans_b else b
+    c = alpha * np.matmul(at, bt)
+    if bias is not None:
+        c = c + bias
+    preact = None
+    if gelu:
+        preact = c
+        c = 0.5 * c * (1.0 + np.tanh(GELU_K0 * (c + 0.044715 * c**3)))
+    if residual is not None:
+        c = c + residual.reshape(c.shape)
+    if beta != 0.0:
+        c = c + beta * out.reshape(c.shape)
+    return c, preact
+
+
+# -- kernels ----------------------------------------------------------------------------------------
+def _build(b: KernelBuilder, v: Variant) -> None:
+    (build_reg if v.kind == "reg" else build_tiled)(b, v)
+
+
+def grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
+    """Workgroups for one dispatch of variant v."""
+    return (reg_grid if v.kind == "reg" else tiled_grid)(M, N, batch, v)
+
+
+def flops(M: int, N: int, K: int, batch: int = 1) -> int:
+    return 2 * M * N * K * batch
+
+
+def nbytes(M: int, N: int, K: int, batch: int = 1) -> int:
+    """Compulsory traffic: read A and B once, write C once."""
+    return 4 * (M * K + K * N + M * N) * batch
+
+
+def _variants(layout: str) -> dict[str, dict]:
+    out = {}
+    for kind, tilings in (("reg", REG_TILINGS), ("tiled", TILED_TILINGS)):
+        for name, params in tilings.items():
+            for vec, suffix in ((4, ""), (1, "_scalar")):
+                out[name + suffix] = {"kind": kind, "layout": layout, "vec": vec, **params}
+    return out
+
+
+KERNELS = {
+    layout: Kernel(f"matmul_{layout}", _build, variants=_variants(layout), grid=grid, flops=flops, bytes=nbytes)
+    for layout in LAYOUTS
+}
+MATMUL_NN, MATMUL_NT, MATMUL_TN, MATMUL_TT = (KERNELS[k] for k in LAYOUTS)
+
+
+# -- op ---------------------------------------------------------------------------------------------
+def _dims(a: Tensor, b: Tensor, trans_a: bool, trans_b: bool) -> tuple[int, int, int, int]:
+    """(batch, M, N, K), checking ranks and that the inner dimensions agree."""
+    if a.ndim not in (2, 3) or b.ndim not in (2, 3):
+        raise ValueError(f"matmul takes 2-D or 3-D tensors, got a {a.shape} and b {b.shape}")
+    if a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0]:
+        raise ValueError(f"matmul: batch sizes differ: a {a.shape}, b {b.shape}")
+    batch = a.shape[0] if a.ndim == 3 else (b.shape[0] if b.ndim == 3 else 1)
+    M, Ka = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+    Kb, N = (b.shape[-1], b.shape[-2]) if trans_b else (b.shape[-2], b.shape[-1])
+    if Ka != Kb:
+        raise ValueError(f"matmul: inner dimensions differ: op(a) is {M}x{Ka}, op(b) is {Kb}x{N} "
+                         f"(a {a.shape}, trans_a={trans_a}; b {b.shape}, trans_b={trans_b})")
+    return batch, M, N, Ka
+
+
+def _check(name: str, t: Tensor | None, numel: int) -> None:
+    if t is None:
+        return
+    if t.dtype != np.float32:
+        raise TypeError(f"matmul: {name} must be float32, got {t.dtype}")
+    if t.numel != numel:
+        raise ValueError(f"matmul: {name} has shape {t.shape} ({t.numel} elements); expected {numel} elements")
+
+
+def vec4_ok(layout: str, M: int, N: int, K: int) -> bool:
+    """Whether vec4 loads are aligned: every contiguous dimension (and so every row) a multiple of 4."""
+    dims = {"m": M, "n": N, "k": K}
+    return dims["m" if layout[0] == "t" else "k"] % 4 == 0 and dims["k" if layout[1] == "t" else "n"] % 4 == 0
+
+
+def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | None = None) -> str:
+    """The variant of `matmul_<layout>` that runs for this shape (tiling from matmul_select unless given)."""
+    from helios.device import get_device
+
+    tiling = tiling or matmul_select.choose(get_device().info, layout, M, N, K, batch)
+    return tiling if vec4_ok(layout, M, N, K) else f"{tiling}_scalar"
+
+
+def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, bias: Tensor | None = None,
+           gelu: bool = False, residual: Tensor | None = None, out: Tensor | None = None, beta: float = 0.0,
+           alpha: float = 1.0, preact_out: Tensor | None = None) -> Tensor:
+    """C = alpha * op(a) @ op(b) [+ bias] [gelu] [+ residual] + beta * C, in one dispatch.
+
+    a is [M, K] ([K, M] with trans_a) or batched [Bt, ...]; b is [K, N] ([N, K] with trans_b), batched or
+    a shared 2-D matrix. bias is [N]; residual, out and preact_out hold C's element count. With gelu and
+    preact_out, the value before GELU is stored there too (for the backward). beta != 0 reads `out`.
+    """
+    batch, M, N, K = _dims(a, b, trans_a, trans_b)
+    numel = batch * M * N
+    for name, t in (("a", a), ("b", b)):
+        _check(name, t, t.numel)
+    _check("bias", bias, N)
+    for name, t in (("residual", residual), ("out", out), ("preact_out", preact_out)):
+        _check(name, t, numel)
+    if beta != 0.0 and out is None:
+        raise ValueError("matmul: beta != 0 accumulates into `out`, which was not given")
+    batched = a.ndim == 3 or b.ndim == 3
+    c = out if out is not None else empty((batch, M, N) if batched else (M, N))
+    if numel == 0:
+        return c
+    layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
+    kernel = KERNELS[layout]
+    name = variant_name(layout, M, N, K, batch)
+    push = {"M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
+            "sa": M * K if a.ndim == 3 else 0, "sb": K * N if b.ndim == 3 else 0, "sc": M * N,
+            "alpha": float(alpha), "beta": float(beta)}
+    flags = {"HAS_BIAS": bias is not None, "GELU": bool(gelu), "STORE_PREACT": preact_out is not None,
+             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0}
+    spec = {k: True for k, on in flags.items() if on} or None
+    # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
+    buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
+               preact_out if preact_out is not None else c]
+    launch(kernel, buffers=buffers, push=push, grid=grid(M, N, batch, kernel.variant(name)), spec=spec,
+           variant=name)
+    return c

@@ -1,0 +1,99 @@
+"""Which matmul variant runs: stored auto-tuning winners for this device and driver, else a table.
+
+The table: on CPU devices (lavapipe) register-blocked tilings, on GPUs shared-memory tiled ones; within
+each, the largest block that still gives enough workgroups to fill the device. `python -m helios.bench
+tune matmul` times the candidates for given shapes and stores the winners in
+`helios.env.cache_dir()/tuning-<device key>.json`; `choose()` uses a stored winner for the exact
+(layout, M, N, K, batch) when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from helios import env
+
+REG = ("reg4x4", "reg8x8", "reg8x16")  # small, medium, large
+TILED = ("tiled32", "tiled64", "tiled128")
+BLOCKS = {"reg4x4": (32, 32), "reg8x8": (64, 64), "reg8x16": (64, 128),
+          "tiled32": (32, 32), "tiled64": (64, 64), "tiled128": (128, 128)}
+
+_override: str | None = None
+_tuned: dict[str, dict[str, str]] = {}  # device key -> {shape key: tiling}
+
+
+def device_key(info) -> str:
+    """A file-name-safe key for a device and its driver version: tuning results are valid for exactly that."""
+    raw = f"{info.name}-{info.driver_name}-{info.driver_version}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
+
+
+def tuning_path(info) -> Path:
+    return env.cache_dir() / f"tuning-{device_key(info)}.json"
+
+
+def shape_key(layout: str, M: int, N: int, K: int, batch: int = 1) -> str:
+    """The key a tuning winner is stored under: `nn:2048x1152x384` (with `x<batch>` when batched)."""
+    key = f"{layout}:{M}x{N}x{K}"
+    return key if batch == 1 else f"{key}x{batch}"
+
+
+def load_tuning(info) -> dict[str, str]:
+    """The stored winners for this device ({} when none); read once per process."""
+    key = device_key(info)
+    if key not in _tuned:
+        path = tuning_path(info)
+        try:
+            data = json.loads(path.read_text())
+            _tuned[key] = {k: v for k, v in data.get("matmul", {}).items() if v in BLOCKS}
+        except (OSError, ValueError, AttributeError):
+            _tuned[key] = {}
+    return _tuned[key]
+
+
+def save_tuning(info, winners: dict[str, str]) -> Path:
+    """Merge winners into this device's tuning file and into the in-process table; returns the path."""
+    path = tuning_path(info)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault("device", {"name": info.name, "driver": f"{info.driver_name} {info.driver_info}",
+                               "driver_version": info.driver_version})
+    data.setdefault("matmul", {}).update(winners)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)
+    load_tuning(info).update(winners)
+    return path
+
+
+def set_variant(name: str | None) -> None:
+    """Force a tiling for every later matmul (tests, benchmarks, the tuner); None restores the choice."""
+    global _override
+    if name is not None and name not in BLOCKS:
+        raise ValueError(f"unknown matmul tiling {name!r} (tilings: {', '.join(BLOCKS)})")
+    _override = name
+
+
+def table_choice(info, M: int, N: int, batch: int) -> str:
+    """The table's tiling for an M x N (x batch) output on this device."""
+    family = REG if info.is_cpu else TILED
+    # Enough workgroups to keep every core (CPU) or a GPU's many multiprocessors busy.
+    wanted = 8 if info.is_cpu else 128
+    for name in reversed(family):
+        bm, bn = BLOCKS[name]
+        if -(-M // bm) * -(-N // bn) * batch >= wanted:
+            return name
+    return family[0]
+
+
+def choose(info, layout: str, M: int, N: int, K: int, batch: int) -> str:
+    """The tiling to run: the forced one, else a stored tuning winner, else the table's."""
+    if _override is not None:
+        return _override
+    tuned = load_tuning(info).get(shape_key(layout, M, N, K, batch))
+    return tuned or table_choice(info, M, N, batch)

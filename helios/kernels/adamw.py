@@ -67,7 +67,8 @@ def reference_adamw(p, g, m, v, mask, *, lr, beta1, beta2, eps, weight_decay, st
 # -- kernels ---------------------------------------------------------------------------------------
 
 def _build_partial(b: KernelBuilder, v: Variant) -> None:
-    """partials[offset + wg] = sum of squares of this workgroup's strided share of x."""
+    """partials[offset + wg] = sum of squares of this workgroup's strided share of x; the "*_lanes"
+    variants skip the workgroup merge (no barrier) and write one partial per invocation instead."""
     n = v.vec
     b.local_size(WG)
     x = b.buffer(0, f32, "r")
@@ -84,9 +85,12 @@ def _build_partial(b: KernelBuilder, v: Variant) -> None:
         with b.if_((wg == 0) & (lid == 0)):
             with b.for_range(items * n, count) as i:
                 acc += x[i] * x[i]
-    total = workgroup_sum(b, acc.value, b.shared(f32, WG))
-    with b.if_(lid == 0):
-        partials[offset + wg] = total
+    if v.lanes:
+        partials[offset + wg * WG + lid] = acc.value
+    else:
+        total = workgroup_sum(b, acc.value, b.shared(f32, WG))
+        with b.if_(lid == 0):
+            partials[offset + wg] = total
 
 
 def _build_finish(b: KernelBuilder, v: Variant) -> None:
@@ -145,8 +149,12 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
                     update(bufs, k)
 
 
-GRAD_NORM_PARTIAL = Kernel("grad_norm_partial", _build_partial, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
-                           flops=lambda n: 2 * n, bytes=lambda n: 4 * n)
+GRAD_NORM_PARTIAL = Kernel(
+    "grad_norm_partial", _build_partial,
+    variants={"scalar": {"vec": 1, "lanes": False}, "vec4": {"vec": 4, "lanes": False},
+              "scalar_lanes": {"vec": 1, "lanes": True}, "vec4_lanes": {"vec": 4, "lanes": True}},
+    flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
+)
 GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar": {}},
                           grid=lambda n: (1, 1, 1), flops=lambda n: n, bytes=lambda n: 4 * n + 8)
 ADAMW = Kernel(
@@ -184,13 +192,19 @@ def _constant(value: float):
     return found[1]
 
 
-def _partial_groups(n: int, vec: int) -> int:
-    return max(1, min(MAX_PARTIALS, ceil_div(n, WG * vec * 4)))
+def _partial_plan(n: int, vec: int) -> tuple[int, bool]:
+    """(workgroups, lanes) of the first grad-norm stage. GPUs: up to MAX_PARTIALS workgroups, each merged
+    through shared memory. CPU drivers: a few workgroups writing one partial per invocation, because a
+    barrier costs lavapipe ~0.3 ms per workgroup."""
+    if _rt().get_runtime().info.is_cpu:
+        return max(1, min(16, ceil_div(n, WG * vec * 64))), True
+    return max(1, min(MAX_PARTIALS, ceil_div(n, WG * vec * 8))), False
 
 
-def grad_norm(grads, max_norm: float):
+def grad_norm(grads, max_norm: float, layout: tuple[int, bool] | None = None):
     """(norm (1,), clip_coef (1,)) of a tensor or a list of tensors (global L2 norm), on the device:
-    one dispatch per tensor, then one to finish."""
+    one dispatch per tensor, then one to finish. `layout` = (workgroups, lanes) overrides the
+    first stage's plan (tests, benchmarks)."""
     rt = _rt()
     tensors = list(grads) if isinstance(grads, list | tuple) else [grads]
     plan = []
@@ -198,13 +212,13 @@ def grad_norm(grads, max_norm: float):
     for t in tensors:
         n = int(t.numel)
         vec = 4 if n >= 4 else 1
-        groups = _partial_groups(n, vec)
-        plan.append((t, n, vec, groups, total))
-        total += groups
+        groups, lanes = _partial_plan(n, vec) if layout is None else layout
+        plan.append((t, n, vec, groups, lanes, total))
+        total += groups * (WG if lanes else 1)
     partials = rt.empty((total,))
-    for t, n, vec, groups, offset in plan:
+    for t, n, vec, groups, lanes, offset in plan:
         rt.launch(GRAD_NORM_PARTIAL, [t, partials], push={"n": n, "offset": offset}, grid=(groups, 1, 1),
-                  variant="vec4" if vec == 4 else "scalar")
+                  variant=("vec4" if vec == 4 else "scalar") + ("_lanes" if lanes else ""))
     norm, clip = rt.empty((1,)), rt.empty((1,))
     rt.launch(GRAD_NORM_FINISH, [partials, norm, clip], push={"n": total, "max_norm": float(max_norm)},
               grid=(1, 1, 1))

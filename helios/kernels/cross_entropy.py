@@ -108,9 +108,13 @@ def _merge(b: KernelBuilder, m, s, m2, s2):
 
 
 def _build_rows(b: KernelBuilder, v: Variant) -> None:
-    """One workgroup per row: online max/sum, merge, then dlogits and the row loss."""
+    """One workgroup per row: online max/sum, merge, then dlogits and the row loss.
+
+    "*_subgroup" variants run a row on exactly one subgroup (WG = the device's fixed subgroup size): no
+    shared memory and no barrier, which lavapipe's coroutine-based barriers make expensive."""
     n = v.vec
-    b.local_size(WG_ROW)
+    wg = b.spec("WG", u32, WG_ROW)
+    b.local_size(wg)
     logits = b.buffer(0, f32, "r")
     lv = logits.view(n)
     targets = b.buffer(1, i32, "r")
@@ -126,11 +130,13 @@ def _build_rows(b: KernelBuilder, v: Variant) -> None:
         base = row * cols
         m = b.var(lv.elem, b.splat(b.const(-FLT_MAX), n))
         s = b.var(lv.elem, b.splat(b.const(0.0), n))
-        with b.for_range(lid, cols, step=WG_ROW) as j:
+        with b.for_range(lid, cols, step=wg) as j:
+            # One exp per element: e = exp(-|x - m|) rescales either the running sum (new max) or x.
             x = lv[base + j]
-            mn = b.max(m.value, x)
-            s.value = s.value * b.exp(m.value - mn) + b.exp(x - mn)
-            m.value = mn
+            d = x - m.value
+            e = b.exp(-b.abs(d))
+            s.value = b.select(d > 0.0, s.value * e + 1.0, s.value + e)
+            m.value = b.max(m.value, x)
         mm, ss = m.value, s.value
         if n > 1:  # fold the components of this invocation's vector
             pm, ps = mm[0], ss[0]
@@ -139,8 +145,12 @@ def _build_rows(b: KernelBuilder, v: Variant) -> None:
             mm, ss = pm, ps
         gm = b.subgroup_max(mm)
         gs = b.subgroup_add(ss * b.exp(mm - gm))
-        sh = [b.shared(f32, WG_ROW, "row_max"), b.shared(f32, WG_ROW, "row_sum")]
-        big_m, big_s = workgroup_combine(b, [gm, gs], sh, lambda acc, e: list(_merge(b, acc[0], acc[1], e[0], e[1])))
+        if v.subgroup:
+            big_m, big_s = gm, gs
+        else:
+            sh = [b.shared(f32, wg, "row_max"), b.shared(f32, wg, "row_sum")]
+            big_m, big_s = workgroup_combine(b, [gm, gs], sh,
+                                             lambda acc, e: list(_merge(b, acc[0], acc[1], e[0], e[1])))
         # Work relative to the row max (an element, so x - max is exact) rather than to the f32 logsumexp,
         # whose rounding would cost ~ulp(lse) of relative accuracy in every probability for large logits.
         inv_s = 1.0 / big_s
@@ -148,7 +158,7 @@ def _build_rows(b: KernelBuilder, v: Variant) -> None:
         valid = _is_valid(b, t, vocab, ignore)
         coef = b.select(valid, grad_scale / b.max(stats[0], 1.0), 0.0)
         tu = b.cast(t, u32)
-        with b.for_range(lid, cols, step=WG_ROW) as j:
+        with b.for_range(lid, cols, step=wg) as j:
             p = b.exp(lv[base + j] - big_m) * inv_s
             if n == 1:
                 hit = b.cast(tu == j, f32)
@@ -181,7 +191,9 @@ CROSS_ENTROPY_COUNT = Kernel("cross_entropy_count", _build_count, variants={"sca
                              grid=lambda n, vocab: (1, 1, 1), flops=lambda n, vocab: n,
                              bytes=lambda n, vocab: 4 * n + 4)
 CROSS_ENTROPY_ROWS = Kernel(
-    "cross_entropy_rows", _build_rows, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    "cross_entropy_rows", _build_rows,
+    variants={"scalar": {"vec": 1, "subgroup": False}, "vec4": {"vec": 4, "subgroup": False},
+              "scalar_subgroup": {"vec": 1, "subgroup": True}, "vec4_subgroup": {"vec": 4, "subgroup": True}},
     grid=lambda n, vocab: _row_grid(n),
     flops=lambda n, vocab: 12 * n * vocab,  # ~2 exps, max, fma in pass 1; exp, sub, mul in pass 2
     bytes=lambda n, vocab: 12 * n * vocab + 12 * n,  # logits read twice, dlogits written once
@@ -189,6 +201,18 @@ CROSS_ENTROPY_ROWS = Kernel(
 CROSS_ENTROPY_MEAN = Kernel("cross_entropy_mean", _build_mean, variants={"scalar": {}},
                             grid=lambda n, vocab: (1, 1, 1), flops=lambda n, vocab: n,
                             bytes=lambda n, vocab: 4 * n + 8)
+
+
+def row_layout() -> tuple[str, int]:
+    """(variant suffix, workgroup size) for the rows kernel on this device: a row per subgroup on CPU
+    drivers with a fixed subgroup size (barriers are costly there), else WG_ROW invocations per row."""
+    from helios.device import get_device
+
+    info = get_device().info
+    fixed = info.min_subgroup_size == info.max_subgroup_size == info.subgroup_size
+    if info.is_cpu and fixed:
+        return "_subgroup", info.subgroup_size
+    return "", WG_ROW
 
 
 def _row_grid(n_rows: int) -> tuple[int, int, int]:
@@ -210,9 +234,10 @@ def nbytes(n_rows: int, vocab: int) -> int:
 
 # -- op --------------------------------------------------------------------------------------------
 
-def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1.0, out=None):
+def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1.0, out=None, layout=None):
     """(loss (1,), dlogits) for logits [..., V] and int32 targets [...]; loss is the mean over valid rows and
-    dlogits = grad_scale * (softmax - onehot) / n_valid (0 on ignored rows). `out` receives dlogits."""
+    dlogits = grad_scale * (softmax - onehot) / n_valid (0 on ignored rows). `out` receives dlogits;
+    `layout` = (variant suffix, workgroup size) overrides `row_layout()` (tests, benchmarks)."""
     import helios.runtime as rt
 
     vocab = int(logits.shape[-1])
@@ -223,7 +248,8 @@ def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1
     stats, losses, loss = rt.empty((1,)), rt.empty((max(n_rows, 1),)), rt.empty((1,))
     push = {"n_rows": n_rows, "vocab": vocab, "ignore_index": int(ignore_index)}
     rt.launch(CROSS_ENTROPY_COUNT, [targets, stats], push=push, grid=(1, 1, 1))
+    suffix, wg = row_layout() if layout is None else layout
     rt.launch(CROSS_ENTROPY_ROWS, [logits, targets, stats, dlogits, losses], push={**push, "grad_scale": grad_scale},
-              grid=_row_grid(n_rows), variant="vec4" if vocab % 4 == 0 else "scalar")
+              grid=_row_grid(n_rows), variant=("vec4" if vocab % 4 == 0 else "scalar") + suffix, spec={"WG": wg})
     rt.launch(CROSS_ENTROPY_MEAN, [losses, stats, loss], push={"n_rows": n_rows}, grid=(1, 1, 1))
     return loss, dlogits

@@ -35,6 +35,16 @@ def test_grad_norm(n):
     np.testing.assert_allclose(clip.numpy()[0], ref_clip, rtol=1e-5)
 
 
+@pytest.mark.parametrize("layout", [(1, False), (5, False), (3, True)])
+def test_grad_norm_layouts(layout):
+    """Both first-stage layouts (shared-memory merge / one partial per invocation) on any device."""
+    g = np.random.default_rng(7).standard_normal(70_001).astype(np.float32)
+    norm, clip = A.grad_norm(rt.from_numpy(g), max_norm=1000.0, layout=layout)
+    ref_norm, ref_clip = A.reference_grad_norm(g, 1000.0)
+    np.testing.assert_allclose(norm.numpy()[0], ref_norm, rtol=1e-5)
+    np.testing.assert_allclose(clip.numpy()[0], ref_clip, rtol=1e-6)
+
+
 def test_grad_norm_of_many_tensors_and_no_clip():
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal(n).astype(np.float32) * 0.01 for n in (5, 1030, 3)]

@@ -21,6 +21,7 @@ HP = {"lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="one arena of ~1M elements only")
     parser.add_argument("--repeats", type=int, default=10, help="timed samples per figure (median reported)")
 
 
@@ -96,12 +97,12 @@ def run(args: argparse.Namespace) -> list[dict]:
     import helios.runtime as rt
 
     info = rt.get_runtime().info
-    quick = getattr(args, "quick", False)
+    quick = args.quick
     sizes = QUICK if quick else FULL
     if not info.is_cpu and not quick:
         sizes = sizes + [n for n in GPU_EXTRA if 4 * n <= info.max_storage_buffer_range]
     rng = np.random.default_rng(0)
     records = []
     for n in sizes:
-        records += _records(n, rng, getattr(args, "repeats", 10))
+        records += _records(n, rng, args.repeats)
     return records

@@ -19,6 +19,7 @@ GPU_EXTRA = [(8192, 50257)]  # a GPT-2 batch; past lavapipe's 128 MiB binding li
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="two small shapes only")
     parser.add_argument("--repeats", type=int, default=10, help="timed samples per figure (median reported)")
 
 
@@ -49,13 +50,13 @@ def numpy_reference(logits: np.ndarray, targets: np.ndarray, ignore_index: int =
 def run(args: argparse.Namespace) -> list[dict]:
     """One record per shape (and one more against torch on CUDA where there is a CUDA GPU)."""
     import helios.runtime as rt
-    from helios.kernels.cross_entropy import cross_entropy, flops, nbytes
+    from helios.kernels.cross_entropy import cross_entropy, flops, nbytes, row_layout
 
     info = rt.get_runtime().info
-    shapes = QUICK if getattr(args, "quick", False) else FULL
-    if not info.is_cpu and not getattr(args, "quick", False):
+    shapes = QUICK if args.quick else FULL
+    if not info.is_cpu and not args.quick:
         shapes = shapes + [s for s in GPU_EXTRA if s[0] * s[1] * 4 <= info.max_storage_buffer_range]
-    repeats = getattr(args, "repeats", 10)
+    repeats = args.repeats
     torch, cuda = torch_reference()
     records = []
     rng = np.random.default_rng(0)
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         targets[::7] = -1
         lt, tt = rt.from_numpy(logits), rt.from_numpy(targets)
         shape = f"{n}x{vocab}"
-        variant = "vec4" if vocab % 4 == 0 else "scalar"
+        variant = ("vec4" if vocab % 4 == 0 else "scalar") + row_layout()[0]
 
         def device_fn(lt=lt, tt=tt):
             cross_entropy(lt, tt)

@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "elementwise": "helios.bench.elementwise",
     "adamw": "helios.bench.adamw",
     "cross_entropy": "helios.bench.cross_entropy",
+    "matmul": "helios.bench.matmul", "limits": "helios.bench.limits", "tune": "helios.bench.tune",
 }
 
 

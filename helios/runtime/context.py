@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import atexit
+import operator
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -110,11 +111,11 @@ class Runtime:
         else:
             gx, gy, gz = (tuple(grid) + (1, 1))[:3]
         mx, my, mz = self.max_groups
-        if gx > mx or gy > my or gz > mz:
-            raise HeliosError(
-                f"kernel {pipe.name!r}: grid ({gx}, {gy}, {gz}) exceeds this device's maximum workgroup count "
-                f"({mx}, {my}, {mz}); use a 2-D grid or a grid-stride loop for large tensors")
-        if gx <= 0 or gy <= 0 or gz <= 0:
+        if not (0 < gx <= mx and 0 < gy <= my and 0 < gz <= mz):
+            if gx > mx or gy > my or gz > mz:
+                raise HeliosError(
+                    f"kernel {pipe.name!r}: grid ({gx}, {gy}, {gz}) exceeds this device's maximum workgroup "
+                    f"count ({mx}, {my}, {mz}); use a 2-D grid or a grid-stride loop for large tensors")
             if min(gx, gy, gz) < 0:
                 raise HeliosError(f"kernel {pipe.name!r}: negative grid ({gx}, {gy}, {gz})")
             return  # an empty grid does no work
@@ -145,8 +146,12 @@ class Runtime:
             return storage.host_bytes(offset, nbytes).copy()
         stage = self.staging.acquire(nbytes)
         try:
-            self.recorder.copy(storage, storage.base + offset, stage, stage.base, nbytes)
-            self.recorder.wait(stage.last_write)
+            rec = self.recorder
+            if storage.last_write == rec.open_value:  # written by the open batch: the copy follows it
+                rec.copy(storage, storage.base + offset, stage, stage.base, nbytes)
+                rec.wait(stage.last_write)
+            else:  # nothing recorded writes it: copy on the side, leaving the open batch open
+                rec.copy_now(storage, storage.base + offset, stage, stage.base, nbytes)
             return stage.host_bytes(0, nbytes).copy()
         finally:
             stage.release()
@@ -202,34 +207,45 @@ class Runtime:
 
 
 class _PushPacker:
-    """Packs push constants with one precompiled struct (the module's own pack_push checks and converts,
-    at ~2 us a call; this fast path costs a fraction and falls back to it for errors and conversions)."""
+    """Packs push constants with one precompiled struct. The module's own pack_push checks and converts
+    at ~2 us a call; this fast path costs a fraction and falls back to it for errors and conversions."""
 
-    __slots__ = ("module", "names", "struct")
+    __slots__ = ("module", "count", "fast")
 
     _CODES = {"f32": "f", "u32": "I", "i32": "i"}
 
     def __init__(self, module) -> None:
         self.module = module
         fields = sorted(module.push_fields, key=lambda f: f.offset)
+        self.count = len(fields)
+        self.fast = None
         fmt, pos = "<", 0
         for f in fields:
             code = self._CODES.get(str(f.dtype))
             if code is None or f.offset < pos:
-                self.struct = None  # a field this packer does not know: always use the module's
-                break
+                return  # a field this packer does not know: always use the module's pack_push
             fmt += "x" * (f.offset - pos) + code
             pos = f.offset + 4
+        pack = struct.Struct(fmt + "x" * max(0, module.push_size - pos)).pack
+        names = [f.name for f in fields]
+        # Closures for the common field counts: star-args and itemgetter tuples cost more than the packing.
+        if len(names) == 1:
+            a, = names
+            self.fast = lambda v: pack(v[a])
+        elif len(names) == 2:
+            a, b = names
+            self.fast = lambda v: pack(v[a], v[b])
+        elif len(names) == 3:
+            a, b, c = names
+            self.fast = lambda v: pack(v[a], v[b], v[c])
         else:
-            fmt += "x" * max(0, module.push_size - pos)
-            self.struct = struct.Struct(fmt)
-        self.names = tuple(f.name for f in fields)
+            get = operator.itemgetter(*names) if names else (lambda v: ())
+            self.fast = lambda v: pack(*get(v))
 
     def pack(self, values) -> bytes:
-        st = self.struct
-        if st is not None and values is not None and len(values) == len(self.names):
+        if self.fast is not None and values is not None and len(values) == self.count:
             try:
-                return st.pack(*[values[n] for n in self.names])
+                return self.fast(values)
             except (KeyError, struct.error, TypeError):
                 pass
         return self.module.pack_push(values or {})

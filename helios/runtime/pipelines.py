@@ -21,7 +21,7 @@ from helios.errors import HeliosError
 class Pipeline:
     """A compute pipeline with what the recorder needs prebuilt: layout, per-binding access, descriptor writes."""
 
-    __slots__ = ("name", "handle", "layout", "set_layout", "set_layout_ptr", "nbind", "wflags", "rflags",
+    __slots__ = ("name", "handle", "layout", "set_layout", "set_layout_ptr", "nbind", "access",
                  "infos", "writes", "push_size", "local_size", "module", "spec", "cache_hit")
 
     def __repr__(self) -> str:
@@ -204,8 +204,7 @@ class PipelineCache:
         pipe.set_layout_ptr = set_layout_ptr
         pipe.set_layout = set_layout_ptr[0]
         pipe.nbind = len(bindings)
-        pipe.wflags = tuple("w" in a for a in accesses)
-        pipe.rflags = tuple("r" in a for a in accesses)
+        pipe.access = tuple(("r" in a) | (("w" in a) << 1) for a in accesses)  # bit 0 read, bit 1 write
         pipe.push_size = module.push_size
         pipe.local_size = tuple(module.local_size)
         pipe.module = module

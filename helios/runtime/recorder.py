@@ -19,6 +19,9 @@ from collections import deque
 from helios.errors import HeliosError
 
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+# The binding gives some promoted error codes the wrong sign (VK_ERROR_OUT_OF_POOL_MEMORY is +1000069000
+# there): compare descriptor-pool results against the spec's values.
+_POOL_FULL = (-1000069000, -12)  # VK_ERROR_OUT_OF_POOL_MEMORY, VK_ERROR_FRAGMENTED_POOL
 
 
 class VulkanCallError(HeliosError):
@@ -73,7 +76,7 @@ class _DescriptorArena:
             result = self.lib.vkAllocateDescriptorSets(self.device.device, self._info, self._out)
             if result == vk.VK_SUCCESS:
                 return self._out
-            if result in (vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL):
+            if result in _POOL_FULL:
                 self.current += 1
                 continue
             raise VulkanCallError(f"vkAllocateDescriptorSets failed (VkResult {result})")
@@ -168,6 +171,7 @@ class CommandRecorder:
         self._push_layout = self._push_bytes = None  # push constants sent by the previous dispatch
         self.pending = 0  # dispatches recorded in the open command buffer
         self._barrier_next = False  # start the next command buffer with a barrier (hazard state trimmed)
+        self._now = None  # command buffer, fence and submit info of copy_now, made on first use
         # region key -> (starts, ends): sorted, disjoint byte ranges written / read since the last barrier
         self._writes: dict[int, tuple[list[int], list[int]]] = {}
         self._reads: dict[int, tuple[list[int], list[int]]] = {}
@@ -321,44 +325,50 @@ class CommandRecorder:
             cb = self._begin()
         value = self.open_value
         writes, reads = self._writes, self._reads
-        wflags = pipe.wflags
+        access = pipe.access  # per binding: 1 read, 2 write, 3 both
         hazard = False
         spans = []
+        # Plain loops with an index: zip/enumerate objects cost more than the loop bodies here.
+        k = 0
         try:
-            for t, w in zip(buffers, wflags, strict=True):
+            for t in buffers:
+                span = t._span
                 s = t._storage
-                lo = s.base + t._offset
-                hi = lo + t.nbytes
-                key = s.key
                 s.last_use = value
+                w = access[k] & 2
+                k += 1
                 if w:
                     s.last_write = value
                 if not hazard:
-                    ranges = writes.get(key)
-                    if ranges is not None and _hit(ranges, lo, hi):
+                    ranges = writes.get(span[0])
+                    if ranges is not None and _hit(ranges, span[1], span[2]):
                         hazard = True
                     elif w:
-                        ranges = reads.get(key)
-                        if ranges is not None and _hit(ranges, lo, hi):
+                        ranges = reads.get(span[0])
+                        if ranges is not None and _hit(ranges, span[1], span[2]):
                             hazard = True
-                spans.append((key, lo, hi, s.buffer))
+                spans.append(span)
         except AttributeError:
             raise _bad_buffer(buffers) from None
         if hazard:
             self._record_barrier(cb)
-        for (key, lo, hi, _), r, w in zip(spans, pipe.rflags, wflags, strict=True):
-            if r:
-                ranges = reads.get(key)
+        # Noted only after the checks, so that two bindings of one dispatch never conflict with each other.
+        k = 0
+        for span in spans:
+            a = access[k]
+            k += 1
+            if a & 1:
+                ranges = reads.get(span[0])
                 if ranges is None:
-                    reads[key] = ([lo], [hi])
+                    reads[span[0]] = ([span[1]], [span[2]])
                 else:
-                    _add(ranges, lo, hi)
-            if w:
-                ranges = writes.get(key)
+                    _add(ranges, span[1], span[2])
+            if a & 2:
+                ranges = writes.get(span[0])
                 if ranges is None:
-                    writes[key] = ([lo], [hi])
+                    writes[span[0]] = ([span[1]], [span[2]])
                 else:
-                    _add(ranges, lo, hi)
+                    _add(ranges, span[1], span[2])
         lib = self.lib
         layout = pipe.layout
         if pipe is not self._bound:
@@ -366,15 +376,17 @@ class CommandRecorder:
             self._bound = pipe
         # Descriptors and push constants stay bound between dispatches: re-send them only when they differ
         # from the previous dispatch's (a dependent chain on one buffer re-sends nothing).
-        if pipe.nbind and (layout is not self._desc_layout or spans != self._desc_spans):
+        if k and (layout is not self._desc_layout or spans != self._desc_spans):
             infos = pipe.infos
-            for k, (_, lo, hi, buf) in enumerate(spans):
+            k = 0
+            for span in spans:
                 info = infos[k]
-                info.buffer = buf
-                info.offset = lo
-                info.range = hi - lo or 4  # a zero-element tensor still needs a valid range
+                k += 1
+                info.buffer = span[3]
+                info.offset = span[1]
+                info.range = span[2] - span[1] or 4  # a zero-element tensor still needs a valid range
             if self._push_fn is not None:
-                self._push_fn(cb, self._bind_point, layout, 0, pipe.nbind, pipe.writes)
+                self._push_fn(cb, self._bind_point, layout, 0, k, pipe.writes)
                 self._desc_layout, self._desc_spans = layout, spans
             else:
                 self._bind_descriptor_set(cb, pipe)
@@ -411,6 +423,47 @@ class CommandRecorder:
         self.lib.vkCmdCopyBuffer(cb, src.buffer, dst.buffer, 1, region)
         self.counters.copies += 1
 
+    def barrier(self) -> None:
+        """Record a full barrier now: every earlier command is synchronised with every later one."""
+        cb = self._cb if self._cb is not None else self._begin()
+        self._record_barrier(cb)
+
+    def copy_now(self, src, src_lo: int, dst, dst_lo: int, nbytes: int) -> None:
+        """Copy in a command buffer of its own, submitted at once and waited for with a fence.
+
+        For staging reads of data no open-batch command writes: the open batch stays open (a host read
+        flushes only what it depends on). The copy starts after everything submitted before it (a leading
+        barrier), and it has finished when this returns, so it needs no timeline value or hazard entry.
+        """
+        vk, lib, dev = self.vk, self.lib, self.device.device
+        if self._now is None:
+            slot = self._new_slot()
+            self._slot_count -= 1  # not part of the recycled ring
+            fence = vk.vkCreateFence(dev, vk.VkFenceCreateInfo(), None)
+            info = self.ffi.new("VkSubmitInfo*")
+            info.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+            info.commandBufferCount = 1
+            cbs = self.ffi.new("VkCommandBuffer[1]", [slot.cb])
+            info.pCommandBuffers = cbs
+            self._now = (slot, fence, self.ffi.new("VkFence[1]", [fence]), info, cbs)
+        slot, fence, fences, info, _ = self._now
+        lib.vkResetCommandPool(dev, slot.pool, 0)
+        self._check(lib.vkBeginCommandBuffer(slot.cb, self._begin_info), "vkBeginCommandBuffer")
+        lib.vkCmdPipelineBarrier(slot.cb, self._stages, self._stages, 0, 1, self._barrier, 0, self._null, 0,
+                                 self._null)
+        region = self.ffi.new("VkBufferCopy*")
+        region.srcOffset, region.dstOffset, region.size = src_lo, dst_lo, nbytes
+        lib.vkCmdCopyBuffer(slot.cb, src.buffer, dst.buffer, 1, region)
+        lib.vkCmdPipelineBarrier(slot.cb, self._stages, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, self._host_barrier,
+                                 0, self._null, 0, self._null)
+        self._check(lib.vkEndCommandBuffer(slot.cb), "vkEndCommandBuffer")
+        self._check(lib.vkQueueSubmit(self.device.queue, 1, info, fence), "vkQueueSubmit")
+        self._check(lib.vkWaitForFences(dev, 1, fences, 1, UINT64_MAX), "vkWaitForFences")
+        self._check(lib.vkResetFences(dev, 1, fences), "vkResetFences")
+        self.counters.submits += 1
+        self.counters.host_waits += 1
+        self.counters.copies += 1
+
     def reset_queries(self, query_pool, first: int, count: int) -> None:
         cb = self._cb if self._cb is not None else self._begin()
         self.lib.vkCmdResetQueryPool(cb, query_pool, first, count)
@@ -429,6 +482,10 @@ class CommandRecorder:
             if slot.arena is not None:
                 for pool in slot.arena.pools:
                     self.vk.vkDestroyDescriptorPool(dev, pool, None)
+        if self._now is not None:
+            self.vk.vkDestroyCommandPool(dev, self._now[0].pool, None)
+            self.vk.vkDestroyFence(dev, self._now[1], None)
+            self._now = None
         self._free_slots.clear()
         self._in_flight.clear()
         self.vk.vkDestroySemaphore(dev, self.semaphore, None)
@@ -447,6 +504,8 @@ def _add(ranges: tuple[list[int], list[int]], lo: int, hi: int) -> None:
     """Insert [lo, hi), merging it with the ranges it overlaps or touches (keeps checks O(log n))."""
     starts, ends = ranges
     i = bisect_left(ends, lo)  # first range ending at or after lo
+    if i < len(starts) and starts[i] <= lo and hi <= ends[i]:
+        return  # already covered (the same input read by many dispatches)
     j = bisect_right(starts, hi)  # ranges i..j-1 start at or before hi: they merge with [lo, hi)
     if i == j:
         starts.insert(i, lo)

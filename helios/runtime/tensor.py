@@ -44,7 +44,7 @@ def _dtype(dtype, runtime) -> np.dtype:
 class Tensor:
     """A device tensor: shape, numpy dtype, contiguous layout, on a pool region shared with its views."""
 
-    __slots__ = ("_storage", "_offset", "shape", "dtype", "numel", "nbytes", "__weakref__")
+    __slots__ = ("_storage", "_offset", "_span", "shape", "dtype", "numel", "nbytes", "__weakref__")
 
     def __init__(self, storage: Storage, offset: int, shape: tuple[int, ...], dtype: np.dtype):
         self._storage = storage
@@ -53,6 +53,9 @@ class Tensor:
         self.dtype = dtype
         self.numel = math.prod(shape)
         self.nbytes = self.numel * dtype.itemsize
+        lo = storage.base + offset
+        # What the recorder needs per binding, computed once: (region key, first byte, end byte, VkBuffer).
+        self._span = (storage.key, lo, lo + self.nbytes, storage.buffer)
 
     # -- description ---------------------------------------------------------------------------
     @property
@@ -93,6 +96,8 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """A host copy; submits and waits only if a pending batch writes this tensor's storage."""
         s = self.storage
+        if self.nbytes == 0:
+            return np.empty(self.shape, self.dtype)
         raw = s.pool.runtime.download(s, self._offset, self.nbytes)
         return raw.view(self.dtype).reshape(self.shape)
 

@@ -9,6 +9,13 @@ def groups(n: int, local: int = 64) -> int:
     return max(1, -(-n // local))
 
 
+def slow_iters() -> int:
+    """Loop count that makes SLOW run for tens of milliseconds (lavapipe is ~1000x slower than a GPU)."""
+    from helios.device import get_device
+
+    return 20_000 if get_device().info.is_cpu else 20_000_000
+
+
 def build_axpb(b: KernelBuilder, v: Variant) -> None:
     """y = a * x + c."""
     b.local_size(64)

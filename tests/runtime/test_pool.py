@@ -7,7 +7,7 @@ import pytest
 
 from helios import runtime as rt
 from helios.errors import OutOfMemoryError
-from tests.runtime.kernels import ADD_INPLACE, AXPB, SLOW, groups
+from tests.runtime.kernels import ADD_INPLACE, AXPB, SLOW, groups, slow_iters
 
 
 def test_region_in_flight_is_not_reused_before_the_semaphore_passes(private_runtime):
@@ -15,7 +15,7 @@ def test_region_in_flight_is_not_reused_before_the_semaphore_passes(private_runt
     n = 4096
     x = rt.from_numpy(np.ones(n, dtype=np.float32))
     y = rt.empty(n)
-    rt.launch(SLOW, [x, y], {"n": n, "iters": 20000}, groups(n))  # tens of ms on lavapipe
+    rt.launch(SLOW, [x, y], {"n": n, "iters": slow_iters()}, groups(n))  # tens of ms on lavapipe
     rt.flush()  # submitted, not waited for
     rec = runtime.recorder
     tag = y.storage.last_use

@@ -26,7 +26,7 @@ _tuned: dict[str, dict[str, str]] = {}  # device key -> {shape key: tiling}
 
 def device_key(info) -> str:
     """A file-name-safe key for a device and its driver version: tuning results are valid for exactly that."""
-    raw = f"{info.name}-{info.driver_name}-{info.driver_version}"
+    raw = f"{info.name}-{info.driver_name}-{info.driver_info or info.driver_version}"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
 
 

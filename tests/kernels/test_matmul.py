@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import helios.runtime as rt
+from helios.kernels import limits as L
 from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
 from helios.spirv import validate
@@ -34,7 +35,8 @@ def _restore_choice():
     sel.set_variant(None)
 
 
-@pytest.mark.parametrize("kernel,variant", [(k, v) for k in mm.KERNELS.values() for v in k.variants],
+@pytest.mark.parametrize("kernel,variant", [(k, v) for k in [*mm.KERNELS.values(), L.LIMITS_FMA, L.LIMITS_COPY]
+                                            for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
 def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
@@ -193,3 +195,17 @@ def test_linear_layer_gradients_against_torch():
     dw = rt.from_numpy(np.ones((12, 20), np.float32))  # accumulate into an existing gradient
     mm.matmul(dz, hx, trans_a=True, out=dw, beta=1.0)
     np.testing.assert_allclose(dw.numpy(), tw.grad.numpy() + 1.0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", list(L.LIMITS_FMA.variants))
+def test_limits_fma(variant):
+    chains = L.LIMITS_FMA.variant(variant).chains
+    got = L.fma_run(128, 3, variant).numpy()
+    np.testing.assert_allclose(got, L.reference_fma(-0.9, 128, 3, chains), rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(L.LIMITS_COPY.variants))
+def test_limits_copy(variant):
+    x = np.random.default_rng(0).standard_normal(4 * 1000).astype(np.float32)
+    y = L.copy_run(rt.from_numpy(x), rt.empty(x.size), variant)
+    np.testing.assert_array_equal(y.numpy(), x)

@@ -1,0 +1,122 @@
+"""SGEMM (float32 matmul) vs numpy and torch.matmul: squares 256-2048 and the GPT-small linear-layer shapes.
+
+Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]); `--layouts` adds the transposed forms training uses (nt:
+x @ W^T, tn: dY^T @ X). The variant is the one the op would choose (stored tuning winner or table) unless
+`--variant` names a tiling (or "all": every tiling of the device's family). References: numpy (float32,
+interleaved with the device runs) and torch.matmul (on CUDA when available, TF32 off, timed with CUDA
+events; on the CPU otherwise, in the full run only).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from helios.bench.harness import device_name, record, time_pair, torch_reference
+
+SQUARES = [(n, n, n) for n in (256, 512, 1024, 2048)]
+GPT = [(2048, 1152, 384), (2048, 1536, 384), (2048, 384, 1536)]  # qkv / mlp-up / mlp-down, B*T = 2048
+QUICK = [(256, 256, 256), (512, 512, 512), (2048, 1152, 384)]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """"MxNxK,MxNxK" -> [(M, N, K), ...]."""
+    shapes = []
+    for part in text.split(","):
+        dims = [int(d) for d in part.lower().split("x")]
+        if len(dims) != 3 or min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"shape {part!r} is not MxNxK")
+        shapes.append(tuple(dims))
+    return shapes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a subset that runs in under a minute on lavapipe")
+    parser.add_argument("--shapes", type=parse_shapes, help="MxNxK,... instead of the default shapes")
+    parser.add_argument("--layouts", default="nn", help="comma-separated of nn, nt, tn, tt (default nn)")
+    parser.add_argument("--variant", help="a tiling (reg8x16, tiled128, ...) or 'all'; default: the op's choice")
+    parser.add_argument("--repeats", type=int, default=None, help="timed samples per figure (median)")
+
+
+def _host(layout: str, M: int, N: int, K: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((K, M) if layout[0] == "t" else (M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K) if layout[1] == "t" else (K, N), dtype=np.float32)
+    return a, b
+
+
+def _numpy_ref(layout: str, a: np.ndarray, b: np.ndarray):
+    at = a.T if layout[0] == "t" else a
+    bt = b.T if layout[1] == "t" else b
+    out = np.empty((at.shape[0], bt.shape[1]), np.float32)
+    return lambda: np.matmul(at, bt, out=out)
+
+
+def _torch_ref(torch, cuda: bool, layout: str, a: np.ndarray, b: np.ndarray):
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    if cuda:
+        ta, tb = ta.cuda(), tb.cuda()
+    at = ta.T if layout[0] == "t" else ta
+    bt = tb.T if layout[1] == "t" else tb
+    out = torch.empty((at.shape[0], bt.shape[1]), dtype=torch.float32, device=ta.device)
+    return lambda: torch.matmul(at, bt, out=out)
+
+
+def tilings(which: str | None) -> list[str | None]:
+    """The tilings to time: [None] (the op's choice), one named tiling, or the device family's ("all")."""
+    from helios.device import get_device
+    from helios.kernels import matmul_select as sel
+
+    if which is None:
+        return [None]
+    if which == "all":
+        return list(sel.REG if get_device().info.is_cpu else sel.TILED)
+    return [which]
+
+
+def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats: int, torch_mod, cuda: bool,
+                with_numpy: bool = True) -> list[dict]:
+    """Records for one shape and tiling: helios vs numpy, and vs torch when torch_mod is given."""
+    import helios.runtime as rt
+    from helios.kernels import matmul as mm
+    from helios.kernels import matmul_select as sel
+
+    a, b = _host(layout, M, N, K)
+    ta, tb = rt.from_numpy(a), rt.from_numpy(b)
+    c = rt.empty((M, N))
+    trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
+    variant = mm.variant_name(layout, M, N, K, 1, tiling)
+    sel.set_variant(tiling)
+    try:
+        def device_fn():
+            mm.matmul(ta, tb, out=c, **trans)
+
+        refs = []
+        if with_numpy:
+            refs.append(("numpy", _numpy_ref(layout, a, b), False))
+        if torch_mod is not None:
+            refs.append(("torch-cuda" if cuda else "torch", _torch_ref(torch_mod, cuda, layout, a, b), cuda))
+        out, dev = [], device_name()
+        for ref_name, ref_fn, on_cuda in refs or [(None, None, False)]:
+            ms, ref_ms = time_pair(device_fn, ref_fn, repeats=repeats, warmup=1, cuda_ref=on_cuda)
+            out.append(record(f"matmul_{layout}", variant, f"{M}x{N}x{K}", ms, mm.flops(M, N, K),
+                              mm.nbytes(M, N, K), ref_name, ref_ms, device=dev))
+        return out
+    finally:
+        sel.set_variant(None)
+
+
+def run(args) -> list[dict]:
+    shapes = args.shapes or (QUICK if args.quick else SQUARES + GPT)
+    repeats = args.repeats or (3 if args.quick else 5)
+    torch_mod, cuda = torch_reference()
+    if torch_mod is not None and args.quick and not cuda:
+        torch_mod = None  # the CPU torch reference doubles the run time; numpy is the CPU reference
+    layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    records = []
+    for layout in layouts:
+        for M, N, K in shapes:
+            for tiling in tilings(args.variant):
+                records.extend(bench_shape(layout, M, N, K, tiling, repeats, torch_mod, cuda))
+    return records

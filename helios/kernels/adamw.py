@@ -153,12 +153,13 @@ GRAD_NORM_PARTIAL = Kernel(
     "grad_norm_partial", _build_partial,
     variants={"scalar": {"vec": 1, "lanes": False}, "vec4": {"vec": 4, "lanes": False},
               "scalar_lanes": {"vec": 1, "lanes": True}, "vec4_lanes": {"vec": 4, "lanes": True}},
-    flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
+    grid=lambda n, vec=4: (_partial_plan(n, vec)[0], 1, 1), flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
 )
 GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar": {}},
                           grid=lambda n: (1, 1, 1), flops=lambda n: n, bytes=lambda n: 4 * n + 8)
 ADAMW = Kernel(
     "adamw", _build_adamw, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    grid=lambda n, vec=4: _grid(n // vec + (1 if n % vec else 0), WG),
     flops=lambda n: 18 * n,
     bytes=lambda n, masked=True: (28 + (4 if masked else 0)) * n,  # p, m, v read+written; g (and mask) read
 )

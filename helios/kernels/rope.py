@@ -97,10 +97,20 @@ ROPE = Kernel(
     "rope", _build,
     variants={"scalar": {"vec": 1, "inplace": False}, "vec4": {"vec": 4, "inplace": False},
               "scalar_inplace": {"vec": 1, "inplace": True}, "vec4_inplace": {"vec": 4, "inplace": True}},
+    grid=lambda items: _grid(items),
     flops=lambda rows, n_rot, head_dim: 6 * rows * n_rot * head_dim // 2,
     bytes=lambda rows, width, n_rot, head_dim, inplace=False: 4 * rows * (
         2 * n_rot * head_dim + (0 if inplace else 2 * (width - n_rot * head_dim))),
 )
+
+
+def _grid(items: int) -> tuple[int, int, int]:
+    """A (gx, gy, 1) grid of WG-wide groups covering `items` invocations within the device's limits."""
+    import helios.runtime as rt
+
+    groups = max(1, ceil_div(items, WG))
+    gx = min(groups, rt.get_runtime().max_groups[0])
+    return gx, ceil_div(groups, gx), 1
 
 
 # -- op --------------------------------------------------------------------------------------------
@@ -144,9 +154,7 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
     per_row = n_rot * half // vec + (0 if inplace else n_kv_head * head_dim // vec)
     name = ("vec4" if vec == 4 else "scalar") + ("_inplace" if inplace else "")
     buffers = [qkv, _table(seq, head_dim, base)] + ([] if inplace else [out])
-    groups = max(1, ceil_div(n_rows * per_row, WG))
-    gx = min(groups, rt.get_runtime().max_groups[0])
-    rt.launch(ROPE, buffers, variant=name, grid=(gx, ceil_div(groups, gx), 1),
+    rt.launch(ROPE, buffers, variant=name, grid=_grid(n_rows * per_row),
               push={"n_rows": n_rows, "T": seq, "width": width, "halfv": half // vec, "n_rot": n_rot,
                     "copy_v": 0 if inplace else 1, "sign": -1.0 if backward else 1.0})
     return out

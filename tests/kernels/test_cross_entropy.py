@@ -134,3 +134,12 @@ def test_finite_differences_of_reference():
         down = float(C.reference(logits, targets)[0])
         logits[idx] = old
         assert abs(3.0 * (up - down) / (2 * h) - d[idx]) < 1e-6
+
+
+def test_more_rows_than_one_grid_dimension():
+    """70000 rows need a 2-D grid of row workgroups."""
+    logits, targets = _case(70_000, 3, seed=7)
+    loss, dlogits = C.cross_entropy(rt.from_numpy(logits), rt.from_numpy(targets))
+    ref_loss, ref_d = C.reference(logits.astype(np.float64), targets)
+    np.testing.assert_allclose(loss.numpy()[0], ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(dlogits.numpy(), ref_d, rtol=1e-4, atol=1e-8)

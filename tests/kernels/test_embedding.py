@@ -136,3 +136,11 @@ def test_finite_differences_of_reference():
             down = np.sum(E.reference(ids, table, pos) * dy)
             arr[idx] = old
             assert abs((up - down) / (2 * h) - grad[idx]) < 1e-6
+
+
+def test_grid_past_65535_workgroups():
+    """4.2M scalar outputs need more than 65535 workgroups of 64: the 2-D grid path."""
+    ids = (np.arange(4097, dtype=np.int32) * 7 % 50).reshape(1, -1)
+    table = np.random.default_rng(6).standard_normal((50, 1025)).astype(np.float32)
+    out = E.embedding(rt.from_numpy(ids), rt.from_numpy(table))
+    np.testing.assert_array_equal(out.numpy(), table[ids[0]])

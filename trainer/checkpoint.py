@@ -104,7 +104,8 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
             return final
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        blob = save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "helios"})
+        # asarray(order="C"), not ascontiguousarray: the latter turns the 0-d adam_step into shape [1].
+        blob = save({k: np.asarray(v, order="C") for k, v in tensors.items()}, metadata={"format": "helios"})
         state = dict(state, format=FORMAT, step=step, time=time.time(),
                      model_file={"name": MODEL_FILE, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
         _write_file(tmp / MODEL_FILE, blob)

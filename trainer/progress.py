@@ -32,7 +32,9 @@ def describe(record: dict[str, Any]) -> str | None:
     if ev == "ckpt":
         return f"step {record['step']}: checkpoint {record['path']} ({record['reason']})"
     if ev == "skip":
-        return f"step {record['step']}: skipped ({record['reason']}, grad norm {record['grad_norm']})"
+        norm = record.get("grad_norm")
+        shown = "nan" if norm is None else f"{norm:.3g}"
+        return f"step {record['step']}: skipped ({record['reason']}, grad norm {shown})"
     if ev == "end":
         return f"{record['status']} at step {record['step']}"
     return None

@@ -178,7 +178,7 @@ def silu_backward(x: Tensor, dy: Tensor) -> Tensor:
 
 
 def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
-    """min(max(x, lo), hi); a None bound is open. NaN stays NaN."""
+    """min(max(x, lo), hi); a None bound is open. NaN stays NaN where the driver keeps NaNs (Vulkan lets it not)."""
     return unary_op(CLAMP, x, **_bounds(lo, hi))
 
 

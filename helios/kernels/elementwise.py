@@ -17,6 +17,7 @@ on devices limited to 65535 groups per dimension. FLOP and byte counts are `kern
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -174,8 +175,9 @@ def map_kernel(name: str, body: Body, n_in: int = 1, n_out: int = 1, params: Seq
                   bytes=lambda n: moved * n)
 
 
+@functools.cache
 def preferred_access() -> str:
-    """u64x2 on lavapipe-like CPU devices with 64-bit integers, f32 vec4 elsewhere."""
+    """u64x2 on lavapipe-like CPU devices with 64-bit integers, f32 vec4 elsewhere (decided once per process)."""
     from helios.device import get_device
 
     info = get_device().info

@@ -16,9 +16,10 @@ import numpy as np
 
 from helios.device import get_device
 from helios.errors import HeliosError
+from helios.runtime.counters import Counters
 from helios.runtime.memory import BufferPool, MiB, Storage
 from helios.runtime.pipelines import PipelineCache
-from helios.runtime.recorder import CommandRecorder, Counters
+from helios.runtime.recorder import CommandRecorder
 
 
 class Runtime:

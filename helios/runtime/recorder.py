@@ -13,10 +13,11 @@ wrappers cost 5-8 us per call, which is more than a whole dispatch should cost t
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import deque
 
 from helios.errors import HeliosError
+from helios.runtime.counters import Counters
+from helios.runtime.ranges import add_range, overlaps
 
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 # The binding gives some promoted error codes the wrong sign (VK_ERROR_OUT_OF_POOL_MEMORY is +1000069000
@@ -26,22 +27,6 @@ _POOL_FULL = (-1000069000, -12)  # VK_ERROR_OUT_OF_POOL_MEMORY, VK_ERROR_FRAGMEN
 
 class VulkanCallError(HeliosError):
     """A Vulkan call failed (device lost, out of memory while recording, ...)."""
-
-
-class Counters:
-    """Event counters of the runtime; plain attributes so the hot path increments them cheaply."""
-
-    __slots__ = ("dispatches", "submits", "barriers", "host_waits", "fills", "copies", "uploads", "downloads")
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class _DescriptorArena:
@@ -161,7 +146,6 @@ class CommandRecorder:
         self._bind_point = vk.VK_PIPELINE_BIND_POINT_COMPUTE
         self._compute_stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
 
-        self._free_slots: list[_Slot] = []
         self._in_flight: deque[_Slot] = deque()
         self._slot_count = 0
         self._slot: _Slot | None = None
@@ -236,8 +220,7 @@ class CommandRecorder:
         return slot
 
     def _take_slot(self) -> _Slot:
-        if self._free_slots:
-            return self._free_slots.pop()
+        """The oldest submitted slot once the device is done with it (waiting only at max_in_flight), else a new one."""
         if self._in_flight:
             oldest = self._in_flight[0]
             if oldest.value <= self.completed or self._slot_count >= self.max_in_flight \
@@ -300,12 +283,12 @@ class CommandRecorder:
         hazard = False
         for s, lo, hi in reads:
             ranges = self._writes.get(s.key)
-            hazard = hazard or (ranges is not None and _hit(ranges, lo, hi))
+            hazard = hazard or (ranges is not None and overlaps(ranges, lo, hi))
             s.last_use = value
         for s, lo, hi in writes:
             for table in (self._writes, self._reads):
                 ranges = table.get(s.key)
-                hazard = hazard or (ranges is not None and _hit(ranges, lo, hi))
+                hazard = hazard or (ranges is not None and overlaps(ranges, lo, hi))
             s.last_use = s.last_write = value
         if hazard:
             self._record_barrier(cb)
@@ -315,7 +298,7 @@ class CommandRecorder:
                 if ranges is None:
                     table[s.key] = ([lo], [hi])
                 else:
-                    _add(ranges, lo, hi)
+                    add_range(ranges, lo, hi)
 
     # -- commands --------------------------------------------------------------------------------
     def dispatch(self, pipe, buffers, push, gx: int, gy: int, gz: int) -> None:
@@ -341,11 +324,11 @@ class CommandRecorder:
                     s.last_write = value
                 if not hazard:
                     ranges = writes.get(span[0])
-                    if ranges is not None and _hit(ranges, span[1], span[2]):
+                    if ranges is not None and overlaps(ranges, span[1], span[2]):
                         hazard = True
                     elif w:
                         ranges = reads.get(span[0])
-                        if ranges is not None and _hit(ranges, span[1], span[2]):
+                        if ranges is not None and overlaps(ranges, span[1], span[2]):
                             hazard = True
                 spans.append(span)
         except AttributeError:
@@ -362,13 +345,13 @@ class CommandRecorder:
                 if ranges is None:
                     reads[span[0]] = ([span[1]], [span[2]])
                 else:
-                    _add(ranges, span[1], span[2])
+                    add_range(ranges, span[1], span[2])
             if a & 2:
                 ranges = writes.get(span[0])
                 if ranges is None:
                     writes[span[0]] = ([span[1]], [span[2]])
                 else:
-                    _add(ranges, span[1], span[2])
+                    add_range(ranges, span[1], span[2])
         lib = self.lib
         layout = pipe.layout
         if pipe is not self._bound:
@@ -477,7 +460,7 @@ class CommandRecorder:
         """Wait for all work and destroy the semaphore and command pools (tests and shutdown)."""
         self.wait_all()
         dev = self.device.device
-        for slot in list(self._free_slots) + list(self._in_flight):
+        for slot in self._in_flight:
             self.vk.vkDestroyCommandPool(dev, slot.pool, None)
             if slot.arena is not None:
                 for pool in slot.arena.pools:
@@ -486,34 +469,8 @@ class CommandRecorder:
             self.vk.vkDestroyCommandPool(dev, self._now[0].pool, None)
             self.vk.vkDestroyFence(dev, self._now[1], None)
             self._now = None
-        self._free_slots.clear()
         self._in_flight.clear()
         self.vk.vkDestroySemaphore(dev, self.semaphore, None)
-
-
-def _hit(ranges: tuple[list[int], list[int]], lo: int, hi: int) -> bool:
-    """Whether [lo, hi) overlaps one of the sorted, disjoint ranges (starts, ends)."""
-    starts, ends = ranges
-    i = bisect_right(starts, lo)
-    if i and ends[i - 1] > lo:
-        return True
-    return i < len(starts) and starts[i] < hi
-
-
-def _add(ranges: tuple[list[int], list[int]], lo: int, hi: int) -> None:
-    """Insert [lo, hi), merging it with the ranges it overlaps or touches (keeps checks O(log n))."""
-    starts, ends = ranges
-    i = bisect_left(ends, lo)  # first range ending at or after lo
-    if i < len(starts) and starts[i] <= lo and hi <= ends[i]:
-        return  # already covered (the same input read by many dispatches)
-    j = bisect_right(starts, hi)  # ranges i..j-1 start at or before hi: they merge with [lo, hi)
-    if i == j:
-        starts.insert(i, lo)
-        ends.insert(i, hi)
-    else:
-        lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
-        starts[i:j] = [lo]
-        ends[i:j] = [hi]
 
 
 def _bad_buffer(buffers) -> HeliosError:

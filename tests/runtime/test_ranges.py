@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from helios.runtime.recorder import _add, _hit
+from helios.runtime.ranges import add_range, overlaps
 
 
 def test_range_sets_match_brute_force():
@@ -16,7 +16,7 @@ def test_range_sets_match_brute_force():
             lo = rng.randint(0, 60)
             hi = lo + rng.randint(1, 10)
             if ranges[0]:
-                _add(ranges, lo, hi)
+                add_range(ranges, lo, hi)
             else:
                 ranges = ([lo], [hi])
             covered |= set(range(lo, hi))
@@ -27,4 +27,4 @@ def test_range_sets_match_brute_force():
         for _ in range(20):
             lo = rng.randint(0, 70)
             hi = lo + rng.randint(1, 10)
-            assert _hit(ranges, lo, hi) == bool(covered & set(range(lo, hi)))
+            assert overlaps(ranges, lo, hi) == bool(covered & set(range(lo, hi)))

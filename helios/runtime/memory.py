@@ -8,7 +8,6 @@ again only once the timeline semaphore has passed that value.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -100,7 +99,8 @@ class Storage:
         return host[start:start + nbytes]
 
     def release(self) -> None:
-        """Return the region to the pool now; later uses of tensors on this storage are errors."""
+        """Return the region to the pool now. Internal (staging copies): tensors release their storage by
+        dropping it (`Tensor.release()` or refcount), so that no live view can outlast its region."""
         region, self.region = self.region, None
         if region is not None:
             self.pool.release(region, self.last_use)
@@ -116,8 +116,7 @@ class BufferPool:
     """Sub-allocates device memory of one kind; see the module docstring for the reuse rule."""
 
     def __init__(self, device, timeline: Timeline, *, memory_types: list[int], mapped: bool, block_size: int,
-                 max_tensor: int, name: str, usage: int | None = None,
-                 on_device_alloc: Callable[[], None] | None = None):
+                 max_tensor: int, name: str, usage: int | None = None):
         self.device, self.vk, self.ffi = device, device.vk, device.ffi
         self.timeline = timeline
         self.memory_types = memory_types  # acceptable type indices, most preferred first
@@ -139,7 +138,6 @@ class BufferPool:
         self.regions = 0  # regions carved and not yet freed with their block (live or free)
         self._classes: set[int] = set()  # size classes carved so far
         self.device_allocs = 0  # vkAllocateMemory calls that succeeded, cumulative
-        self._on_device_alloc = on_device_alloc
 
     # -- public --------------------------------------------------------------------------------
     def acquire(self, nbytes: int) -> Storage:
@@ -289,8 +287,6 @@ class BufferPool:
         self.blocks.append(block)
         self.bytes_reserved += size
         self.device_allocs += 1
-        if self._on_device_alloc is not None:
-            self._on_device_alloc()
         return block
 
     def _allocate_memory(self, alloc):

@@ -12,7 +12,7 @@ from tests.runtime.kernels import ADD_INPLACE, AXPB, SLOW, groups, slow_iters
 
 def test_region_in_flight_is_not_reused_before_the_semaphore_passes(private_runtime):
     runtime = private_runtime()  # a fresh pool: no other free regions of these size classes
-    n = 4096
+    n = 1024
     x = rt.from_numpy(np.ones(n, dtype=np.float32))
     y = rt.empty(n)
     rt.launch(SLOW, [x, y], {"n": n, "iters": slow_iters()}, groups(n))  # tens of ms on lavapipe

@@ -35,14 +35,10 @@ def test_pipeline_cache_is_persisted_and_reused(tmp_path):
     second = _stats(tmp_path)
     assert second["pipeline_cache_path"] == first["pipeline_cache_path"]
     assert second["pipeline_cache_loaded_bytes"] == files[0].stat().st_size  # the driver accepted the file
-
-
-def test_a_corrupt_pipeline_cache_is_ignored(tmp_path):
-    first = _stats(tmp_path)
-    with open(first["pipeline_cache_path"], "wb") as f:
-        f.write(b"not a pipeline cache" * 3)
-    second = _stats(tmp_path)
-    assert second["pipelines_created"] == 2  # it still ran (the script checks the results)
+    # A corrupt file must not stop a start: the driver rejects or ignores it and the run goes on.
+    files[0].write_bytes(b"not a pipeline cache" * 3)
+    third = _stats(tmp_path)
+    assert third["pipelines_created"] == 2  # and the script checked the results
 
 
 VALIDATION_SCRIPT = """

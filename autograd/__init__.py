@@ -11,7 +11,7 @@ from autograd.engine import run_backward
 from autograd.function import ACCUMULATED, Context, Function
 from autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from autograd.parameter import Parameter, ParameterArena
-from autograd.tensor import Tensor, tensor
+from autograd.tensors import Tensor, tensor
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):

@@ -40,7 +40,7 @@ class Context:
 
     def save_for_backward(self, *tensors) -> None:
         """Keep these tensors (inputs, outputs or intermediates of forward) for backward."""
-        from autograd.tensor import Tensor
+        from autograd.tensors import Tensor
 
         for t in tensors:
             if isinstance(t, Tensor):
@@ -114,7 +114,7 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from autograd.tensor import Tensor
+        from autograd.tensors import Tensor
 
         inputs = tuple(a if isinstance(a, Tensor) else None for a in args)
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)

@@ -7,7 +7,7 @@ import numpy as np
 from autograd.ops import elementwise as E
 from autograd.ops import nn as N
 from autograd.ops import reduce as R
-from autograd.tensor import Tensor
+from autograd.tensors import Tensor
 
 
 def _constant_like(a: Tensor, value: float) -> Tensor:

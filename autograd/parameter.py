@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autograd.tensor import Tensor
+from autograd.tensors import Tensor
 
 ALIGN = 4  # floats: views start on 16-byte boundaries (minStorageBufferOffsetAlignment) and vec4 lanes
 

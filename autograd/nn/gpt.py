@@ -24,7 +24,7 @@ from autograd.nn.layers import (
     residual_std,
 )
 from autograd.nn.module import Module
-from autograd.tensor import Tensor
+from autograd.tensors import Tensor
 
 
 @dataclass(frozen=True)

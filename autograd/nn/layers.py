@@ -10,7 +10,7 @@ import numpy as np
 from autograd import functional as F
 from autograd.nn.module import Module
 from autograd.parameter import Parameter
-from autograd.tensor import Tensor
+from autograd.tensors import Tensor
 
 
 class RngCursor:

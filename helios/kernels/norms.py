@@ -1,34 +1,26 @@
-"""LayerNorm and RMSNorm over the last axis, forward and backward, one worker per row.
+"""LayerNorm and RMSNorm over the last axis, forward and backward, one worker per row (`rows.py`).
 
-Forward (one dispatch): LayerNorm takes the row's mean and variance in one sweep (Welford per invocation,
-then Chan's combination across invocations: exact to rounding even where |mean| >> std, unlike sum and
-sum-of-squares), saves mean and rstd per row, and writes y in a second sweep. RMSNorm saves rstd.
+Forward (one dispatch): cached variants load the row into registers once and take mean and variance in
+two register passes; streaming variants take them in one sweep (Welford per invocation, then Chan's
+combination across invocations: exact to rounding even where |mean| >> std, unlike sum and
+sum-of-squares). LayerNorm saves mean and rstd per row, RMSNorm rstd. Cached variants also hold this
+invocation's columns of w (and b) in registers across all rows of the worker.
 
-Backward (two or three dispatches): the row kernel writes dx and, per worker, a partial sum over its
-rows of dy * xhat (and dy for the bias) into a scratch [workers, N]; `reduce.sum_rows_into` then adds
-the partials into dw / db, straight into a parameter-gradient arena with `accumulate=True`. Workers are
-a push constant, so the partials never depend on the subgroup size the device picks.
+Backward (two or three dispatches): the row kernel writes dx and, per worker, partial sums over its rows
+of dy * xhat (and dy, for the bias) into a scratch [workers, N]; `reduce.sum_rows_into` then adds them
+into dw / db, straight into a parameter-gradient arena with `accumulate=True`. The worker count is a
+push constant, so the partials never depend on the subgroup size the device picks.
 
-Variants: `reduce.row_variants` ("sg_*"/"wg_*" row layouts, "*_scalar"/"*_vec4" widths); LayerNorm adds
-"*_nobias" forms.
+Variants: `rows.row_variants` (layout x width x register tier); LayerNorm adds "*_nobias" forms.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels.reduce import (
-    RowLayout,
-    ceil_div,
-    check_f32,
-    device_info,
-    horizontal,
-    row_grid,
-    row_variant,
-    row_variants,
-    rows_of,
-    sum_rows_into,
-)
+from helios.kernels import rows as rowlib
+from helios.kernels.reduce import sum_rows_into
+from helios.kernels.rows import RowLayout, check_f32, device_info, row_grid, row_variants, rows_of, worker_grid
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
 
@@ -36,6 +28,7 @@ from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
 # partials stay small next to the [M, N] activations. 64 is one sum_rows launch.
 CPU_WORKERS = 64
 GPU_WORKERS = 256
+ROWS_PER_WORKER = 8  # forward, cached variants: weights are loaded into registers once per this many rows
 
 
 # -- numpy references ---------------------------------------------------------------------------------
@@ -72,132 +65,183 @@ def reference_rmsnorm_backward(x, w, rstd, dy):
     return dx, (dy * xhat).sum(axis=tuple(range(x.ndim - 1)))
 
 
-# -- kernel pieces ------------------------------------------------------------------------------------
-class Row:
-    """Common frame of a norm kernel: layout, shapes, and per-buffer views of the chosen width."""
+# -- kernels ------------------------------------------------------------------------------------------
+def _load_columns(rl: RowLayout, view, regs: list) -> None:
+    """Cached variants: this invocation's columns of a [cols] parameter into registers (once per worker)."""
+    def load(k, j):
+        regs[k].value = view[j]
 
-    def __init__(self, b: KernelBuilder, v: Variant) -> None:
-        self.b, self.v = b, v
-        self.rl = RowLayout(b, v.layout)
-        self.rows, self.cols = b.push("rows", u32), b.push("cols", u32)
-        self.units = self.cols if v.vec == 1 else self.cols >> 2
-        self.fcols = b.cast(self.cols, f32)
-
-    def view(self, buf):
-        return buf if self.v.vec == 1 else buf.vec4
-
-    def elements(self):
-        """Loop over this invocation's elements (element or vec4 index j within the row)."""
-        return self.b.for_range(self.rl.lane, self.units, step=self.rl.width)
-
-    def total(self, value: Value) -> Value:
-        """Sum of a per-invocation scalar or vec4 over the row's worker."""
-        return self.rl.reduce(horizontal(self.b, "sum", value))
+    if rl.cache:
+        rl.each(load)
 
 
-def _welford(f: Row, xv, base: Value) -> tuple[Value, Value]:
-    """(mean, variance) of row elements xv[base + j] (Welford per invocation, then Chan's combination)."""
-    b = f.b
+def _column(view, regs: list, k, j):
+    """A parameter's value at column j: from its register in cached variants, else from memory."""
+    return view[j] if k is None else regs[k].value
+
+
+def _welford(rl: RowLayout, xv, base: Value) -> tuple[Value, Value]:
+    """Streaming (mean, variance) of a row: Welford per invocation, then Chan's combination."""
+    b = rl.b
     count = b.var(f32, 0.0)
-    mu = b.var(xv.elem, 0.0)
-    m2 = b.var(xv.elem, 0.0)
-    with f.elements() as j:
+    mu, m2 = b.var(xv.elem, 0.0), b.var(xv.elem, 0.0)
+
+    def step(_, j):
         x = xv[base + j]
         count.value = count.value + 1.0
         d = x - mu.value
         mu.value = mu.value + d * (1.0 / count.value)
         m2.value = b.fma(d, x - mu.value, m2.value)
+
+    rl.each(step)
     c = count.value  # elements per component of this invocation (all components alike)
-    mean = f.total(mu.value * c) / f.fcols
+    mean = rl.reduce(mu.value * c) / rl.fcols
     dm = mu.value - mean
-    m2_all = f.total(m2.value + dm * dm * c)  # each component's M2 plus its shift to the row mean
-    return mean, m2_all / f.fcols
+    return mean, rl.reduce(m2.value + dm * dm * c) / rl.fcols  # each M2 plus its shift to the row mean
 
 
-def build_layernorm(b: KernelBuilder, v: Variant) -> None:
-    f = Row(b, v)
-    x, w, bias = b.buffer(0, f32, "r"), b.buffer(1, f32, "r"), b.buffer(2, f32, "r")
-    y, mean_out, rstd_out = b.buffer(3, f32, "w"), b.buffer(4, f32, "w"), b.buffer(5, f32, "w")
-    eps = b.push("eps", f32)
-    xv, wv, bv, yv = f.view(x), f.view(w), f.view(bias), f.view(y)
-    with b.for_range(f.rl.worker, f.rows, step=f.rl.workers) as r:
-        base = r * f.units
-        mean, var = _welford(f, xv, base)
-        rstd = b.rsqrt(var + eps)
-        with b.if_(f.rl.is_leader()):
-            mean_out[r] = mean
-            rstd_out[r] = rstd
-        with f.elements() as j:
-            out = (xv[base + j] - mean) * rstd * wv[j]
-            yv[base + j] = out + bv[j] if v.bias else out
+def _cached_moments(rl: RowLayout, xv, base: Value, xs: list, centre: bool) -> tuple[Value | None, Value]:
+    """Cached variants: load the row into xs; (mean, mean of squares about it) by two register passes."""
+    b = rl.b
+    acc = b.var(xv.elem, 0.0)
+
+    def load(k, j):
+        xs[k].value = xv[base + j]
+        if centre:
+            acc.value = acc.value + xs[k].value
+        else:
+            acc.value = b.fma(xs[k].value, xs[k].value, acc.value)
+
+    rl.each(load)
+    if not centre:
+        return None, rl.reduce(acc.value) / rl.fcols
+    mean = rl.reduce(acc.value) / rl.fcols
+    sq = b.var(xv.elem, 0.0)
+
+    def square(k, _):
+        d = xs[k].value - mean
+        sq.value = b.fma(d, d, sq.value)
+
+    rl.each(square)
+    return mean, rl.reduce(sq.value) / rl.fcols
 
 
-def build_rmsnorm(b: KernelBuilder, v: Variant) -> None:
-    f = Row(b, v)
+def build_norm_forward(b: KernelBuilder, v: Variant) -> None:
+    """LayerNorm (v.norm == "layer": y = (x - mean) * rstd * w [+ b]) or RMSNorm (y = x * rstd * w)."""
+    layer = v.norm == "layer"
+    rl = RowLayout(b, v.layout, v.vec, v.cache)
     x, w = b.buffer(0, f32, "r"), b.buffer(1, f32, "r")
-    y, rstd_out = b.buffer(2, f32, "w"), b.buffer(3, f32, "w")
+    bias = b.buffer(2, f32, "r") if layer else None
+    k = 3 if layer else 2
+    y, rstd_out = b.buffer(k, f32, "w"), b.buffer(k + 1, f32, "w")
+    mean_out = b.buffer(k + 2, f32, "w") if layer else None
     eps = b.push("eps", f32)
-    xv, wv, yv = f.view(x), f.view(w), f.view(y)
-    with b.for_range(f.rl.worker, f.rows, step=f.rl.workers) as r:
-        base = r * f.units
-        acc = b.var(xv.elem, 0.0)
-        with f.elements() as j:
-            xj = xv[base + j]
-            acc.value = b.fma(xj, xj, acc.value)
-        rstd = b.rsqrt(f.total(acc.value) / f.fcols + eps)
-        with b.if_(f.rl.is_leader()):
+    xv, wv, yv = rl.view(x), rl.view(w), rl.view(y)
+    bv = rl.view(bias) if layer and v.bias else None
+    el = xv.elem
+    ws, bs, xs = rl.registers(el), rl.registers(el), rl.registers(el)
+    _load_columns(rl, wv, ws)
+    if bv is not None:
+        _load_columns(rl, bv, bs)
+    with rl.my_rows() as r:
+        base = r * rl.units
+        if rl.cache:
+            mean, var = _cached_moments(rl, xv, base, xs, centre=layer)
+        elif layer:
+            mean, var = _welford(rl, xv, base)
+        else:
+            acc = b.var(el, 0.0)
+
+            def square(_, j):
+                acc.value = b.fma(xv[base + j], xv[base + j], acc.value)
+
+            rl.each(square)
+            mean, var = None, rl.reduce(acc.value) / rl.fcols
+        rstd = b.rsqrt(var + eps)
+        with b.if_(rl.is_leader()):
             rstd_out[r] = rstd
-        with f.elements() as j:
-            yv[base + j] = xv[base + j] * rstd * wv[j]
+            if layer:
+                mean_out[r] = mean
+
+        def write(k, j):
+            xj = xv[base + j] if k is None else xs[k].value
+            out = (xj if mean is None else xj - mean) * rstd * _column(wv, ws, k, j)
+            yv[base + j] = out if bv is None else out + _column(bv, bs, k, j)
+
+        rl.each(write)
 
 
 def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
-    """dx of LayerNorm (v.norm == "layer") or RMSNorm, and per-worker partials of dw (and db).
+    """dx of LayerNorm (v.norm == "layer") or RMSNorm, and per-worker partial sums of dw (and db).
 
     xhat = (x - mean) * rstd (RMSNorm: x * rstd), g = dy * w; dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
-    (RMSNorm: no mean(g) term). Partials: rows [0, workers) of `partial` hold sum dy * xhat, rows
-    [workers, 2 workers) sum dy; a worker's first row (r == worker) stores, later rows add.
+    (RMSNorm: no mean(g) term). Partial rows [0, workers) of `partial` hold sum dy * xhat, rows [workers,
+    2 workers) sum dy. Cached variants sum them in registers and store once; streaming ones store on a
+    worker's first row (r == worker) and add on later rows.
     """
-    f = Row(b, v)
     layer = v.norm == "layer"
+    rl = RowLayout(b, v.layout, v.vec, v.cache)
     x, w = b.buffer(0, f32, "r"), b.buffer(1, f32, "r")
     mean_in = b.buffer(2, f32, "r") if layer else None
     k = 3 if layer else 2
-    rstd_in, dy, dx, partial = (b.buffer(k, f32, "r"), b.buffer(k + 1, f32, "r"), b.buffer(k + 2, f32, "w"),
-                                b.buffer(k + 3, f32, "rw"))
+    rstd_in, dy = b.buffer(k, f32, "r"), b.buffer(k + 1, f32, "r")
+    dx, partial = b.buffer(k + 2, f32, "w"), b.buffer(k + 3, f32, "rw")
     workers = b.push("workers", u32)
-    xv, wv, dyv, dxv, pv = f.view(x), f.view(w), f.view(dy), f.view(dx), f.view(partial)
-    worker = f.rl.worker
+    xv, wv, dyv, dxv, pv = rl.view(x), rl.view(w), rl.view(dy), rl.view(dx), rl.view(partial)
+    el = xv.elem
+    worker = rl.worker
+    dw_row, db_row = worker * rl.units, (workers + worker) * rl.units
     with b.if_(worker < workers):
-        with b.for_range(worker, f.rows, step=workers) as r:
-            base = r * f.units
+        ws, xhats, dys = rl.registers(el), rl.registers(el), rl.registers(el)
+        dws, dbs = rl.registers(el, 0.0), rl.registers(el, 0.0)
+        _load_columns(rl, wv, ws)
+        with rl.my_rows(workers) as r:
+            base = r * rl.units
             rstd = rstd_in[r]
             mean = mean_in[r] if layer else None
+            sum_g, sum_gx = b.var(el, 0.0), b.var(el, 0.0)
 
-            def centred(xj, mean=mean):
-                return xj if mean is None else xj - mean
-
-            sum_g = b.var(xv.elem, 0.0)
-            sum_gx = b.var(xv.elem, 0.0)
-            with f.elements() as j:
-                g = dyv[base + j] * wv[j]
-                xhat = centred(xv[base + j]) * rstd
+            def sums(k, j):
+                dyj, xj = dyv[base + j], xv[base + j]
+                xhat = (xj if mean is None else xj - mean) * rstd
+                if k is not None:
+                    xhats[k].value, dys[k].value = xhat, dyj
+                g = dyj * _column(wv, ws, k, j)
                 sum_g.value = sum_g.value + g
                 sum_gx.value = b.fma(g, xhat, sum_gx.value)
-            c_gx = f.total(sum_gx.value) / f.fcols
-            c_g = f.total(sum_g.value) / f.fcols if layer else None
+
+            rl.each(sums)
+            c_gx = rl.reduce(sum_gx.value) / rl.fcols
+            c_g = rl.reduce(sum_g.value) / rl.fcols if layer else None
             first = r.eq(worker)
-            with f.elements() as j:
-                dyj = dyv[base + j]
-                g = dyj * wv[j]
-                xhat = centred(xv[base + j]) * rstd
-                inner = g - xhat * c_gx
+            zero = b.splat(0.0, el.count)
+
+            def write(k, j):
+                if k is None:
+                    dyj, xj = dyv[base + j], xv[base + j]
+                    xhat = (xj if mean is None else xj - mean) * rstd
+                else:
+                    dyj, xhat = dys[k].value, xhats[k].value
+                inner = dyj * _column(wv, ws, k, j) - xhat * c_gx
                 dxv[base + j] = (inner - c_g if layer else inner) * rstd
-                p = worker * f.units + j
-                pv[p] = b.fma(dyj, xhat, b.select(first, b.splat(0.0, xv.elem.count), pv[p]))
+                if k is not None:
+                    dws[k].value = b.fma(dyj, xhat, dws[k].value)
+                    if v.bias:
+                        dbs[k].value = dbs[k].value + dyj
+                    return
+                pv[dw_row + j] = b.fma(dyj, xhat, b.select(first, zero, pv[dw_row + j]))
                 if v.bias:
-                    q = (workers + worker) * f.units + j
-                    pv[q] = b.select(first, b.splat(0.0, xv.elem.count), pv[q]) + dyj
+                    pv[db_row + j] = b.select(first, zero, pv[db_row + j]) + dyj
+
+            rl.each(write)
+
+        def store_partials(k, j):
+            pv[dw_row + j] = dws[k].value
+            if v.bias:
+                pv[db_row + j] = dbs[k].value
+
+        if rl.cache:
+            rl.each(store_partials)
 
 
 def _bias_variants(**params) -> dict[str, dict]:
@@ -206,38 +250,29 @@ def _bias_variants(**params) -> dict[str, dict]:
     return {**with_bias, **no_bias}
 
 
-def _grid(rows, cols, v):
-    return row_grid(rows, v.layout)
+def _forward_grid(rows: int, cols: int, v) -> tuple[int, int, int]:
+    return row_grid(rows, v, ROWS_PER_WORKER if v.cache else 1)
 
 
-LAYERNORM = Kernel("layernorm", build_layernorm, variants=_bias_variants(), grid=_grid,
-                   flops=lambda rows, cols: 9 * rows * cols, bytes=lambda rows, cols: 8 * rows * cols)
-RMSNORM = Kernel("rmsnorm", build_rmsnorm, variants=row_variants(), grid=_grid,
-                 flops=lambda rows, cols: 5 * rows * cols, bytes=lambda rows, cols: 8 * rows * cols)
-LAYERNORM_BACKWARD = Kernel(
-    "layernorm_backward", build_norm_backward, variants=_bias_variants(norm="layer"),
-    grid=lambda workers, v: worker_grid(workers, v.layout),
-    flops=lambda rows, cols: 16 * rows * cols, bytes=lambda rows, cols: 12 * rows * cols,
-)
-RMSNORM_BACKWARD = Kernel(
-    "rmsnorm_backward", build_norm_backward, variants=row_variants(norm="rms", bias=False),
-    grid=lambda workers, v: worker_grid(workers, v.layout),
-    flops=lambda rows, cols: 12 * rows * cols, bytes=lambda rows, cols: 12 * rows * cols,
-)
+def _backward_grid(workers: int, v) -> tuple[int, int, int]:
+    return worker_grid(workers, v.layout)
+
+
+LAYERNORM = Kernel("layernorm", build_norm_forward, variants=_bias_variants(norm="layer"), grid=_forward_grid,
+                   flops=lambda rows, cols: 8 * rows * cols, bytes=lambda rows, cols: 8 * rows * cols)
+RMSNORM = Kernel("rmsnorm", build_norm_forward, variants=row_variants(norm="rms", bias=False), grid=_forward_grid,
+                 flops=lambda rows, cols: 4 * rows * cols, bytes=lambda rows, cols: 8 * rows * cols)
+LAYERNORM_BACKWARD = Kernel("layernorm_backward", build_norm_backward, variants=_bias_variants(norm="layer"),
+                            grid=_backward_grid, flops=lambda rows, cols: 14 * rows * cols,
+                            bytes=lambda rows, cols: 12 * rows * cols)
+RMSNORM_BACKWARD = Kernel("rmsnorm_backward", build_norm_backward, variants=row_variants(norm="rms", bias=False),
+                          grid=_backward_grid, flops=lambda rows, cols: 10 * rows * cols,
+                          bytes=lambda rows, cols: 12 * rows * cols)
 
 
 # -- op functions -------------------------------------------------------------------------------------
-def worker_grid(workers: int, layout: str) -> tuple[int, int, int]:
-    """Workgroups giving at least `workers` workers whatever subgroup size the device runs."""
-    if layout == "wg":
-        return (workers, 1, 1)
-    info = device_info()
-    per_group = max(1, 64 // max(info.max_subgroup_size, info.subgroup_size, 1))
-    return (ceil_div(workers, per_group), 1, 1)
-
-
 def _variant(rows: int, cols: int, bias: bool = True) -> str:
-    name = row_variant("", rows, cols)
+    name = rowlib.choose(rows, cols)
     return name if bias else f"{name}_nobias"
 
 
@@ -262,8 +297,9 @@ def layernorm(x: Tensor, w: Tensor, b: Tensor | None, eps: float = 1e-5) -> tupl
     y, mean, rstd = empty(x.shape), empty(_stats_shape(x)), empty(_stats_shape(x))
     if rows and cols:
         variant = _variant(rows, cols, b is not None)
-        launch(LAYERNORM, buffers=[x, w, w if b is None else b, y, mean, rstd], variant=variant,
-               push={"rows": rows, "cols": cols, "eps": eps}, grid=_grid(rows, cols, LAYERNORM.variant(variant)))
+        launch(LAYERNORM, buffers=[x, w, w if b is None else b, y, rstd, mean], variant=variant,
+               push={"rows": rows, "cols": cols, "eps": eps},
+               grid=_forward_grid(rows, cols, LAYERNORM.variant(variant)))
     return y, mean, rstd
 
 
@@ -274,7 +310,7 @@ def rmsnorm(x: Tensor, w: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
     if rows and cols:
         variant = _variant(rows, cols)
         launch(RMSNORM, buffers=[x, w, y, rstd], variant=variant, push={"rows": rows, "cols": cols, "eps": eps},
-               grid=_grid(rows, cols, RMSNORM.variant(variant)))
+               grid=_forward_grid(rows, cols, RMSNORM.variant(variant)))
     return y, rstd
 
 

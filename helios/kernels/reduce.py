@@ -1,12 +1,9 @@
 """Reductions: sum/mean/max over the last axis or over everything, column sums (`sum_rows`, bias
 gradients) and a two-stage sum of squares over many tensors (`sumsq`, gradient norms).
 
-Also the row machinery that softmax and the norms build on (`RowLayout`): a row kernel either gives
-each row to one subgroup ("sg" variants: no shared memory or barriers, the fast form on lavapipe and for
-short rows) or to one workgroup ("wg": subgroup reductions combined through shared memory, for long rows
-on GPUs). Rows are visited with a grid-stride loop, so any row count works on any grid and for any
-subgroup size (8 on lavapipe, 32 on NVIDIA). "scalar" variants take any row length; "vec4" variants
-need rows that are a multiple of 4 long (so every row starts 16-byte aligned).
+Over the last axis a worker (subgroup or workgroup, see `rows.py`) reduces each row; over everything,
+workgroups reduce grid-stride shares into partials and a second launch of the same kernel reduces those.
+Column sums give invocations columns and workgroups chunks of rows, then sum the chunks' partials.
 """
 
 from __future__ import annotations
@@ -16,28 +13,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from helios.runtime import Tensor, empty, launch
+from helios.kernels import rows as rowlib
+from helios.kernels.rows import (
+    MAX_GROUPS,
+    RowLayout,
+    ceil_div,
+    check_f32,
+    combine,
+    flat_group,
+    horizontal,
+    identity,
+    row_grid,
+    rows_of,
+)
+from helios.runtime import Tensor, empty, fill, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
 
-SG_LOCAL = 64  # "sg" layout: invocations per workgroup (a multiple of every subgroup size up to 64)
-WG_LOCAL = 256  # "wg" layout: one row per workgroup of this many invocations
 ALL_LOCAL = 256  # reduce_all / sum_rows workgroup size
-MAX_GROUPS = 65535  # every grid here stays within the smallest maxComputeWorkGroupCount Vulkan allows
-NEG_INF = float("-inf")
-VEC = 4  # preferred width of the row kernels; tests set 1 to force the scalar variants
-LAYOUT: str | None = None  # tests force "sg" or "wg"; None picks by device and row length
 # This module defines the ops `sum` and `max`; Python's own are used under these names.
 _max, _min, _sum = builtins.max, builtins.min, builtins.sum
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def device_info():
-    from helios.device import get_device
-
-    return get_device().info
 
 
 # -- numpy references (float64-capable) ------------------------------------------------------------
@@ -63,140 +57,30 @@ def reference_sumsq(xs: Sequence[np.ndarray]) -> np.ndarray:
     return np.array([_sum(float(np.sum(np.square(np.asarray(a, np.float64)))) for a in xs)])
 
 
-# -- building blocks shared by the row kernels ------------------------------------------------------
-def combine(b: KernelBuilder, op: str, a, c) -> Value:
-    """a (+ or max) c."""
-    return a + c if op == "sum" else b.max(a, c)
-
-
-def identity(op: str) -> float:
-    return 0.0 if op == "sum" else NEG_INF
-
-
-def horizontal(b: KernelBuilder, op: str, v: Value) -> Value:
-    """Reduce the components of a vec4 (a scalar is returned as is)."""
-    if v.count == 1:
-        return v
-    return combine(b, op, combine(b, op, v.x, v.y), combine(b, op, v.z, v.w))
-
-
-def flat_group(b: KernelBuilder) -> tuple[Value, Value]:
-    """(this workgroup's index, number of workgroups) over a 2-D grid."""
-    nx = b.num_workgroups(0)
-    return b.workgroup_id(1) * nx + b.workgroup_id(0), nx * b.num_workgroups(1)
-
-
-class RowLayout:
-    """Which rows this invocation works on and which elements of a row are its own.
-
-    "sg": worker = one subgroup, lanes = its invocations. "wg": worker = one workgroup of WG_LOCAL
-    invocations; `reduce` then combines the subgroups' partials through shared memory (two barriers,
-    the second so the next reduction may reuse the array). Workers visit rows worker, worker + workers,
-    ... (grid-stride), so correctness never depends on the grid or the subgroup size.
-    """
-
-    def __init__(self, b: KernelBuilder, layout: str) -> None:
-        self.b, self.layout = b, layout
-        group, groups = flat_group(b)
-        if layout == "sg":
-            b.local_size(SG_LOCAL)
-            self.lane = b.subgroup_local_id()
-            # A subgroup larger than the workgroup holds only SG_LOCAL invocations.
-            self.width = b.min(b.subgroup_size(), SG_LOCAL)
-            self.worker = group * b.num_subgroups() + b.subgroup_id()
-            self.workers = groups * b.num_subgroups()
-        elif layout == "wg":
-            b.local_size(WG_LOCAL)
-            self.lane = b.local_index()
-            self.width = b.const(WG_LOCAL, u32)
-            self.worker, self.workers = group, groups
-            self.shared = b.shared(f32, WG_LOCAL, "partials")  # room for subgroups of size 1
-        else:
-            raise ValueError(f"unknown row layout {layout!r}")
-
-    def reduce(self, value: Value, op: str = "sum") -> Value:
-        """The sum or max of a scalar over the worker's invocations, in every invocation."""
-        b = self.b
-        part = b.subgroup_add(value) if op == "sum" else b.subgroup_max(value)
-        if self.layout == "sg":
-            return part
-        with b.if_(b.subgroup_local_id().eq(0)):
-            self.shared[b.subgroup_id()] = part
-        b.barrier()
-        acc = b.var(f32, identity(op))
-        with b.for_range(0, b.num_subgroups()) as k:
-            acc.value = combine(b, op, acc.value, self.shared[k])
-        total = acc.value
-        b.barrier()
-        return total
-
-    def is_leader(self) -> Value:
-        """True in one invocation of the worker (it writes per-row results)."""
-        return self.lane.eq(0)
-
-
-def row_grid(rows: int, layout: str) -> tuple[int, int, int]:
-    """Workgroups for a row kernel: about one worker per row, at most MAX_GROUPS (the loop does the rest)."""
-    if layout == "sg":
-        per_group = _max(1, SG_LOCAL // _max(1, device_info().subgroup_size))
-        return (_max(1, _min(MAX_GROUPS, ceil_div(rows, per_group))), 1, 1)
-    return (_max(1, _min(MAX_GROUPS, rows)), 1, 1)
-
-
-def row_layout(rows: int, cols: int) -> str:
-    """Subgroup per row on CPUs (barriers are costly there) and for short rows; a workgroup per long row on GPUs."""
-    if LAYOUT is not None:
-        return LAYOUT
-    info = device_info()
-    if info.is_cpu or cols < 1024:
-        return "sg"
-    return "wg"
-
-
-def row_variant(prefix: str, rows: int, cols: int) -> str:
-    """`{prefix}{layout}_{scalar|vec4}` for rows of length cols."""
-    return f"{prefix}{row_layout(rows, cols)}_{'vec4' if VEC == 4 and cols % 4 == 0 else 'scalar'}"
-
-
-def rows_of(x: Tensor) -> tuple[int, int]:
-    """(rows, row length) of x seen as a 2-D [M, N] over its last axis."""
-    n = x.shape[-1] if x.shape else 1
-    return (x.numel // n if n else 0), n
-
-
-def check_f32(*tensors: Tensor | None) -> None:
-    for t in tensors:
-        if t is not None and t.dtype != np.float32:
-            raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")
-
-
-def row_variants(prefix: str = "", **params) -> dict[str, dict]:
-    """The four layout x width variants of a row kernel, each with extra params."""
-    return {f"{prefix}{layout}_{name}": {"layout": layout, "vec": vec, **params}
-            for layout in ("sg", "wg") for name, vec in (("scalar", 1), ("vec4", 4))}
-
-
 # -- reduce_rows: sum / mean / max over the last axis -----------------------------------------------
 def build_reduce_rows(b: KernelBuilder, v: Variant) -> None:
-    rows_l = RowLayout(b, v.layout)
+    rl = RowLayout(b, v.layout, v.vec)
     x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
-    rows, cols, scale = b.push("rows", u32), b.push("cols", u32), b.push("scale", f32)
-    units = cols if v.vec == 1 else cols >> 2  # elements or vec4s per row
-    src = x if v.vec == 1 else x.vec4
-    with b.for_range(rows_l.worker, rows, step=rows_l.workers) as r:
-        base = r * units
-        acc = b.var(f32 if v.vec == 1 else src.elem, identity(v.op))
-        with b.for_range(rows_l.lane, units, step=rows_l.width) as j:
+    scale = b.push("scale", f32)
+    src = rl.view(x)
+    with rl.my_rows() as r:
+        base = r * rl.units
+        acc = b.var(src.elem, identity(v.op))
+
+        def step(_, j):
             acc.value = combine(b, v.op, acc.value, src[base + j])
-        total = rows_l.reduce(horizontal(b, v.op, acc.value), v.op)
-        with b.if_(rows_l.is_leader()):
+
+        rl.each(step)
+        total = rl.reduce(acc.value, v.op)
+        with b.if_(rl.is_leader()):
             y[r] = total * scale
 
 
 REDUCE_ROWS = Kernel(
     "reduce_rows", build_reduce_rows,
-    variants={**row_variants("sum_", op="sum"), **row_variants("max_", op="max")},
-    grid=lambda rows, cols, v: row_grid(rows, v.layout),
+    variants={f"{op}_{name}": {**p, "op": op} for op in ("sum", "max")
+              for name, p in rowlib.row_variants(cached=False).items()},
+    grid=lambda rows, cols, v: row_grid(rows, v),
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * rows * (cols + 1),
 )
 
@@ -258,7 +142,7 @@ def all_groups(n: int) -> int:
 
 
 def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float, groups: int) -> None:
-    variant = f"{op}_{'vec4' if VEC == 4 and n >= 4 else 'scalar'}"
+    variant = f"{op}_{'vec4' if rowlib.VEC == 4 and n >= 4 else 'scalar'}"
     launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot}, grid=(groups, 1, 1),
            variant=variant)
 
@@ -335,7 +219,7 @@ def sum_rows_into(x: Tensor, offset: int, rows: int, cols: int, out: Tensor, acc
     """
     if cols == 0:
         return
-    variant = "vec4" if VEC == 4 and cols % 4 == 0 and offset % 4 == 0 else "scalar"
+    variant = "vec4" if rowlib.VEC == 4 and cols % 4 == 0 and offset % 4 == 0 else "scalar"
     kv = SUM_ROWS.variant(variant)
     if rows <= SUM_ROWS_CHUNK:
         launch(SUM_ROWS, buffers=[x, out], grid=SUM_ROWS.grid(rows, cols, _max(rows, 1), kv), variant=variant,
@@ -359,7 +243,7 @@ def _reduce_last(x: Tensor, op: str, scale_by_n: bool) -> Tensor:
     out = empty(x.shape[:-1] if x.ndim > 1 else (1,))
     if rows == 0:
         return out
-    variant = row_variant(f"{op}_", rows, cols)
+    variant = f"{op}_{rowlib.choose(rows, cols, cacheable=False)}"
     launch(REDUCE_ROWS, buffers=[x, out], push={"rows": rows, "cols": cols, "scale": 1.0 / cols if scale_by_n else 1.0},
            grid=REDUCE_ROWS.grid(rows, cols, REDUCE_ROWS.variant(variant)), variant=variant)
     return out
@@ -400,8 +284,6 @@ def sum_rows(x: Tensor, out: Tensor | None = None, accumulate: bool = False) -> 
         raise ValueError(f"sum_rows: out= has {out.numel} elements, expected {cols}")
     if rows == 0:
         if not accumulate:
-            from helios.runtime import fill
-
             fill(out, 0.0)
         return out
     sum_rows_into(x, 0, rows, cols, out, accumulate)
@@ -417,8 +299,6 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
     check_f32(*ts)
     out = empty((1,))
     if not ts:
-        from helios.runtime import fill
-
         fill(out, 0.0)
         return out
     if len(ts) == 1 and all_groups(ts[0].numel) == 1:

@@ -1,18 +1,21 @@
 """Softmax over the last axis, forward and backward, each one dispatch with one worker per row.
 
-Forward, per row: the max (stability), then e = exp(x - max) stored into y while summing, then y *= 1/sum
-(the row is still in cache, and this needs one exp per element instead of two). Backward:
-dx = y * (dy - sum(y * dy)). Variants come from `reduce.row_variants`: "sg_*" gives a row to a subgroup,
-"wg_*" to a workgroup; "*_vec4" needs rows a multiple of 4 long, "*_scalar" takes any length.
+Forward, cached variants (the row fits the invocations' registers): load the row once, max, exp and sum
+in registers, write y once. Streaming variants (longer rows): an online pass keeps a running max and a
+sum rescaled whenever the max grows, then a second pass writes exp(x - max) / sum: two reads and one
+write of the row instead of three reads and two writes. The running max starts at -FLT_MAX rather than
+-inf so that masked (-inf) entries give exp(-inf) = 0, never inf - inf. Backward:
+dx = y * (dy - sum(y * dy)). Variants and their choice: `rows.py`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels.reduce import RowLayout, check_f32, horizontal, row_grid, row_variant, row_variants, rows_of
+from helios.kernels import rows as rowlib
+from helios.kernels.rows import FLT_MAX, RowLayout, check_f32, horizontal, row_grid, row_variants, rows_of
 from helios.runtime import Tensor, empty, launch
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, f32
 
 
 # -- numpy references ---------------------------------------------------------------------------------
@@ -27,59 +30,91 @@ def reference_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 
 # -- kernels ------------------------------------------------------------------------------------------
-def _row_views(b: KernelBuilder, v: Variant, *buffers):
-    """(units per row, the buffers as scalar or vec4 views)."""
-    cols = b.push("cols", u32)
-    units = cols if v.vec == 1 else cols >> 2
-    return units, [buf if v.vec == 1 else buf.vec4 for buf in buffers]
-
-
 def build_forward(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout)
-    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "rw")
-    rows = b.push("rows", u32)
-    units, (src, dst) = _row_views(b, v, x, y)
-    with b.for_range(rl.worker, rows, step=rl.workers) as r:
-        base = r * units
-        m = b.var(src.elem, float("-inf"))
-        with b.for_range(rl.lane, units, step=rl.width) as j:
-            m.value = b.max(m.value, src[base + j])
-        row_max = rl.reduce(horizontal(b, "max", m.value), "max")
-        s = b.var(src.elem, 0.0)
-        with b.for_range(rl.lane, units, step=rl.width) as j:
-            e = b.exp(src[base + j] - row_max)
-            dst[base + j] = e
-            s.value = s.value + e
-        inv = 1.0 / rl.reduce(horizontal(b, "sum", s.value))
-        # Each invocation rescales exactly the elements it wrote: no barrier needed.
-        with b.for_range(rl.lane, units, step=rl.width) as j:
-            dst[base + j] = dst[base + j] * inv
+    rl = RowLayout(b, v.layout, v.vec, v.cache)
+    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+    src, dst = rl.view(x), rl.view(y)
+    el = src.elem
+    with rl.my_rows() as r:
+        base = r * rl.units
+        if rl.cache:
+            regs = rl.registers(el)
+            m = b.var(el, -FLT_MAX)
+
+            def load(k, j):
+                regs[k].value = src[base + j]
+                m.value = b.max(m.value, regs[k].value)
+
+            rl.each(load)
+            row_max = rl.reduce(m.value, "max")
+            s = b.var(el, 0.0)
+
+            def exponentiate(k, _):
+                e = b.exp(regs[k].value - row_max)
+                regs[k].value = e
+                s.value = s.value + e
+
+            rl.each(exponentiate)
+            inv = 1.0 / rl.reduce(s.value)
+
+            def store(k, j):
+                dst[base + j] = regs[k].value * inv
+
+            rl.each(store)
+        else:
+            m = b.var(f32, -FLT_MAX)  # running max and sum of exp(x - max) of this invocation
+            s = b.var(f32, 0.0)
+
+            def online(_, j):
+                xj = src[base + j]
+                m_new = b.max(m.value, horizontal(b, "max", xj))
+                s.value = s.value * b.exp(m.value - m_new) + horizontal(b, "sum", b.exp(xj - m_new))
+                m.value = m_new
+
+            rl.each(online)
+            row_max = rl.reduce(m.value, "max")
+            inv = 1.0 / rl.reduce(s.value * b.exp(m.value - row_max))
+
+            def write(_, j):
+                dst[base + j] = b.exp(src[base + j] - row_max) * inv
+
+            rl.each(write)
 
 
 def build_backward(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout)
+    rl = RowLayout(b, v.layout, v.vec, v.cache)
     y, dy, dx = b.buffer(0, f32, "r"), b.buffer(1, f32, "r"), b.buffer(2, f32, "w")
-    rows = b.push("rows", u32)
-    units, (yv, dyv, dxv) = _row_views(b, v, y, dy, dx)
-    with b.for_range(rl.worker, rows, step=rl.workers) as r:
-        base = r * units
-        acc = b.var(yv.elem, 0.0)
-        with b.for_range(rl.lane, units, step=rl.width) as j:
-            acc.value = b.fma(yv[base + j], dyv[base + j], acc.value)
-        dot = rl.reduce(horizontal(b, "sum", acc.value))
-        with b.for_range(rl.lane, units, step=rl.width) as j:
-            k = base + j
-            dxv[k] = yv[k] * (dyv[k] - dot)
+    yv, dyv, dxv = rl.view(y), rl.view(dy), rl.view(dx)
+    el = yv.elem
+    with rl.my_rows() as r:
+        base = r * rl.units
+        ys, dys = rl.registers(el), rl.registers(el)
+        acc = b.var(el, 0.0)
+
+        def dot(k, j):
+            yj, dyj = yv[base + j], dyv[base + j]
+            if k is not None:
+                ys[k].value, dys[k].value = yj, dyj
+            acc.value = b.fma(yj, dyj, acc.value)
+
+        rl.each(dot)
+        total = rl.reduce(acc.value)
+
+        def write(k, j):
+            yj, dyj = (yv[base + j], dyv[base + j]) if k is None else (ys[k].value, dys[k].value)
+            dxv[base + j] = yj * (dyj - total)
+
+        rl.each(write)
 
 
 SOFTMAX = Kernel(
     "softmax", build_forward, variants=row_variants(),
-    grid=lambda rows, cols, v: row_grid(rows, v.layout),
+    grid=lambda rows, cols, v: row_grid(rows, v),
     flops=lambda rows, cols: 5 * rows * cols, bytes=lambda rows, cols: 8 * rows * cols,
 )
 SOFTMAX_BACKWARD = Kernel(
     "softmax_backward", build_backward, variants=row_variants(),
-    grid=lambda rows, cols, v: row_grid(rows, v.layout),
+    grid=lambda rows, cols, v: row_grid(rows, v),
     flops=lambda rows, cols: 4 * rows * cols, bytes=lambda rows, cols: 12 * rows * cols,
 )
 
@@ -91,7 +126,7 @@ def softmax(x: Tensor, out: Tensor | None = None) -> Tensor:
     y = empty(x.shape) if out is None else out
     rows, cols = rows_of(x)
     if rows and cols:
-        variant = row_variant("", rows, cols)
+        variant = rowlib.choose(rows, cols)
         launch(SOFTMAX, buffers=[x, y], push={"rows": rows, "cols": cols},
                grid=SOFTMAX.grid(rows, cols, SOFTMAX.variant(variant)), variant=variant)
     return y
@@ -105,7 +140,7 @@ def softmax_backward(y: Tensor, dy: Tensor, out: Tensor | None = None) -> Tensor
     dx = empty(y.shape) if out is None else out
     rows, cols = rows_of(y)
     if rows and cols:
-        variant = row_variant("", rows, cols)
+        variant = rowlib.choose(rows, cols)
         launch(SOFTMAX_BACKWARD, buffers=[y, dy, dx], push={"rows": rows, "cols": cols},
                grid=SOFTMAX_BACKWARD.grid(rows, cols, SOFTMAX_BACKWARD.variant(variant)), variant=variant)
     return dx

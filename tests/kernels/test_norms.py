@@ -13,7 +13,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import norms as N
-from helios.kernels import reduce as R
+from helios.kernels import rows as RW
 from helios.spirv import validate
 
 COLS = [1, 7, 8, 33, 513, 4097]
@@ -28,10 +28,17 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
-@pytest.fixture(params=[("sg", 4), ("sg", 1), ("wg", 4), ("wg", 1)], ids=lambda p: f"{p[0]}-vec{p[1]}")
+# (layout, width, register tier): streaming and cached forms of both widths. The layouts differ only in
+# rows.RowLayout, which test_softmax covers in every combination; here each norm code path runs once.
+LAYOUTS = [("sg", 4, 0), ("sg", 1, 0), ("wg", 4, 0), ("sg", 4, 4), ("sg", 1, 8), ("wg", 4, 4)]
+
+
+@pytest.fixture(params=LAYOUTS, ids=lambda p: f"{p[0]}-vec{p[1]}-reg{p[2]}")
 def layout(request, monkeypatch):
-    monkeypatch.setattr(R, "LAYOUT", request.param[0])
-    monkeypatch.setattr(R, "VEC", request.param[1])
+    """Force a row layout, vector width and register tier (rows that do not fit the tier stream)."""
+    monkeypatch.setattr(RW, "LAYOUT", request.param[0])
+    monkeypatch.setattr(RW, "VEC", request.param[1])
+    monkeypatch.setattr(RW, "CACHE", request.param[2])
     return request.param
 
 
@@ -91,7 +98,27 @@ def test_rmsnorm(layout, cols):
         _close(dw.numpy(), rdw, 1e-4)
 
 
-@pytest.mark.parametrize("shape", [(513, 36), (300, 4097), (4, 5, 33)])
+@pytest.mark.parametrize("cols", [512])
+def test_register_tier_16(cols, monkeypatch):
+    """A big cached tier (slow to compile on lavapipe, so one shape): both norms, forward and backward."""
+    monkeypatch.setattr(RW, "CACHE", 16)
+    x, w, b, dy = _data(20, cols)
+    x64 = x.astype(np.float64)
+    y, mean, rstd = N.layernorm(F(x), F(w), F(b), EPS)
+    ry, rmean, rrstd = N.reference_layernorm(x64, w, b, EPS)
+    np.testing.assert_allclose(y.numpy(), ry, rtol=1e-5, atol=1e-5)
+    dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy))
+    for got, want in zip((dx, dw, db), N.reference_layernorm_backward(x64, w, rmean, rrstd, dy), strict=True):
+        _close(got.numpy(), want, 1e-4)
+    y, rstd = N.rmsnorm(F(x), F(w), EPS)
+    ry, rrstd = N.reference_rmsnorm(x64, w, EPS)
+    np.testing.assert_allclose(y.numpy(), ry, rtol=1e-5, atol=1e-5)
+    dx, dw = N.rmsnorm_backward(F(x), F(w), rstd, F(dy))
+    for got, want in zip((dx, dw), N.reference_rmsnorm_backward(x64, w, rrstd, dy), strict=True):
+        _close(got.numpy(), want, 1e-4)
+
+
+@pytest.mark.parametrize("shape", [(513, 36), (300, 4097), (4, 5, 33), (1000, 64)])
 def test_many_rows_and_accumulate_into_arena(shape):
     """More rows than backward workers; dw/db added into views of one flat gradient arena."""
     cols = shape[-1]

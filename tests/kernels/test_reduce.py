@@ -11,6 +11,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import reduce as R
+from helios.kernels import rows as RW
 from helios.spirv import validate
 
 SHAPES = [(1,), (7,), (1, 1), (1, 4097), (7, 33), (33, 8), (513, 7), (2, 3, 12)]
@@ -25,8 +26,8 @@ def test_spirv_valid(kernel, variant):
 @pytest.fixture(params=[("sg", 4), ("sg", 1), ("wg", 4), ("wg", 1)], ids=lambda p: f"{p[0]}-vec{p[1]}")
 def layout(request, monkeypatch):
     """Force a row layout and vector width for the test."""
-    monkeypatch.setattr(R, "LAYOUT", request.param[0])
-    monkeypatch.setattr(R, "VEC", request.param[1])
+    monkeypatch.setattr(RW, "LAYOUT", request.param[0])
+    monkeypatch.setattr(RW, "VEC", request.param[1])
     return request.param
 
 
@@ -56,7 +57,7 @@ def test_max_of_negative_rows():
 
 def test_many_rows_grid_stride(monkeypatch):
     """More rows than workgroups: the row loop strides over the grid."""
-    monkeypatch.setattr(R, "MAX_GROUPS", 2)
+    monkeypatch.setattr(RW, "MAX_GROUPS", 2)
     x = np.random.default_rng(2).standard_normal((300, 5)).astype(np.float32)
     np.testing.assert_allclose(R.sum(rt.from_numpy(x)).numpy(), x.sum(-1), rtol=1e-5, atol=1e-5)
 
@@ -75,7 +76,7 @@ def test_all_two_stage(n):
 @pytest.mark.parametrize("vec", [4, 1])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (64, 12), (65, 7), (513, 4097 // 64), (3000, 36), (4097, 5)])
 def test_sum_rows(shape, vec, monkeypatch):
-    monkeypatch.setattr(R, "VEC", vec)
+    monkeypatch.setattr(RW, "VEC", vec)
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     want = R.reference_sum_rows(x.astype(np.float64))
     got = R.sum_rows(rt.from_numpy(x)).numpy()

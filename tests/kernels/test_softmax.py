@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import helios.runtime as rt
-from helios.kernels import reduce as R
+from helios.kernels import rows as RW
 from helios.kernels import softmax as S
 from helios.spirv import validate
 
@@ -24,10 +24,17 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
-@pytest.fixture(params=[("sg", 4), ("sg", 1), ("wg", 4), ("wg", 1)], ids=lambda p: f"{p[0]}-vec{p[1]}")
+# (layout, width, register tier): every streaming form, and the cached tiers that compile quickly
+LAYOUTS = [("sg", 4, 0), ("sg", 1, 0), ("wg", 4, 0), ("wg", 1, 0), ("sg", 4, 4), ("sg", 1, 8), ("sg", 4, 8),
+           ("wg", 4, 4), ("wg", 1, 4)]
+
+
+@pytest.fixture(params=LAYOUTS, ids=lambda p: f"{p[0]}-vec{p[1]}-reg{p[2]}")
 def layout(request, monkeypatch):
-    monkeypatch.setattr(R, "LAYOUT", request.param[0])
-    monkeypatch.setattr(R, "VEC", request.param[1])
+    """Force a row layout, vector width and register tier (rows that do not fit the tier stream)."""
+    monkeypatch.setattr(RW, "LAYOUT", request.param[0])
+    monkeypatch.setattr(RW, "VEC", request.param[1])
+    monkeypatch.setattr(RW, "CACHE", request.param[2])
     return request.param
 
 
@@ -51,6 +58,36 @@ def test_forward_backward(layout, cols):
         dx = S.softmax_backward(rt.from_numpy(want.astype(np.float32)), rt.from_numpy(dy)).numpy()
         want_dx = S.reference_backward(want, dy.astype(np.float64))
         np.testing.assert_allclose(dx, want_dx, rtol=0, atol=1e-5 * max(1e-3, np.abs(want_dx).max()))
+
+
+@pytest.mark.parametrize("cache,cols", [(16, 512), (32, 1024), (32, 1023)])
+def test_large_register_tiers(cache, cols, monkeypatch):
+    """The big cached tiers (slow to compile on lavapipe, so one shape each)."""
+    monkeypatch.setattr(RW, "CACHE", cache)
+    x, dy = _data(9, cols)
+    y = S.softmax(rt.from_numpy(x))
+    want = S.reference(x.astype(np.float64))
+    np.testing.assert_allclose(y.numpy(), want, atol=2e-6)
+    dx = S.softmax_backward(y, rt.from_numpy(dy)).numpy()
+    want_dx = S.reference_backward(want, dy.astype(np.float64))
+    np.testing.assert_allclose(dx, want_dx, atol=1e-5 * np.abs(want_dx).max())
+
+
+def test_variant_choice(monkeypatch):
+    """Smallest register tier the row fits on CPUs; on GPUs a workgroup per long row."""
+    monkeypatch.setattr(RW, "_subgroup_width", lambda: 8)
+    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": True})())
+    assert RW.choose(1024, 256) == "sg_vec4_reg8"
+    assert RW.choose(1024, 33) == "sg_scalar_reg8"
+    assert RW.choose(3, 1024) == "sg_vec4_reg32"
+    assert RW.choose(3, 4097) == "sg_scalar"
+    assert RW.choose(3, 4096) == "sg_vec4"
+    monkeypatch.setattr(RW, "_subgroup_width", lambda: 32)
+    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": False})())
+    assert RW.choose(3, 256) == "sg_vec4_reg4"
+    assert RW.choose(3, 4096) == "wg_vec4_reg4"
+    assert RW.choose(3, 8192) == "wg_vec4"
+    assert RW.choose(3, 999) == "wg_scalar_reg4"
 
 
 def test_long_rows_many_rows():

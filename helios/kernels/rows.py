@@ -1,0 +1,228 @@
+"""Row machinery shared by the row kernels (reductions over the last axis, softmax, norms).
+
+A row kernel gives each row to one *worker*: a subgroup ("sg" layouts: no shared memory or barriers, the
+fast form on lavapipe and for short rows) or a workgroup ("wg": subgroup reductions combined through
+shared memory, for long rows on GPUs). Workers visit rows with a grid-stride loop, so any row count works
+on any grid and for any subgroup size (8 on lavapipe, 32 on NVIDIA). "scalar" variants take any row
+length; "vec4" variants need rows a multiple of 4 long (so each row starts 16-byte aligned).
+
+Invocation `lane` of a worker owns elements (or vec4s) j = lane + k * width of every row. A *cached*
+variant ("_reg4", "_reg32") keeps those k = 0..R-1 slots in registers, unrolled in Python, so a row is
+read from memory once and written once: on lavapipe each buffer access costs a per-lane scalar loop, so
+this halves softmax's time; on GPUs it saves the re-reads from L1/L2. Rows longer than R * width use the
+streaming variants (no suffix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from helios.spirv import KernelBuilder, Value, f32, u32
+
+SG_LOCAL = 64  # "sg": invocations per workgroup (a multiple of every subgroup size up to 64)
+WG_LOCAL = 256  # "wg": one row per workgroup of this many invocations
+MAX_GROUPS = 65535  # grids stay within the smallest maxComputeWorkGroupCount Vulkan allows
+NEG_INF = float("-inf")
+FLT_MAX = float(np.finfo(np.float32).max)
+CACHE_TIERS = {"sg": (4, 8, 16, 32), "wg": (4,)}  # register slots per invocation of the cached variants
+STREAM_UNROLL = 4  # elements per invocation per trip of a streaming loop
+VEC = 4  # preferred width; tests set 1 to force the scalar variants
+LAYOUT: str | None = None  # tests force "sg" or "wg"; None picks by device and row length
+CACHE: int | None = None  # tests force 0 (streaming) or a tier; None picks the smallest tier that fits
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def device_info():
+    from helios.device import get_device
+
+    return get_device().info
+
+
+def combine(b: KernelBuilder, op: str, a, c) -> Value:
+    """a (+ or max) c."""
+    return a + c if op == "sum" else b.max(a, c)
+
+
+def identity(op: str) -> float:
+    return 0.0 if op == "sum" else NEG_INF
+
+
+def horizontal(b: KernelBuilder, op: str, v: Value) -> Value:
+    """Reduce the components of a vec4 (a scalar is returned as is)."""
+    if v.count == 1:
+        return v
+    return combine(b, op, combine(b, op, v.x, v.y), combine(b, op, v.z, v.w))
+
+
+def flat_group(b: KernelBuilder) -> tuple[Value, Value]:
+    """(this workgroup's index, number of workgroups) over a 2-D grid."""
+    nx = b.num_workgroups(0)
+    return b.workgroup_id(1) * nx + b.workgroup_id(0), nx * b.num_workgroups(1)
+
+
+class RowLayout:
+    """Which rows this invocation works on and which elements of a row are its own (see module doc).
+
+    Declares push constants `rows` and `cols`; `units` is the row length in elements or vec4s and
+    `view(buf)` the matching view of a buffer.
+    """
+
+    def __init__(self, b: KernelBuilder, layout: str, vec: int = 1, cache: int = 0) -> None:
+        self.b, self.layout, self.vec, self.cache = b, layout, vec, cache
+        group, groups = flat_group(b)
+        if layout == "sg":
+            b.local_size(SG_LOCAL)
+            self.lane = b.subgroup_local_id()
+            # A subgroup larger than the workgroup holds only SG_LOCAL invocations.
+            self.width = b.min(b.subgroup_size(), SG_LOCAL)
+            self.worker = group * b.num_subgroups() + b.subgroup_id()
+            self.workers = groups * b.num_subgroups()
+        elif layout == "wg":
+            b.local_size(WG_LOCAL)
+            self.lane = b.local_index()
+            self.width = b.const(WG_LOCAL, u32)
+            self.worker, self.workers = group, groups
+            self.shared = b.shared(f32, WG_LOCAL, "partials")  # room for subgroups of size 1
+        else:
+            raise ValueError(f"unknown row layout {layout!r}")
+        self.rows, self.cols = b.push("rows", u32), b.push("cols", u32)
+        self.units = self.cols if vec == 1 else self.cols >> 2
+        self.fcols = b.cast(self.cols, f32)
+
+    def view(self, buf):
+        return buf if self.vec == 1 else buf.vec4
+
+    def reduce(self, value: Value, op: str = "sum") -> Value:
+        """The sum or max of a scalar or vec4 over the worker's invocations, in every invocation."""
+        b = self.b
+        value = horizontal(b, op, value)
+        part = b.subgroup_add(value) if op == "sum" else b.subgroup_max(value)
+        if self.layout == "sg":
+            return part
+        with b.if_(b.subgroup_local_id().eq(0)):
+            self.shared[b.subgroup_id()] = part
+        b.barrier()
+        acc = b.var(f32, identity(op))
+        with b.for_range(0, b.num_subgroups()) as k:
+            acc.value = combine(b, op, acc.value, self.shared[k])
+        total = acc.value
+        b.barrier()  # the next reduction may overwrite the array
+        return total
+
+    def is_leader(self) -> Value:
+        """True in one invocation of the worker (it writes per-row results)."""
+        return self.lane.eq(0)
+
+    def my_rows(self, workers: Value | None = None):
+        """Loop over this worker's rows: worker, worker + workers, ... (workers: all of the grid's)."""
+        return self.b.for_range(self.worker, self.rows, step=self.workers if workers is None else workers)
+
+    def each(self, body: Callable[[int | None, Value], None]) -> None:
+        """Run body(slot, j) for each of this invocation's elements j of a row.
+
+        Streaming: a loop, slot None. Cached: unrolled over slots 0..cache-1 (j = lane + slot * width),
+        each guarded by j < units.
+        """
+        b = self.b
+        if not self.cache:
+            # A loop with the same trip count in every invocation (lavapipe then runs it as plain SIMD
+            # code, not as a masked divergent loop), STREAM_UNROLL elements per trip.
+            span = self.width * STREAM_UNROLL
+            with b.for_range(0, (self.units + span - 1) / span) as block:
+                for u in range(STREAM_UNROLL):
+                    j = self.lane + block * span + self.width * u
+                    with b.if_(j < self.units):
+                        body(None, j)
+            return
+        for slot in range(self.cache):
+            j = self.lane + self.width * slot
+            with b.if_(j < self.units):
+                body(slot, j)
+
+    def registers(self, elem, init=None) -> list:
+        """One function variable per cache slot (an empty list when streaming)."""
+        return [self.b.var(elem, init) for _ in range(self.cache)]
+
+
+# -- variants and their choice ------------------------------------------------------------------------
+def row_variants(cached: bool = True, **params) -> dict[str, dict]:
+    """The variants of a row kernel: layout x width x (streaming or a cache tier), each with params."""
+    out = {}
+    for layout, tiers in CACHE_TIERS.items():
+        for name, vec in (("scalar", 1), ("vec4", 4)):
+            out[f"{layout}_{name}"] = {"layout": layout, "vec": vec, "cache": 0, **params}
+            for r in tiers if cached else ():
+                out[f"{layout}_{name}_reg{r}"] = {"layout": layout, "vec": vec, "cache": r, **params}
+    return out
+
+
+def _subgroup_width() -> int:
+    return min(SG_LOCAL, max(1, device_info().subgroup_size))
+
+
+def _pick(units: int, cacheable: bool) -> tuple[str, int]:
+    """(layout, cache) for rows of `units`: the first register tier the row fits, else streaming.
+
+    CPUs always use "sg" (barriers are costly there). GPUs give a row to a subgroup while it fits in a
+    few registers per invocation, then to a workgroup.
+    """
+    sg = _subgroup_width()
+    if device_info().is_cpu:
+        tiers, fallback = [("sg", r, sg) for r in CACHE_TIERS["sg"]], "sg"
+    else:
+        tiers = [("sg", CACHE_TIERS["sg"][0], sg), ("wg", CACHE_TIERS["wg"][0], WG_LOCAL)]
+        fallback = "sg" if units <= 8 * sg else "wg"
+    for layout, r, width in tiers if cacheable else ():
+        if units <= r * width:
+            return layout, r
+    return fallback, 0
+
+
+def choose(rows: int, cols: int, cacheable: bool = True) -> str:
+    """The variant name for `rows` rows of length `cols` (the module knobs override it in tests)."""
+    vec = 4 if VEC == 4 and cols % 4 == 0 else 1
+    if LAYOUT is not None or CACHE is not None:
+        layout, cache = LAYOUT or "sg", (CACHE or 0) if cacheable else 0
+        width = _subgroup_width() if layout == "sg" else WG_LOCAL
+        if cols // vec > cache * width:
+            cache = 0  # a forced tier the row does not fit: stream
+    else:
+        layout, cache = _pick(cols // vec, cacheable)
+    name = f"{layout}_{'vec4' if vec == 4 else 'scalar'}"
+    return f"{name}_reg{cache}" if cache else name
+
+
+def row_grid(rows: int, v, rows_per_worker: int = 1) -> tuple[int, int, int]:
+    """Workgroups for a row kernel: one worker per `rows_per_worker` rows (the row loop does the rest).
+
+    Kernels that hold per-column values in registers (norm weights) ask for several rows per worker, so
+    those are loaded once per worker rather than once per row.
+    """
+    per_group = max(1, SG_LOCAL // _subgroup_width()) if v.layout == "sg" else 1
+    return (max(1, min(MAX_GROUPS, ceil_div(rows, per_group * rows_per_worker))), 1, 1)
+
+
+def worker_grid(workers: int, layout: str) -> tuple[int, int, int]:
+    """Workgroups giving at least `workers` workers, whatever subgroup size the device picks."""
+    if layout == "wg":
+        return (workers, 1, 1)
+    info = device_info()
+    per_group = max(1, SG_LOCAL // max(info.max_subgroup_size, info.subgroup_size, 1))
+    return (ceil_div(workers, per_group), 1, 1)
+
+
+def rows_of(x) -> tuple[int, int]:
+    """(rows, row length) of x seen as a 2-D [M, N] over its last axis."""
+    n = x.shape[-1] if x.shape else 1
+    return (x.numel // n if n else 0), n
+
+
+def check_f32(*tensors) -> None:
+    for t in tensors:
+        if t is not None and t.dtype != np.float32:
+            raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")

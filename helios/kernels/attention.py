@@ -38,7 +38,7 @@ def choose_variant() -> str:
     from helios.device import get_device
 
     info = get_device().info
-    return "rowwise" if info.device_type == "cpu" or info.subgroup_size < 4 else "tiled"
+    return "rowwise" if info.is_cpu or info.subgroup_size < 4 else "tiled"
 
 
 def set_variant(name: str | None) -> None:

@@ -17,13 +17,15 @@ from helios.kernels.attention_common import (
     key_index,
     lane_reduce,
     load_rows,
+    reg_loop,
     rows,
     rows_per_group,
+    slot,
     tile_row,
     vec4,
     zero_regs,
 )
-from helios.kernels.attention_forward import attention_flops, capped, dropped
+from helios.kernels.attention_forward import attention_flops, capped, dropped, row_bounds
 from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
 
 PRE_WG = 64
@@ -62,71 +64,82 @@ def _prob_and_dscore(b, v, d, s_part, dp_part, lse_i, delta_i, ok, drop_row, dro
 
 
 def build_dq(b: KernelBuilder, v: Variant) -> None:
-    """dQ, query-parallel: row i streams K/V. Bindings: qkv, lse, do, delta (r), dqkv (w, q part)."""
+    """dQ, query-parallel: RQ rows per invocation stream K/V. Bindings: qkv, lse, do, delta (r), dqkv (w)."""
     qkv, lse, do, delta, dqkv = _bwd_decl(b)
     d = declare(b)
     rw = rows(b, v, d)
-    T = d.T
+    T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4
     tok0 = rw.batch * T
-    q, dov, dq = (b.local_array(vec4, d.NV, n) for n in ("q", "do", "dq"))
-    load_rows(b, v, d, qkv, (tok0 + rw.row_c) * S4 + rw.head * d.D4, rw.lane, q, mul=d.scale)
-    load_rows(b, v, d, do, (tok0 + rw.row_c) * (d.H * d.D4) + rw.head * d.D4, rw.lane, dov)
-    zero_regs(b, d, dq)
-    row_id = (rw.batch * d.H + rw.head) * T + rw.row_c
-    lse_i, delta_i = lse[row_id], delta[row_id]
+    q, dov, dq = (b.local_array(vec4, d.RNV, n) for n in ("q", "do", "dq"))
+    load_rows(b, v, d, qkv, [(tok0 + rc) * S4 + rw.head * d.D4 for rc in rw.rows_c], rw.lane, q, mul=d.scale)
+    load_rows(b, v, d, do, [(tok0 + rc) * (d.H * d.D4) + rw.head * d.D4 for rc in rw.rows_c], rw.lane, dov)
+    zero_regs(b, v, d, dq)
+    row_ids = [(rw.batch * d.H + rw.head) * T + rc for rc in rw.rows_c]
+    lse_r, delta_r = [lse[i] for i in row_ids], [delta[i] for i in row_ids]
     kbase = tok0 * S4 + (d.H + rw.head / d.group) * d.D4
     stream = Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
-    hi = b.select(d.causal, b.min(T, (rw.block + 1) * rw.R), T)
-    drop_row = (rw.batch * d.H + rw.head) * T + rw.row
+    drop_rows = [(rw.batch * d.H + rw.head) * T + row for row in rw.rows]
 
     def step(j0):
         js = [key_index(b, j0, u, T) for u in range(v.kb)]
-        sp = [b.var(f32, 0.0) for _ in js]
-        dp = [b.var(f32, 0.0) for _ in js]
-        with b.for_range(0, d.NV, unroll=True) as t:
+        sp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
+        dp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
+        with reg_loop(b, v, d) as t:
             c, _ = comp(b, v, d, rw.lane, t)
-            qt, dot_ = q[t], dov[t]
-            for u, (j, jc) in enumerate(js):
-                r = tile_row(stream, j, jc)
-                sp[u] += b.dot(qt, stream.at(0, r, c))
-                dp[u] += b.dot(dot_, stream.at(1, r, c))
+            ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
+            vs = [stream.at(1, tile_row(stream, j, jc), c) for j, jc in js]
+            for r in range(RQ):
+                qt, dot_ = q[slot(d, r, t)], dov[slot(d, r, t)]
+                for u in range(v.kb):
+                    sp[r][u] += b.dot(qt, ks[u])
+                    dp[r][u] += b.dot(dot_, vs[u])
         dss = []
-        for u, (j, _) in enumerate(js):
-            ok = (j < T) & (~d.causal | (j <= rw.row))
-            _, ds = _prob_and_dscore(b, v, d, sp[u].value, dp[u].value, lse_i, delta_i, ok, drop_row, j)
-            dss.append(ds)
-        with b.for_range(0, d.NV, unroll=True) as t:
+        for r in range(RQ):
+            row = []
+            for u, (j, _) in enumerate(js):
+                ok = (j < T) & (~d.causal | (j <= rw.rows[r]))
+                _, ds = _prob_and_dscore(b, v, d, sp[r][u].value, dp[r][u].value, lse_r[r], delta_r[r], ok,
+                                         drop_rows[r], j)
+                row.append(ds)
+            dss.append(row)
+        with reg_loop(b, v, d) as t:
             c, _ = comp(b, v, d, rw.lane, t)
-            a = dq[t]
-            for ds, (j, jc) in zip(dss, js, strict=True):
-                a = a + stream.at(0, tile_row(stream, j, jc), c) * ds
-            dq[t] = a
+            ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
+            for r in range(RQ):
+                a = dq[slot(d, r, t)]
+                for ds, kv in zip(dss[r], ks, strict=True):
+                    a = a + kv * ds
+                dq[slot(d, r, t)] = a
 
-    stream.run(b.const(0, u32), hi, step, T)
-    with b.if_(rw.row < T):
-        base = (tok0 + rw.row) * S4 + rw.head * d.D4
-        with b.for_range(0, d.NV, unroll=True) as t:
-            c, ok = comp(b, v, d, rw.lane, t)
-            with b.if_(ok):
-                dqkv.vec4[base + c] = dq[t] * d.scale
+    stream.run(b.const(0, u32), row_bounds(b, v, d, rw), step, T)
+    for r, row in enumerate(rw.rows):
+        with b.if_(row < T):
+            base = (tok0 + row) * S4 + rw.head * d.D4
+            with reg_loop(b, v, d) as t:
+                c, ok = comp(b, v, d, rw.lane, t)
+                with b.if_(ok):
+                    dqkv.vec4[base + c] = dq[slot(d, r, t)] * d.scale
 
 
 def build_dkv(b: KernelBuilder, v: Variant) -> None:
-    """dK/dV, key-parallel over KV heads: row j streams Q/dO of every query head of its group."""
+    """dK/dV, key-parallel over KV heads: RQ key rows per invocation stream Q/dO of every query head of
+    their group."""
     qkv, lse, do, delta, dqkv = _bwd_decl(b)
     d = declare(b)
     rw = rows(b, v, d)  # rw.head is the KV head here
-    T = d.T
+    T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4
     HD4 = d.H * d.D4
     tok0 = rw.batch * T
-    k, vv, dk, dv = (b.local_array(vec4, d.NV, n) for n in ("k", "v", "dk", "dv"))
-    kbase = (tok0 + rw.row_c) * S4 + (d.H + rw.head) * d.D4
-    load_rows(b, v, d, qkv, kbase, rw.lane, k, mul=d.scale)
-    load_rows(b, v, d, qkv, kbase + d.Hkv * d.D4, rw.lane, vv)
-    zero_regs(b, d, dk, dv)
-    lo = b.select(d.causal, rw.block * rw.R, b.const(0, u32))  # rows i < the block's first key are masked
+    k, vv, dk, dv = (b.local_array(vec4, d.RNV, n) for n in ("k", "v", "dk", "dv"))
+    kbases = [(tok0 + rc) * S4 + (d.H + rw.head) * d.D4 for rc in rw.rows_c]
+    load_rows(b, v, d, qkv, kbases, rw.lane, k, mul=d.scale)
+    load_rows(b, v, d, qkv, [kb + d.Hkv * d.D4 for kb in kbases], rw.lane, vv)
+    zero_regs(b, v, d, dk, dv)
+    # Causal: query rows before the first key row see none of these keys (uniform for "tiled").
+    first = rw.block * rw.R if v.tiled else rw.first
+    lo = b.select(d.causal, b.min(first, T), b.const(0, u32))
     with b.for_range(0, d.group) as hh:
         h = rw.head * d.group + hh
         stream = _QdoStream(b, v, d, qkv, do, tok0 * S4 + h * d.D4, tok0 * HD4 + h * d.D4, S4, HD4)
@@ -134,39 +147,49 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
 
         def step(i0):
             iis = [key_index(b, i0, u, T) for u in range(v.kb)]
-            sp = [b.var(f32, 0.0) for _ in iis]
-            dp = [b.var(f32, 0.0) for _ in iis]
-            with b.for_range(0, d.NV, unroll=True) as t:
+            sp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
+            dp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
+            with reg_loop(b, v, d) as t:
                 c, _ = comp(b, v, d, rw.lane, t)
-                kt, vt = k[t], vv[t]
-                for u, (i, ic) in enumerate(iis):
-                    r = tile_row(stream, i, ic)
-                    sp[u] += b.dot(kt, stream.at(0, r, c))
-                    dp[u] += b.dot(vt, stream.at(1, r, c))
+                qs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in iis]
+                dos = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in iis]
+                for r in range(RQ):
+                    kt, vt = k[slot(d, r, t)], vv[slot(d, r, t)]
+                    for u in range(v.kb):
+                        sp[r][u] += b.dot(kt, qs[u])
+                        dp[r][u] += b.dot(vt, dos[u])
+            stats = [(lse[row0 + ic], delta[row0 + ic]) for _, ic in iis]
             pzs, dss = [], []
-            for u, (i, ic) in enumerate(iis):
-                ok = (i < T) & (~d.causal | (i >= rw.row))
-                pz, ds = _prob_and_dscore(b, v, d, sp[u].value, dp[u].value, lse[row0 + ic], delta[row0 + ic],
-                                          ok, row0 + i, rw.row)
-                pzs.append(pz)
-                dss.append(ds)
-            with b.for_range(0, d.NV, unroll=True) as t:
+            for r in range(RQ):
+                pr, dr = [], []
+                for u, (i, _) in enumerate(iis):
+                    ok = (i < T) & (~d.causal | (i >= rw.rows[r]))
+                    pz, ds = _prob_and_dscore(b, v, d, sp[r][u].value, dp[r][u].value, stats[u][0], stats[u][1],
+                                              ok, row0 + i, rw.rows[r])
+                    pr.append(pz)
+                    dr.append(ds)
+                pzs.append(pr)
+                dss.append(dr)
+            with reg_loop(b, v, d) as t:
                 c, _ = comp(b, v, d, rw.lane, t)
-                ak, av = dk[t], dv[t]
-                for pz, ds, (i, ic) in zip(pzs, dss, iis, strict=True):
-                    r = tile_row(stream, i, ic)
-                    ak = ak + stream.at(0, r, c) * ds
-                    av = av + stream.at(1, r, c) * pz
-                dk[t], dv[t] = ak, av
+                qs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in iis]
+                dos = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in iis]
+                for r in range(RQ):
+                    ak, av = dk[slot(d, r, t)], dv[slot(d, r, t)]
+                    for u in range(v.kb):
+                        ak = ak + qs[u] * dss[r][u]
+                        av = av + dos[u] * pzs[r][u]
+                    dk[slot(d, r, t)], dv[slot(d, r, t)] = ak, av
 
         stream.run(lo, T, step, T)
-    with b.if_(rw.row < T):
-        base = (tok0 + rw.row) * S4 + (d.H + rw.head) * d.D4
-        with b.for_range(0, d.NV, unroll=True) as t:
-            c, ok = comp(b, v, d, rw.lane, t)
-            with b.if_(ok):
-                dqkv.vec4[base + c] = dk[t] * d.scale
-                dqkv.vec4[base + d.Hkv * d.D4 + c] = dv[t]
+    for r, row in enumerate(rw.rows):
+        with b.if_(row < T):
+            base = (tok0 + row) * S4 + (d.H + rw.head) * d.D4
+            with reg_loop(b, v, d) as t:
+                c, ok = comp(b, v, d, rw.lane, t)
+                with b.if_(ok):
+                    dqkv.vec4[base + c] = dk[slot(d, r, t)] * d.scale
+                    dqkv.vec4[base + d.Hkv * d.D4 + c] = dv[slot(d, r, t)]
 
 
 class _QdoStream(Stream):

@@ -11,6 +11,7 @@ head dimension are summed over the TPR lanes of a row with subgroup shuffles.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, vec
@@ -20,24 +21,28 @@ NEG = -1.0e30  # "minus infinity" for running maxima: finite, so exp(NEG - NEG) 
 MAX_D4 = 32  # head_dim <= 128
 
 VARIANTS = {
-    # one query row per invocation; K/V rows read in place (uniform addresses, no shared memory)
-    "rowwise": {"tiled": False, "tpr": 1, "wg": 64, "kb": 4, "bc": 0},
-    # 4 lanes per row, 32 rows per workgroup, BC-key tiles of K/V in shared memory
-    "tiled": {"tiled": True, "tpr": 4, "wg": 128, "kb": 2, "bc": 32},
+    # lavapipe: every buffer or shared load costs a per-lane loop there, so what counts is loads per
+    # (row, key) pair: each invocation owns RQ query rows and loads every K/V row once for all of them.
+    # Registers only, no shared memory or barriers; loops over the head dim stay loops (fast to compile).
+    "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 16, "kb": 4, "bc": 0, "unroll": False},
+    # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
+    # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
+    "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "bc": 32, "unroll": True},
 }
 
 
 def rows_per_group(v: Variant | dict) -> int:
     """Rows one workgroup owns."""
     p = v.params if isinstance(v, Variant) else v
-    return p["wg"] // p["tpr"]
+    return p["wg"] // p["tpr"] * p["rq"]
 
 
 def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropout_p: float) -> dict:
     """Specialization constants of a launch (they pick code paths, so they key the pipeline)."""
     p = VARIANTS[variant]
     d4 = head_dim // 4
-    return {"D4": d4, "NV": -(-d4 // p["tpr"]), "TILE4": max(1, p["bc"]) * d4, "CAUSAL": bool(causal),
+    nv = -(-d4 // p["tpr"])
+    return {"D4": d4, "NV": nv, "RNV": p["rq"] * nv, "TILE4": max(1, p["bc"]) * d4, "CAUSAL": bool(causal),
             "SOFTCAP": softcap > 0.0, "DROPOUT": dropout_p > 0.0}
 
 
@@ -57,6 +62,7 @@ class Decl:
     offset: Value
     D4: Value
     NV: Value
+    RNV: Value
     TILE4: Value
     causal: Value
     softcap: Value
@@ -69,22 +75,26 @@ def declare(b: KernelBuilder) -> Decl:
     scale, cap, p_drop, inv_keep = (b.push(n, f32) for n in ("scale", "softcap", "dropout_p", "inv_keep"))
     seed, offset = b.push("seed", u32), b.push("offset", u32)
     D4, NV, TILE4 = b.spec("D4", u32, 16), b.spec("NV", u32, 16), b.spec("TILE4", u32, MAX_D4)
+    RNV = b.spec("RNV", u32, 16)
     causal, softcap, dropout = (b.spec(n, boolean, d) for n, d in (("CAUSAL", True), ("SOFTCAP", False),
                                                                     ("DROPOUT", False)))
-    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, TILE4, causal, softcap, dropout)
+    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, RNV, TILE4, causal, softcap,
+                dropout)
 
 
 @dataclass
 class Rows:
-    """Where this invocation sits: row index, lane, and the workgroup's (row block, head, batch)."""
+    """Where this invocation sits: its RQ rows, its lane, and the workgroup's (row block, head, batch)."""
 
     block: Value
     head: Value
     batch: Value
-    row: Value  # may be >= T (padding rows: computed on a clamped row, never written)
-    row_c: Value  # min(row, T - 1)
+    rows: list  # RQ consecutive rows; may be >= T (padding: computed on a clamped row, never written)
+    rows_c: list  # min(row, T - 1)
     lane: Value
-    R: int
+    R: int  # rows per workgroup
+    first: Value  # the first row of this invocation's subgroup-independent span (rows[0])
+    last: Value  # rows[-1]
 
 
 def rows(b: KernelBuilder, v: Variant, d: Decl) -> Rows:
@@ -92,15 +102,17 @@ def rows(b: KernelBuilder, v: Variant, d: Decl) -> Rows:
     b.local_size(v.wg)
     R = rows_per_group(v)
     if v.tpr == 1:
-        r, lane = b.local_id(0), b.const(0, u32)
+        g, lane = b.local_id(0), b.const(0, u32)
     else:
         # Number the invocations by subgroup so that a row's lanes share a subgroup whatever the
         # driver's local-id -> subgroup mapping (the workgroup size is a multiple of the subgroup size).
         flat = b.subgroup_id() * b.subgroup_size() + b.subgroup_local_id()
-        r, lane = flat / v.tpr, flat % v.tpr
+        g, lane = flat / v.tpr, flat % v.tpr
     block = b.workgroup_id(0)
-    row = block * R + r
-    return Rows(block, b.workgroup_id(1), b.workgroup_id(2), row, b.min(row, d.T - 1), lane, R)
+    first = block * R + g * v.rq
+    rs = [first + r for r in range(v.rq)]
+    return Rows(block, b.workgroup_id(1), b.workgroup_id(2), rs, [b.min(x, d.T - 1) for x in rs], lane, R,
+                rs[0], rs[-1])
 
 
 def lane_reduce(b: KernelBuilder, v: Variant, x: Value) -> Value:
@@ -120,20 +132,41 @@ def comp(b: KernelBuilder, v: Variant, d: Decl, lane: Value, t: Value) -> tuple[
     return b.min(c, d.D4 - 1), c < d.D4
 
 
-def load_rows(b: KernelBuilder, v: Variant, d: Decl, src, base: Value, lane: Value, regs, mul=None) -> None:
-    """regs[t] <- the lane's components of the row starting at vec4 `base` of src (0 past D4)."""
-    with b.for_range(0, d.NV, unroll=True) as t:
+def load_rows(b: KernelBuilder, v: Variant, d: Decl, src, bases: list, lane: Value, regs, mul=None) -> None:
+    """regs[r * NV + t] <- the lane's components of row r, which starts at vec4 bases[r] of src (0 past D4)."""
+    with reg_loop(b, v, d) as t:
         c, ok = comp(b, v, d, lane, t)
-        x = src.vec4[base + c]
-        if mul is not None:
-            x = x * mul
-        regs[t] = x if v.tpr == 1 else b.select(ok, x, b.splat(0.0, 4))
+        for r, base in enumerate(bases):
+            x = src.vec4[base + c]
+            if mul is not None:
+                x = x * mul
+            regs[t + r * d.NV] = x if v.tpr == 1 else b.select(ok, x, b.splat(0.0, 4))
 
 
-def zero_regs(b: KernelBuilder, d: Decl, *arrays) -> None:
-    with b.for_range(0, d.NV, unroll=True) as t:
+@contextmanager
+def reg_loop(b: KernelBuilder, v: Variant, d: Decl):
+    """Loop over a lane's register slots t < NV: unrolled for "tiled" (registers on GPUs); for "rowwise" a
+    real loop marked DontUnroll, since lavapipe's compile time explodes on the unrolled RQ-row bodies
+    (16 s instead of 2 s at RQ = 8) and indexing its register arrays dynamically costs little there."""
+    if v.unroll:
+        with b.for_range(0, d.NV, unroll=True) as t:
+            yield t
+        return
+    counter = b.var(u32, 0)
+    # for_range has no DontUnroll hint; _open_loop(..., unroll=None) emits it.
+    with b._open_loop(lambda: counter.load() < d.NV, None, lambda: counter.store(counter.load() + 1)):
+        yield counter.load()
+
+
+def zero_regs(b: KernelBuilder, v: Variant, d: Decl, *arrays) -> None:
+    with b.for_range(0, d.RNV, unroll=v.unroll) as t:
         for a in arrays:
             a[t] = b.splat(0.0, 4)
+
+
+def slot(d: Decl, r: int, t: Value) -> Value:
+    """Index of row r's register slot t in an RQ * NV register array."""
+    return t if r == 0 else t + r * d.NV
 
 
 class Stream:
@@ -159,7 +192,10 @@ class Stream:
         return self.shared[k][(j - self.t0) * self.d.D4 + c]
 
     def run(self, lo: Value, hi: Value, step_fn, T: Value) -> None:
-        """Call step_fn(j0) for j0 = lo, lo + KB, ... < hi, with rows j0 .. j0 + KB - 1 readable."""
+        """Call step_fn(j0) for j0 = lo, lo + KB, ... < hi, with rows j0 .. j0 + KB - 1 readable.
+
+        lo and hi must be workgroup-uniform for "tiled" (barriers); "rowwise" takes per-invocation bounds.
+        """
         b, v, d = self.b, self.v, self.d
         if self.shared is None:
             with b.for_range(lo, hi, step=v.kb) as j0:

@@ -15,8 +15,10 @@ from helios.kernels.attention_common import (
     key_index,
     lane_reduce,
     load_rows,
+    reg_loop,
     rows,
     rows_per_group,
+    slot,
     tile_row,
     vec4,
     zero_regs,
@@ -38,68 +40,83 @@ def dropped(b: KernelBuilder, d, p, row, col):
     return b.select(d.dropout, b.select(keep, p * d.inv_keep, 0.0), p)
 
 
+def row_bounds(b: KernelBuilder, v: Variant, d, rw):
+    """Key range [0, hi) the invocation's query rows see. Causal: keys past the last row are masked for
+    every row, so stop there (per invocation for "rowwise"; per workgroup for "tiled", whose barriers
+    need a uniform trip count)."""
+    last = (rw.block + 1) * rw.R - 1 if v.tiled else rw.last
+    return b.select(d.causal, b.min(d.T, last + 1), d.T)
+
+
 def build_forward(b: KernelBuilder, v: Variant) -> None:
     """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w)."""
     qkv, o, lse = b.buffer(0, f32, "r"), b.buffer(1, f32, "w"), b.buffer(2, f32, "w")
     d = declare(b)
     rw = rows(b, v, d)
-    T = d.T
+    T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4  # vec4s per token of qkv
     tok0 = rw.batch * T
-    q = b.local_array(vec4, d.NV, "q")
-    acc = b.local_array(vec4, d.NV, "acc")
-    load_rows(b, v, d, qkv, (tok0 + rw.row_c) * S4 + rw.head * d.D4, rw.lane, q, mul=d.scale)
-    zero_regs(b, d, acc)
-    m, l = b.var(f32, NEG, "m"), b.var(f32, 0.0, "l")
+    q = b.local_array(vec4, d.RNV, "q")
+    acc = b.local_array(vec4, d.RNV, "acc")
+    load_rows(b, v, d, qkv, [(tok0 + rc) * S4 + rw.head * d.D4 for rc in rw.rows_c], rw.lane, q, mul=d.scale)
+    zero_regs(b, v, d, acc)
+    m = [b.var(f32, NEG, f"m{r}") for r in range(RQ)]
+    l_ = [b.var(f32, 0.0, f"l{r}") for r in range(RQ)]
     kbase = tok0 * S4 + (d.H + rw.head / d.group) * d.D4
     stream = Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
-    # Causal: keys past the block's last row are masked for every row of the block (uniform bound).
-    hi = b.select(d.causal, b.min(T, (rw.block + 1) * rw.R), T)
-    drop_row = (rw.batch * d.H + rw.head) * T + rw.row
+    drop_rows = [(rw.batch * d.H + rw.head) * T + row for row in rw.rows]
 
     def step(j0):
         js = [key_index(b, j0, u, T) for u in range(v.kb)]
-        parts = [b.var(f32, 0.0) for _ in js]
-        with b.for_range(0, d.NV, unroll=True) as t:
+        parts = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
+        with reg_loop(b, v, d) as t:
             c, _ = comp(b, v, d, rw.lane, t)
-            qt = q[t]
-            for part, (j, jc) in zip(parts, js, strict=True):
-                part += b.dot(qt, stream.at(0, tile_row(stream, j, jc), c))
-        scores, valid = [], []
-        for part, (j, _) in zip(parts, js, strict=True):
-            s, _ = capped(b, d, lane_reduce(b, v, part.value))
-            ok = (j < T) & (~d.causal | (j <= rw.row))
-            valid.append(ok)
-            scores.append(b.select(ok, s, NEG))
-        m_old = m.value
-        m_new = m_old
-        for s in scores:
-            m_new = b.max(m_new, s)
-        alpha = b.exp(m_old - m_new)
-        ps = [b.select(ok, b.exp(s - m_new), 0.0) for s, ok in zip(scores, valid, strict=True)]
-        total = ps[0]
-        for p in ps[1:]:
-            total = total + p
-        l.value = l.value * alpha + total
-        m.value = m_new
-        ps = [dropped(b, d, p, drop_row, j) for p, (j, _) in zip(ps, js, strict=True)]
-        with b.for_range(0, d.NV, unroll=True) as t:
+            ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
+            for r in range(RQ):
+                qt = q[slot(d, r, t)]
+                for part, kv in zip(parts[r], ks, strict=True):
+                    part += b.dot(qt, kv)
+        alphas, probs = [], []
+        for r in range(RQ):
+            scores, valid = [], []
+            for part, (j, _) in zip(parts[r], js, strict=True):
+                s, _ = capped(b, d, lane_reduce(b, v, part.value))
+                ok = (j < T) & (~d.causal | (j <= rw.rows[r]))
+                valid.append(ok)
+                scores.append(b.select(ok, s, NEG))
+            m_old = m[r].value
+            m_new = m_old
+            for s in scores:
+                m_new = b.max(m_new, s)
+            alpha = b.exp(m_old - m_new)
+            ps = [b.select(ok, b.exp(s - m_new), 0.0) for s, ok in zip(scores, valid, strict=True)]
+            total = ps[0]
+            for p in ps[1:]:
+                total = total + p
+            l_[r].value = l_[r].value * alpha + total
+            m[r].value = m_new
+            alphas.append(alpha)
+            probs.append([dropped(b, d, p, drop_rows[r], j) for p, (j, _) in zip(ps, js, strict=True)])
+        with reg_loop(b, v, d) as t:
             c, _ = comp(b, v, d, rw.lane, t)
-            a = acc[t] * alpha
-            for p, (j, jc) in zip(ps, js, strict=True):
-                a = a + stream.at(1, tile_row(stream, j, jc), c) * p
-            acc[t] = a
+            vs = [stream.at(1, tile_row(stream, j, jc), c) for j, jc in js]
+            for r in range(RQ):
+                a = acc[slot(d, r, t)] * alphas[r]
+                for p, vv in zip(probs[r], vs, strict=True):
+                    a = a + vv * p
+                acc[slot(d, r, t)] = a
 
-    stream.run(b.const(0, u32), hi, step, T)
-    with b.if_(rw.row < T):
-        inv = 1.0 / l.value
-        obase = (tok0 + rw.row) * (d.H * d.D4) + rw.head * d.D4
-        with b.for_range(0, d.NV, unroll=True) as t:
-            c, ok = comp(b, v, d, rw.lane, t)
-            with b.if_(ok):
-                o.vec4[obase + c] = acc[t] * inv
-        with b.if_(rw.lane == 0):
-            lse[(rw.batch * d.H + rw.head) * T + rw.row] = m.value + b.log(l.value)
+    stream.run(b.const(0, u32), row_bounds(b, v, d, rw), step, T)
+    for r, row in enumerate(rw.rows):
+        with b.if_(row < T):
+            inv = 1.0 / l_[r].value
+            obase = (tok0 + row) * (d.H * d.D4) + rw.head * d.D4
+            with reg_loop(b, v, d) as t:
+                c, ok = comp(b, v, d, rw.lane, t)
+                with b.if_(ok):
+                    o.vec4[obase + c] = acc[slot(d, r, t)] * inv
+            with b.if_(rw.lane == 0):
+                lse[(rw.batch * d.H + rw.head) * T + row] = m[r].value + b.log(l_[r].value)
 
 
 def attention_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> float:

@@ -90,7 +90,7 @@ class Runtime:
         module = self.module_of(kernel_or_module, variant)
         pipe = self.pipelines.get(module, spec)
         # The kernel object is kept in the entry so that its id(), part of the key, is never reused.
-        entry = self._launches[key] = (kernel_or_module, pipe, _PushPacker(module))
+        entry = self._launches[key] = (kernel_or_module, pipe, push_packer(module))
         return entry
 
     def launch(self, kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None,
@@ -120,7 +120,7 @@ class Runtime:
             if min(gx, gy, gz) < 0:
                 raise HeliosError(f"kernel {pipe.name!r}: negative grid ({gx}, {gy}, {gz})")
             return  # an empty grid does no work
-        data = entry[2].pack(push) if pipe.push_size else None
+        data = entry[2](push) if pipe.push_size else None
         self.recorder.dispatch(pipe, buffers, data, gx, gy, gz)
 
     # -- memory --------------------------------------------------------------------------------
@@ -207,49 +207,71 @@ class Runtime:
         self.closed = True
 
 
-class _PushPacker:
-    """Packs push constants with one precompiled struct. The module's own pack_push checks and converts
-    at ~2 us a call; this fast path costs a fraction and falls back to it for errors and conversions."""
+_PUSH_CODES = {"f32": "f", "u32": "I", "i32": "i"}
 
-    __slots__ = ("module", "count", "fast")
 
-    _CODES = {"f32": "f", "u32": "I", "i32": "i"}
+def push_packer(module):
+    """A function packing a push-constant mapping for `module` with one precompiled struct.
 
-    def __init__(self, module) -> None:
-        self.module = module
-        fields = sorted(module.push_fields, key=lambda f: f.offset)
-        self.count = len(fields)
-        self.fast = None
-        fmt, pos = "<", 0
-        for f in fields:
-            code = self._CODES.get(str(f.dtype))
-            if code is None or f.offset < pos:
-                return  # a field this packer does not know: always use the module's pack_push
-            fmt += "x" * (f.offset - pos) + code
-            pos = f.offset + 4
-        pack = struct.Struct(fmt + "x" * max(0, module.push_size - pos)).pack
-        names = [f.name for f in fields]
-        # Closures for the common field counts: star-args and itemgetter tuples cost more than the packing.
-        if len(names) == 1:
-            a, = names
-            self.fast = lambda v: pack(v[a])
-        elif len(names) == 2:
-            a, b = names
-            self.fast = lambda v: pack(v[a], v[b])
-        elif len(names) == 3:
-            a, b, c = names
-            self.fast = lambda v: pack(v[a], v[b], v[c])
-        else:
-            get = operator.itemgetter(*names) if names else (lambda v: ())
-            self.fast = lambda v: pack(*get(v))
+    The module's own pack_push checks and converts at ~2 us a call; this costs a fraction, and falls back
+    to it for anything unusual (a missing or unknown field, a value needing conversion) so errors read
+    the same. Closures per field count: star-args and itemgetter tuples cost more than the packing.
+    """
+    slow = module.pack_push
+    fields = sorted(module.push_fields, key=lambda f: f.offset)
+    fmt, pos = "<", 0
+    for f in fields:
+        code = _PUSH_CODES.get(str(f.dtype))
+        if code is None or f.offset < pos:
+            return lambda values: slow(values or {})  # a field type this packer does not know
+        fmt += "x" * (f.offset - pos) + code
+        pos = f.offset + 4
+    pack = struct.Struct(fmt + "x" * max(0, module.push_size - pos)).pack
+    names = [f.name for f in fields]
+    count = len(names)
+    errors = (KeyError, TypeError, struct.error)
+    if count == 1:
+        (a,) = names
 
-    def pack(self, values) -> bytes:
-        if self.fast is not None and values is not None and len(values) == self.count:
+        def packer(v):
             try:
-                return self.fast(values)
-            except (KeyError, struct.error, TypeError):
+                if len(v) == 1:
+                    return pack(v[a])
+            except errors:
                 pass
-        return self.module.pack_push(values or {})
+            return slow(v or {})
+    elif count == 2:
+        a, b = names
+
+        def packer(v):
+            try:
+                if len(v) == 2:
+                    return pack(v[a], v[b])
+            except errors:
+                pass
+            return slow(v or {})
+    elif count == 3:
+        a, b, c = names
+
+        def packer(v):
+            try:
+                if len(v) == 3:
+                    return pack(v[a], v[b], v[c])
+            except errors:
+                pass
+            return slow(v or {})
+    else:
+        get = operator.itemgetter(*names) if names else (lambda v: ())
+
+        def packer(v):
+            try:
+                if len(v) == count:
+                    values = get(v)
+                    return pack(*values) if count > 1 else pack(values)
+            except errors:
+                pass
+            return slow(v or {})
+    return packer
 
 
 _runtime: Runtime | None = None
@@ -313,10 +335,12 @@ def reset_counters() -> None:
     (_runtime or get_runtime()).reset_counters()
 
 
-def configure(*, flush_threshold: int | None = None) -> None:
-    """Change runtime settings: `flush_threshold` is the number of pending dispatches that forces a submit."""
+def configure(*, flush_threshold: int | None = None, eager_flush: int | None = None) -> None:
+    """Change the submit policy: `flush_threshold` pending dispatches force a submit (default 1024); every
+    `eager_flush` dispatches (default 64; 0 turns it off) the open batch is submitted if the device is idle."""
     rt = _runtime or get_runtime()
-    if flush_threshold is not None:
-        if flush_threshold < 1:
-            raise HeliosError("flush_threshold must be at least 1")
-        rt.recorder.flush_threshold = flush_threshold
+    if flush_threshold is not None and flush_threshold < 1:
+        raise HeliosError("flush_threshold must be at least 1")
+    if eager_flush is not None and eager_flush < 0:
+        raise HeliosError("eager_flush must be 0 (off) or positive")
+    rt.recorder.configure(flush_threshold=flush_threshold, eager_flush=eager_flush)

@@ -4,7 +4,9 @@ Dispatches, fills and copies are appended to the open command buffer. A barrier 
 command touches bytes that an earlier, not yet synchronised command wrote (or writes bytes one read);
 accesses are tracked per pool region (regions never overlap) and byte range within it, so views of one
 arena that do not overlap never force a barrier. The open buffer is submitted on a host read, an explicit
-sync, or once `flush_threshold` dispatches are pending; each submit signals the next timeline value, and
+sync, once `flush_threshold` dispatches are pending, or early when the device has run out of work (checked
+every `eager_flush` dispatches, so host recording overlaps device execution); each submit signals the
+next timeline value, and
 command buffers and descriptor arenas are recycled once the semaphore has passed their value.
 
 The hot path calls the binding's raw `vk.lib` functions with cffi objects built once: the Pythonic
@@ -81,12 +83,15 @@ class _Slot:
 class CommandRecorder:
     """Records commands lazily and owns the timeline semaphore; see the module docstring."""
 
-    def __init__(self, device, counters: Counters, *, flush_threshold: int = 1024,
+    def __init__(self, device, counters: Counters, *, flush_threshold: int = 1024, eager_flush: int = 64,
                  push_descriptors: bool | None = None, max_in_flight: int = 8):
         self.device, self.vk, self.ffi, self.lib = device, device.vk, device.ffi, device.vk.lib
         vk, ffi = self.vk, self.ffi
         self.counters = counters
         self.flush_threshold = flush_threshold
+        # With work pending, look every eager_flush dispatches whether the device has gone idle (0: never).
+        self.eager_flush = eager_flush
+        self._check_at = self._first_check()
         self.max_in_flight = max_in_flight
         if push_descriptors is None:
             push_descriptors = device.info.push_descriptor
@@ -259,11 +264,25 @@ class CommandRecorder:
         self._cb = self._slot = self._bound = None
         self._desc_layout = self._desc_spans = self._push_layout = self._push_bytes = None
         self.pending = 0
+        self._check_at = self._first_check()
         self.counters.submits += 1
         # Hazard state carries over: a barrier's scope covers earlier submits on the queue, so the first
         # dependent command of the next batch still gets its barrier. Bound it when it grows large.
         if len(self._writes) + len(self._reads) > 4096:
             self._barrier_next = True
+
+    def _first_check(self) -> int:
+        if self.eager_flush > 0:
+            return min(self.eager_flush, self.flush_threshold)
+        return self.flush_threshold
+
+    def configure(self, *, flush_threshold: int | None = None, eager_flush: int | None = None) -> None:
+        """Change the submit policy (takes effect from the next dispatch)."""
+        if flush_threshold is not None:
+            self.flush_threshold = flush_threshold
+        if eager_flush is not None:
+            self.eager_flush = eager_flush
+        self._check_at = min(max(self.pending + 1, self._first_check()), self.flush_threshold)
 
     def sync(self) -> None:
         """Submit everything recorded and wait until the device has finished it."""
@@ -333,8 +352,13 @@ class CommandRecorder:
                 spans.append(span)
         except AttributeError:
             raise _bad_buffer(buffers) from None
-        if hazard:
-            self._record_barrier(cb)
+        lib = self.lib
+        null = self._null
+        if hazard:  # _record_barrier, inlined: the dependent-chain hot path
+            lib.vkCmdPipelineBarrier(cb, self._stages, self._stages, 0, 1, self._barrier, 0, null, 0, null)
+            writes.clear()
+            reads.clear()
+            self.counters.barriers += 1
         # Noted only after the checks, so that two bindings of one dispatch never conflict with each other.
         k = 0
         for span in spans:
@@ -352,7 +376,6 @@ class CommandRecorder:
                     writes[span[0]] = ([span[1]], [span[2]])
                 else:
                     add_range(ranges, span[1], span[2])
-        lib = self.lib
         layout = pipe.layout
         if pipe is not self._bound:
             lib.vkCmdBindPipeline(cb, self._bind_point, pipe.handle)
@@ -379,8 +402,16 @@ class CommandRecorder:
         lib.vkCmdDispatch(cb, gx, gy, gz)
         self.counters.dispatches += 1
         self.pending += 1
-        if self.pending >= self.flush_threshold:
+        if self.pending >= self._check_at:
+            self._flush_if_due()
+
+    def _flush_if_due(self) -> None:
+        """Submit at the threshold, or early when the device has run out of work (it would sit idle while
+        the host records; submitting now overlaps the two). Checked every `eager_flush` dispatches."""
+        if self.pending >= self.flush_threshold or self.completed_value() >= self.submitted:
             self.flush()
+        else:
+            self._check_at = min(self.pending + self.eager_flush, self.flush_threshold)
 
     def _bind_descriptor_set(self, cb, pipe) -> None:
         out = self._slot.arena.allocate(pipe.set_layout_ptr)

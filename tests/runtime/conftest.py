@@ -12,10 +12,10 @@ def runtime():
     """The process runtime, synced, with counters reset and the default flush threshold."""
     r = rt.get_runtime()
     rt.sync()
-    rt.configure(flush_threshold=1024)
+    rt.configure(flush_threshold=1024, eager_flush=64)
     rt.reset_counters()
     yield r
-    rt.configure(flush_threshold=1024)
+    rt.configure(flush_threshold=1024, eager_flush=64)
     rt.sync()
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from helios import runtime as rt
 from helios.errors import HeliosError
-from tests.runtime.kernels import ADD, ADD_INPLACE, AXPB, SCALE, SLOW, groups
+from tests.runtime.kernels import ADD, ADD_INPLACE, AXPB, SCALE, SLOW, groups, slow_iters
 
 
 def axpb(x, y, a=1.0, c=0.0):
@@ -116,6 +116,24 @@ def test_flush_threshold_submits_and_keeps_order(runtime):
     assert rt.counters()["submits"] == 4
 
 
+def test_eager_flush_submits_only_when_the_device_is_idle(runtime):
+    rt.configure(eager_flush=4)
+    x = rt.zeros(64)
+    rt.sync()
+    rt.reset_counters()
+    for _ in range(4):
+        increment(x)
+    assert rt.counters()["submits"] == 1 and rt.counters()["pending"] == 0  # idle device: submitted early
+    y = rt.empty(1024)
+    rt.launch(SLOW, [rt.from_numpy(np.ones(1024, np.float32)), y], {"n": 1024, "iters": slow_iters()}, 16)
+    rt.flush()  # the device is busy with the slow kernel now
+    before = rt.counters()["submits"]
+    for _ in range(8):
+        increment(x)
+    assert rt.counters()["submits"] == before and rt.counters()["pending"] == 8  # busy: keep batching
+    np.testing.assert_array_equal(x.numpy(), np.full(64, 12.0, np.float32))
+
+
 def test_host_read_flushes_only_what_it_depends_on(runtime):
     a = rt.from_numpy(np.ones(64, dtype=np.float32))
     increment(a)
@@ -162,6 +180,16 @@ def test_launch_takes_a_module_and_named_variant(runtime):
     np.testing.assert_array_equal(y.numpy(), np.full(8, 4.5, np.float32))
     rt.launch(AXPB, [x, y], {"n": 8, "a": 1.0, "c": 1.0}, 1, variant="default")
     np.testing.assert_array_equal(y.numpy(), np.full(8, 2.0, np.float32))
+
+
+def test_push_values_of_other_numeric_types(runtime):
+    x, y = rt.from_numpy(np.ones(8, dtype=np.float32)), rt.empty(8)
+    rt.launch(AXPB, [x, y], {"n": np.int64(8), "a": np.float32(2.0), "c": 1}, 1)
+    np.testing.assert_array_equal(y.numpy(), np.full(8, 3.0, np.float32))
+    rt.launch(AXPB, [x, y], {"c": 0.5, "a": 1.0, "n": 8.0}, 1)  # a float count converts like pack_push does
+    np.testing.assert_array_equal(y.numpy(), np.full(8, 1.5, np.float32))
+    with pytest.raises(Exception, match="unknown"):
+        rt.launch(AXPB, [x, y], {"n": 8, "a": 1.0, "c": 0.0, "d": 1.0}, 1)
 
 
 def test_launch_errors(runtime):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from helios.kernels import attention_reference
 from helios.kernels.attention_backward import (
     ATTENTION_BACKWARD_DKV,
     ATTENTION_BACKWARD_DQ,
@@ -102,7 +103,8 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
 
 
 __all__ = [
-    "flash_attention", "flash_attention_backward", "reference", "reference_backward", "choose_variant",
+    "flash_attention", "flash_attention_backward", "reference", "reference_backward", "attention_reference",
+    "choose_variant",
     "set_variant", "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ",
     "ATTENTION_BACKWARD_DKV",
 ]

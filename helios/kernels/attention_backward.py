@@ -18,11 +18,10 @@ from helios.kernels.attention_common import (
     lane_reduce,
     load_rows,
     reg_loop,
+    row_regs,
     rows,
     rows_per_group,
-    slot,
     tile_row,
-    vec4,
     zero_regs,
 )
 from helios.kernels.attention_forward import attention_flops, capped, dropped, row_bounds
@@ -71,7 +70,7 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
     T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4
     tok0 = rw.batch * T
-    q, dov, dq = (b.local_array(vec4, d.RNV, n) for n in ("q", "do", "dq"))
+    q, dov, dq = (row_regs(b, v, d, n) for n in ("q", "do", "dq"))
     load_rows(b, v, d, qkv, [(tok0 + rc) * S4 + rw.head * d.D4 for rc in rw.rows_c], rw.lane, q, mul=d.scale)
     load_rows(b, v, d, do, [(tok0 + rc) * (d.H * d.D4) + rw.head * d.D4 for rc in rw.rows_c], rw.lane, dov)
     zero_regs(b, v, d, dq)
@@ -82,7 +81,7 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
     drop_rows = [(rw.batch * d.H + rw.head) * T + row for row in rw.rows]
 
     def step(j0):
-        js = [key_index(b, j0, u, T) for u in range(v.kb)]
+        js = [key_index(b, j0, u, T) for u in range(v.kb_bwd)]
         sp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
         dp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
         with reg_loop(b, v, d) as t:
@@ -90,8 +89,8 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
             ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
             vs = [stream.at(1, tile_row(stream, j, jc), c) for j, jc in js]
             for r in range(RQ):
-                qt, dot_ = q[slot(d, r, t)], dov[slot(d, r, t)]
-                for u in range(v.kb):
+                qt, dot_ = q[r][t], dov[r][t]
+                for u in range(v.kb_bwd):
                     sp[r][u] += b.dot(qt, ks[u])
                     dp[r][u] += b.dot(dot_, vs[u])
         dss = []
@@ -107,19 +106,19 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
             c, _ = comp(b, v, d, rw.lane, t)
             ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
             for r in range(RQ):
-                a = dq[slot(d, r, t)]
+                a = dq[r][t]
                 for ds, kv in zip(dss[r], ks, strict=True):
                     a = a + kv * ds
-                dq[slot(d, r, t)] = a
+                dq[r][t] = a
 
-    stream.run(b.const(0, u32), row_bounds(b, v, d, rw), step, T)
+    stream.run(b.const(0, u32), row_bounds(b, v, d, rw), step, T, v.kb_bwd)
     for r, row in enumerate(rw.rows):
         with b.if_(row < T):
             base = (tok0 + row) * S4 + rw.head * d.D4
             with reg_loop(b, v, d) as t:
                 c, ok = comp(b, v, d, rw.lane, t)
                 with b.if_(ok):
-                    dqkv.vec4[base + c] = dq[slot(d, r, t)] * d.scale
+                    dqkv.vec4[base + c] = dq[r][t] * d.scale
 
 
 def build_dkv(b: KernelBuilder, v: Variant) -> None:
@@ -132,7 +131,7 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
     S4 = (d.H + d.Hkv * 2) * d.D4
     HD4 = d.H * d.D4
     tok0 = rw.batch * T
-    k, vv, dk, dv = (b.local_array(vec4, d.RNV, n) for n in ("k", "v", "dk", "dv"))
+    k, vv, dk, dv = (row_regs(b, v, d, n) for n in ("k", "v", "dk", "dv"))
     kbases = [(tok0 + rc) * S4 + (d.H + rw.head) * d.D4 for rc in rw.rows_c]
     load_rows(b, v, d, qkv, kbases, rw.lane, k, mul=d.scale)
     load_rows(b, v, d, qkv, [kb + d.Hkv * d.D4 for kb in kbases], rw.lane, vv)
@@ -146,7 +145,7 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
         row0 = (rw.batch * d.H + h) * T
 
         def step(i0):
-            iis = [key_index(b, i0, u, T) for u in range(v.kb)]
+            iis = [key_index(b, i0, u, T) for u in range(v.kb_bwd)]
             sp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
             dp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
             with reg_loop(b, v, d) as t:
@@ -154,8 +153,8 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
                 qs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in iis]
                 dos = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in iis]
                 for r in range(RQ):
-                    kt, vt = k[slot(d, r, t)], vv[slot(d, r, t)]
-                    for u in range(v.kb):
+                    kt, vt = k[r][t], vv[r][t]
+                    for u in range(v.kb_bwd):
                         sp[r][u] += b.dot(kt, qs[u])
                         dp[r][u] += b.dot(vt, dos[u])
             stats = [(lse[row0 + ic], delta[row0 + ic]) for _, ic in iis]
@@ -175,21 +174,21 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
                 qs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in iis]
                 dos = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in iis]
                 for r in range(RQ):
-                    ak, av = dk[slot(d, r, t)], dv[slot(d, r, t)]
-                    for u in range(v.kb):
+                    ak, av = dk[r][t], dv[r][t]
+                    for u in range(v.kb_bwd):
                         ak = ak + qs[u] * dss[r][u]
                         av = av + dos[u] * pzs[r][u]
-                    dk[slot(d, r, t)], dv[slot(d, r, t)] = ak, av
+                    dk[r][t], dv[r][t] = ak, av
 
-        stream.run(lo, T, step, T)
+        stream.run(lo, T, step, T, v.kb_bwd)
     for r, row in enumerate(rw.rows):
         with b.if_(row < T):
             base = (tok0 + row) * S4 + (d.H + rw.head) * d.D4
             with reg_loop(b, v, d) as t:
                 c, ok = comp(b, v, d, rw.lane, t)
                 with b.if_(ok):
-                    dqkv.vec4[base + c] = dk[slot(d, r, t)] * d.scale
-                    dqkv.vec4[base + d.Hkv * d.D4 + c] = dv[slot(d, r, t)]
+                    dqkv.vec4[base + c] = dk[r][t] * d.scale
+                    dqkv.vec4[base + d.Hkv * d.D4 + c] = dv[r][t]
 
 
 class _QdoStream(Stream):

@@ -24,10 +24,10 @@ VARIANTS = {
     # lavapipe: every buffer or shared load costs a per-lane loop there, so what counts is loads per
     # (row, key) pair: each invocation owns RQ query rows and loads every K/V row once for all of them.
     # Registers only, no shared memory or barriers; loops over the head dim stay loops (fast to compile).
-    "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 16, "kb": 4, "bc": 0, "unroll": False},
+    "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 16, "kb": 4, "kb_bwd": 1, "bc": 0, "unroll": False},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
-    "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "bc": 32, "unroll": True},
+    "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},
 }
 
 
@@ -133,14 +133,14 @@ def comp(b: KernelBuilder, v: Variant, d: Decl, lane: Value, t: Value) -> tuple[
 
 
 def load_rows(b: KernelBuilder, v: Variant, d: Decl, src, bases: list, lane: Value, regs, mul=None) -> None:
-    """regs[r * NV + t] <- the lane's components of row r, which starts at vec4 bases[r] of src (0 past D4)."""
+    """regs[r][t] <- the lane's components of row r, which starts at vec4 bases[r] of src (0 past D4)."""
     with reg_loop(b, v, d) as t:
         c, ok = comp(b, v, d, lane, t)
         for r, base in enumerate(bases):
             x = src.vec4[base + c]
             if mul is not None:
                 x = x * mul
-            regs[t + r * d.NV] = x if v.tpr == 1 else b.select(ok, x, b.splat(0.0, 4))
+            regs[r][t] = x if v.tpr == 1 else b.select(ok, x, b.splat(0.0, 4))
 
 
 @contextmanager
@@ -159,14 +159,16 @@ def reg_loop(b: KernelBuilder, v: Variant, d: Decl):
 
 
 def zero_regs(b: KernelBuilder, v: Variant, d: Decl, *arrays) -> None:
-    with b.for_range(0, d.RNV, unroll=v.unroll) as t:
-        for a in arrays:
-            a[t] = b.splat(0.0, 4)
+    with reg_loop(b, v, d) as t:
+        for rows_ in arrays:
+            for a in rows_:
+                a[t] = b.splat(0.0, 4)
 
 
-def slot(d: Decl, r: int, t: Value) -> Value:
-    """Index of row r's register slot t in an RQ * NV register array."""
-    return t if r == 0 else t + r * d.NV
+def row_regs(b: KernelBuilder, v: Variant, d: Decl, name: str) -> list:
+    """One NV-slot vec4 register array per row of the invocation (regs[r][t]). Separate small arrays,
+    not one RQ * NV array: lavapipe's compile time grows with the size of dynamically indexed arrays."""
+    return [b.local_array(vec4, d.NV, f"{name}{r}") for r in range(v.rq)]
 
 
 class Stream:
@@ -191,14 +193,15 @@ class Stream:
             return self.load(k, j, c)
         return self.shared[k][(j - self.t0) * self.d.D4 + c]
 
-    def run(self, lo: Value, hi: Value, step_fn, T: Value) -> None:
+    def run(self, lo: Value, hi: Value, step_fn, T: Value, kb: int | None = None) -> None:
         """Call step_fn(j0) for j0 = lo, lo + KB, ... < hi, with rows j0 .. j0 + KB - 1 readable.
 
         lo and hi must be workgroup-uniform for "tiled" (barriers); "rowwise" takes per-invocation bounds.
         """
         b, v, d = self.b, self.v, self.d
+        kb = kb or v.kb
         if self.shared is None:
-            with b.for_range(lo, hi, step=v.kb) as j0:
+            with b.for_range(lo, hi, step=kb) as j0:
                 step_fn(j0)
             return
         with b.for_range(lo, hi, step=v.bc) as t0:
@@ -211,7 +214,7 @@ class Stream:
                     self.shared[k][e] = self.load(k, row, c)
             b.barrier()
             nk = b.min(hi - t0, v.bc)
-            with b.for_range(0, nk, step=v.kb) as jj0:
+            with b.for_range(0, nk, step=kb) as jj0:
                 step_fn(t0 + jj0)
             b.barrier()
 

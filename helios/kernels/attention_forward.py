@@ -16,11 +16,10 @@ from helios.kernels.attention_common import (
     lane_reduce,
     load_rows,
     reg_loop,
+    row_regs,
     rows,
     rows_per_group,
-    slot,
     tile_row,
-    vec4,
     zero_regs,
 )
 from helios.kernels.rng import uniform
@@ -56,8 +55,8 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
     T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4  # vec4s per token of qkv
     tok0 = rw.batch * T
-    q = b.local_array(vec4, d.RNV, "q")
-    acc = b.local_array(vec4, d.RNV, "acc")
+    q = row_regs(b, v, d, "q")
+    acc = row_regs(b, v, d, "acc")
     load_rows(b, v, d, qkv, [(tok0 + rc) * S4 + rw.head * d.D4 for rc in rw.rows_c], rw.lane, q, mul=d.scale)
     zero_regs(b, v, d, acc)
     m = [b.var(f32, NEG, f"m{r}") for r in range(RQ)]
@@ -73,7 +72,7 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
             c, _ = comp(b, v, d, rw.lane, t)
             ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
             for r in range(RQ):
-                qt = q[slot(d, r, t)]
+                qt = q[r][t]
                 for part, kv in zip(parts[r], ks, strict=True):
                     part += b.dot(qt, kv)
         alphas, probs = [], []
@@ -101,10 +100,10 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
             c, _ = comp(b, v, d, rw.lane, t)
             vs = [stream.at(1, tile_row(stream, j, jc), c) for j, jc in js]
             for r in range(RQ):
-                a = acc[slot(d, r, t)] * alphas[r]
+                a = acc[r][t] * alphas[r]
                 for p, vv in zip(probs[r], vs, strict=True):
                     a = a + vv * p
-                acc[slot(d, r, t)] = a
+                acc[r][t] = a
 
     stream.run(b.const(0, u32), row_bounds(b, v, d, rw), step, T)
     for r, row in enumerate(rw.rows):
@@ -114,7 +113,7 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
             with reg_loop(b, v, d) as t:
                 c, ok = comp(b, v, d, rw.lane, t)
                 with b.if_(ok):
-                    o.vec4[obase + c] = acc[slot(d, r, t)] * inv
+                    o.vec4[obase + c] = acc[r][t] * inv
             with b.if_(rw.lane == 0):
                 lse[(rw.batch * d.H + rw.head) * T + row] = m[r].value + b.log(l_[r].value)
 

@@ -21,7 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "adamw": "helios.bench.adamw",
     "cross_entropy": "helios.bench.cross_entropy",
     "matmul": "helios.bench.matmul", "limits": "helios.bench.limits", "tune": "helios.bench.tune",
-    "softmax": "helios.bench.softmax", "layernorm": "helios.bench.layernorm",
+    "softmax": "helios.bench.softmax", "layernorm": "helios.bench.layernorm", "attention": "helios.bench.attention",
 }
 
 

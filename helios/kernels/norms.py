@@ -6,9 +6,9 @@ combination across invocations: exact to rounding even where |mean| >> std, unli
 sum-of-squares). LayerNorm saves mean and rstd per row, RMSNorm rstd. Cached variants also hold this
 invocation's columns of w (and b) in registers across all rows of the worker.
 
-Backward (two or three dispatches): the row kernel writes dx and, per worker, partial sums over its rows
+Backward (two dispatches): the row kernel writes dx and, per worker, partial sums over its rows
 of dy * xhat (and dy, for the bias) into a scratch [workers, N]; `reduce.sum_rows_into` then adds them
-into dw / db, straight into a parameter-gradient arena with `accumulate=True`. The worker count is a
+into dw and db in one dispatch, straight into a parameter-gradient arena with `accumulate=True`. The worker count is a
 push constant, so the partials never depend on the subgroup size the device picks.
 
 Variants: `rows.row_variants` (layout x width x register tier); LayerNorm adds "*_nobias" forms.
@@ -129,11 +129,11 @@ def _cached_moments(rl: RowLayout, xv, base: Value, xs: list, centre: bool) -> t
 def build_norm_forward(b: KernelBuilder, v: Variant) -> None:
     """LayerNorm (v.norm == "layer": y = (x - mean) * rstd * w [+ b]) or RMSNorm (y = x * rstd * w)."""
     layer = v.norm == "layer"
-    rl = RowLayout(b, v.layout, v.vec, v.cache)
-    x, w = b.buffer(0, f32, "r"), b.buffer(1, f32, "r")
-    bias = b.buffer(2, f32, "r") if layer else None
+    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    x, w = rl.buffer(0, "r"), rl.buffer(1, "r")
+    bias = rl.buffer(2, "r") if layer else None
     k = 3 if layer else 2
-    y, rstd_out = b.buffer(k, f32, "w"), b.buffer(k + 1, f32, "w")
+    y, rstd_out = rl.buffer(k, "w"), b.buffer(k + 1, f32, "w")
     mean_out = b.buffer(k + 2, f32, "w") if layer else None
     eps = b.push("eps", f32)
     xv, wv, yv = rl.view(x), rl.view(w), rl.view(y)
@@ -180,12 +180,12 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
     worker's first row (r == worker) and add on later rows.
     """
     layer = v.norm == "layer"
-    rl = RowLayout(b, v.layout, v.vec, v.cache)
-    x, w = b.buffer(0, f32, "r"), b.buffer(1, f32, "r")
+    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    x, w = rl.buffer(0, "r"), rl.buffer(1, "r")
     mean_in = b.buffer(2, f32, "r") if layer else None
     k = 3 if layer else 2
-    rstd_in, dy = b.buffer(k, f32, "r"), b.buffer(k + 1, f32, "r")
-    dx, partial = b.buffer(k + 2, f32, "w"), b.buffer(k + 3, f32, "rw")
+    rstd_in, dy = b.buffer(k, f32, "r"), rl.buffer(k + 1, "r")
+    dx, partial = rl.buffer(k + 2, "w"), rl.buffer(k + 3, "rw")
     workers = b.push("workers", u32)
     xv, wv, dyv, dxv, pv = rl.view(x), rl.view(w), rl.view(dy), rl.view(dx), rl.view(partial)
     el = xv.elem
@@ -339,8 +339,13 @@ def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols:
     launch(kernel, buffers=[*tensors, dx, partial], variant=variant,
            push={"rows": rows, "cols": cols, "workers": workers},
            grid=kernel.grid(workers, kernel.variant(variant)))
-    for k, (out, accumulate) in enumerate(outs):
-        sum_rows_into(partial, k * workers * cols, workers, cols, out, accumulate)
+    accumulate = [acc for _, acc in outs]
+    if len(set(accumulate)) == 1:  # dw and db in one pass
+        sum_rows_into(partial, [k * workers * cols for k in range(len(outs))], workers, cols,
+                      [out for out, _ in outs], accumulate[0])
+    else:
+        for k, (out, acc) in enumerate(outs):
+            sum_rows_into(partial, [k * workers * cols], workers, cols, [out], acc)
     return dx
 
 

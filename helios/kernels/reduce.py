@@ -59,8 +59,8 @@ def reference_sumsq(xs: Sequence[np.ndarray]) -> np.ndarray:
 
 # -- reduce_rows: sum / mean / max over the last axis -----------------------------------------------
 def build_reduce_rows(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout, v.vec)
-    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+    rl = RowLayout(b, v.layout, v.vec, wide=v.wide)
+    x, y = rl.buffer(0, "r"), b.buffer(1, f32, "w")
     scale = b.push("scale", f32)
     src = rl.view(x)
     with rl.my_rows() as r:
@@ -166,37 +166,56 @@ def reduce_all(x: Tensor, op: str, scale: float = 1.0) -> Tensor:
 
 # -- sum_rows: column sums of [M, N] ------------------------------------------------------------------
 SUM_ROWS_CHUNK = 64  # rows summed by one invocation in the first stage
+# Up to this many elements one pass (an invocation per column over all rows) beats two dispatches: the
+# per-dispatch cost (~30 us on lavapipe) outweighs the parallelism of chunks (bias gradients of small batches).
+SINGLE_PASS = 1 << 18
+VIEW_ALIGN = 64  # elements: scratch views start on 256-byte boundaries (any minStorageBufferOffsetAlignment)
 
 
 def build_sum_rows(b: KernelBuilder, v: Variant) -> None:
     """y[chunk, c] (+)= sum of x[offset + r*cols + c] over the rows r of one chunk.
 
-    Invocations own columns (vec4s of columns in "vec4"); workgroups along y own chunks of `chunk`
-    rows. Both dimensions loop grid-stride, so any M and N fit in the grid.
+    "pair" variants sum a second block at x[offset2 + ...] into a second output y2 in the same pass
+    (LayerNorm's dw and db from one dispatch). Invocations own columns (4 columns in "vec4"/"u64x2");
+    workgroups along y own chunks of `chunk` rows. Both dimensions loop grid-stride, so any M and N fit.
     """
     b.local_size(ALL_LOCAL)
-    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "rw")
+    wide = v.get("wide", False)
+    if wide:
+        b.m.require_capability("Int64")
+    dtype = rowlib.U64 if wide else f32
+    x, y = b.buffer(0, dtype, "r"), b.buffer(1, dtype, "rw")
+    y2 = b.buffer(2, dtype, "rw") if v.pair else None
     rows, cols, chunk = b.push("rows", u32), b.push("cols", u32), b.push("chunk", u32)
     offset, accumulate = b.push("offset", u32), b.push("accumulate", u32)
+    offset2 = b.push("offset2", u32) if v.pair else None
     w = v.vec
     units = cols if w == 1 else cols >> 2
-    src, dst = (x, y) if w == 1 else (x.vec4, y.vec4)
-    base = offset if w == 1 else offset >> 2
+
+    def view(buf):
+        return rowlib.WideView(b, buf) if wide else (buf if w == 1 else buf.vec4)
+
+    src = view(x)
+    blocks = [(y, offset)] + ([(y2, offset2)] if v.pair else [])
+    blocks = [(view(out), off if w == 1 else off >> 2) for out, off in blocks]
     col0 = b.workgroup_id(0) * ALL_LOCAL + b.local_index()
     col_step = b.num_workgroups(0) * ALL_LOCAL
     with b.for_range(b.workgroup_id(1), ceil_div_value(b, rows, chunk), step=b.num_workgroups(1)) as c:
         lo = c * chunk
         hi = b.min(lo + chunk, rows)
         with b.for_range(col0, units, step=col_step) as j:
-            acc = b.var(src.elem, 0.0)
+            accs = [b.var(src.elem, 0.0) for _ in blocks]
             with b.for_range(lo, hi) as r:
-                acc.value = acc.value + src[base + r * units + j]
+                for acc, (_, base) in zip(accs, blocks, strict=True):
+                    acc.value = acc.value + src[base + r * units + j]
             o = c * units + j
-            total = acc.value
+            totals = [acc.value for acc in accs]
             with b.if_(accumulate.ne(0)):
-                dst[o] = dst[o] + total
+                for (dst, _), total in zip(blocks, totals, strict=True):
+                    dst[o] = dst[o] + total
             with b.else_():
-                dst[o] = total
+                for (dst, _), total in zip(blocks, totals, strict=True):
+                    dst[o] = total
 
 
 def ceil_div_value(b: KernelBuilder, a: Value, d: Value) -> Value:
@@ -204,34 +223,46 @@ def ceil_div_value(b: KernelBuilder, a: Value, d: Value) -> Value:
 
 
 SUM_ROWS = Kernel(
-    "sum_rows", build_sum_rows, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    "sum_rows", build_sum_rows,
+    variants={f"{pre}{name}": {"vec": vec, "wide": wide, "pair": pair} for pre, pair in (("", False), ("pair_", True))
+              for name, vec, wide in rowlib.WIDTHS},
     grid=lambda rows, cols, chunk, v: (_max(1, _min(MAX_GROUPS, ceil_div(cols // v.vec, ALL_LOCAL))),
                                        _max(1, _min(MAX_GROUPS, ceil_div(rows, chunk))), 1),
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * (rows + 1) * cols,
 )
 
 
-def sum_rows_into(x: Tensor, offset: int, rows: int, cols: int, out: Tensor, accumulate: bool) -> None:
-    """out[:cols] (+)= column sums of the [rows, cols] block of x starting at element `offset`.
+def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs: Sequence[Tensor],
+                  accumulate: bool) -> None:
+    """outs[k][:cols] (+)= column sums of the [rows, cols] block of x at element offsets[k] (one or two
+    blocks, summed in the same dispatches).
 
-    Up to SUM_ROWS_CHUNK rows take one launch; more are summed per chunk into a scratch [chunks, cols]
-    first, so that M in the thousands keeps every core (or SM) busy, then the chunks into out.
+    Up to SUM_ROWS_CHUNK rows (or SINGLE_PASS elements) take one launch; more are summed per chunk into
+    scratch [chunks, cols] first, so that M in the thousands keeps every core (or SM) busy, then the chunks
+    into outs.
     """
     if cols == 0:
         return
-    variant = "vec4" if rowlib.VEC == 4 and cols % 4 == 0 and offset % 4 == 0 else "scalar"
+    pair = len(outs) == 2
+    width = rowlib.width_name(cols) if all(o % 4 == 0 for o in offsets) else "scalar"
+    variant = ("pair_" if pair else "") + width
     kv = SUM_ROWS.variant(variant)
-    if rows <= SUM_ROWS_CHUNK:
-        launch(SUM_ROWS, buffers=[x, out], grid=SUM_ROWS.grid(rows, cols, _max(rows, 1), kv), variant=variant,
-               push={"rows": rows, "cols": cols, "chunk": _max(rows, 1), "offset": offset,
-                     "accumulate": int(accumulate)})
+
+    def run(src: Tensor, offs: Sequence[int], n: int, chunk: int, dsts: Sequence[Tensor], acc: bool) -> None:
+        push = {"rows": n, "cols": cols, "chunk": chunk, "offset": offs[0], "accumulate": int(acc)}
+        if pair:
+            push["offset2"] = offs[1]
+        launch(SUM_ROWS, buffers=[src, *dsts], grid=SUM_ROWS.grid(n, cols, chunk, kv), variant=variant, push=push)
+
+    if rows <= SUM_ROWS_CHUNK or rows * cols <= SINGLE_PASS:
+        run(x, offsets, rows, _max(rows, 1), outs, accumulate)
         return
     chunk = _max(SUM_ROWS_CHUNK, ceil_div(rows, MAX_GROUPS))
     chunks = ceil_div(rows, chunk)
-    scratch = empty((chunks, cols))
-    launch(SUM_ROWS, buffers=[x, scratch], grid=SUM_ROWS.grid(rows, cols, chunk, kv), variant=variant,
-           push={"rows": rows, "cols": cols, "chunk": chunk, "offset": offset, "accumulate": 0})
-    sum_rows_into(scratch, 0, chunks, cols, out, accumulate)
+    block = ceil_div(chunks * cols, VIEW_ALIGN) * VIEW_ALIGN
+    scratch = empty((len(outs) * block,))
+    run(x, offsets, rows, chunk, [scratch.view(k * block, (chunks, cols)) for k in range(len(outs))], False)
+    sum_rows_into(scratch, [k * block for k in range(len(outs))], chunks, cols, outs, accumulate)
 
 
 # -- op functions (docs/OPS.md) -----------------------------------------------------------------------
@@ -286,7 +317,7 @@ def sum_rows(x: Tensor, out: Tensor | None = None, accumulate: bool = False) -> 
         if not accumulate:
             fill(out, 0.0)
         return out
-    sum_rows_into(x, 0, rows, cols, out, accumulate)
+    sum_rows_into(x, [0], rows, cols, [out], accumulate)
     return out
 
 

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from helios.spirv import KernelBuilder, Value, f32, u32
+from helios.spirv import KernelBuilder, ScalarType, Value, f32, u32, vec
+from helios.spirv.grammar import Op
 
 SG_LOCAL = 64  # "sg": invocations per workgroup (a multiple of every subgroup size up to 64)
 WG_LOCAL = 256  # "wg": one row per workgroup of this many invocations
@@ -29,8 +30,31 @@ FLT_MAX = float(np.finfo(np.float32).max)
 CACHE_TIERS = {"sg": (4, 8, 16, 32), "wg": (4,)}  # register slots per invocation of the cached variants
 STREAM_UNROLL = 4  # elements per invocation per trip of a streaming loop
 VEC = 4  # preferred width; tests set 1 to force the scalar variants
+WIDE: bool | None = None  # tests force u64x2 (True) or f32 vec4 (False); None: u64x2 on CPUs
 LAYOUT: str | None = None  # tests force "sg" or "wg"; None picks by device and row length
 CACHE: int | None = None  # tests force 0 (streaming) or a tier; None picks the smallest tier that fits
+
+
+# Mesa 22's lavapipe moves storage-buffer data one component per invocation in a scalar loop (with a
+# store-forwarding stall per component), so 4 floats moved as two 64-bit words cost about half as much as
+# four f32 components. "u64x2" variants do that; on GPUs the f32 vec4 is the natural 128-bit access.
+U64 = ScalarType("u64", "uint", 64)
+F32X4, U64X2 = vec(f32, 4), vec(U64, 2)
+
+
+class WideView:
+    """vec4<f32> elements of a buffer declared as u64, loaded and stored as two 64-bit words."""
+
+    elem = F32X4
+
+    def __init__(self, b: KernelBuilder, buf) -> None:
+        self.b, self.words = b, buf.vec2
+
+    def __getitem__(self, k) -> Value:
+        return self.b._op(Op.Bitcast, F32X4, self.words[k].id)
+
+    def __setitem__(self, k, value: Value) -> None:
+        self.words[k] = self.b._op(Op.Bitcast, U64X2, value.id)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -72,8 +96,10 @@ class RowLayout:
     `view(buf)` the matching view of a buffer.
     """
 
-    def __init__(self, b: KernelBuilder, layout: str, vec: int = 1, cache: int = 0) -> None:
-        self.b, self.layout, self.vec, self.cache = b, layout, vec, cache
+    def __init__(self, b: KernelBuilder, layout: str, vec: int = 1, cache: int = 0, wide: bool = False) -> None:
+        self.b, self.layout, self.vec, self.cache, self.wide = b, layout, vec, cache, wide
+        if wide:
+            b.m.require_capability("Int64")
         group, groups = flat_group(b)
         if layout == "sg":
             b.local_size(SG_LOCAL)
@@ -94,7 +120,14 @@ class RowLayout:
         self.units = self.cols if vec == 1 else self.cols >> 2
         self.fcols = b.cast(self.cols, f32)
 
+    def buffer(self, binding: int, access: str):
+        """A buffer of row data (read through `view`): f32, or u64 words in the "u64x2" variants."""
+        return self.b.buffer(binding, U64 if self.wide else f32, access)
+
     def view(self, buf):
+        """The buffer as this variant's units: f32, vec4<f32>, or vec4<f32> moved as u64 words."""
+        if self.wide:
+            return WideView(self.b, buf)
         return buf if self.vec == 1 else buf.vec4
 
     def reduce(self, value: Value, op: str = "sum") -> Value:
@@ -150,14 +183,28 @@ class RowLayout:
 
 
 # -- variants and their choice ------------------------------------------------------------------------
+WIDTHS = (("scalar", 1, False), ("vec4", 4, False), ("u64x2", 4, True))
+
+
+def width_name(cols: int) -> str:
+    """"scalar" for rows not a multiple of 4; else "u64x2" on CPUs with 64-bit integers, "vec4" elsewhere."""
+    if VEC == 1 or cols % 4:
+        return "scalar"
+    if WIDE is not None:
+        return "u64x2" if WIDE else "vec4"
+    info = device_info()
+    return "u64x2" if info.is_cpu and info.int64 else "vec4"
+
+
 def row_variants(cached: bool = True, **params) -> dict[str, dict]:
     """The variants of a row kernel: layout x width x (streaming or a cache tier), each with params."""
     out = {}
     for layout, tiers in CACHE_TIERS.items():
-        for name, vec in (("scalar", 1), ("vec4", 4)):
-            out[f"{layout}_{name}"] = {"layout": layout, "vec": vec, "cache": 0, **params}
+        widths = WIDTHS if layout == "sg" else WIDTHS[:2]  # u64x2 is for CPUs, which use "sg"
+        for name, width, wide in widths:
+            out[f"{layout}_{name}"] = {"layout": layout, "vec": width, "wide": wide, "cache": 0, **params}
             for r in tiers if cached else ():
-                out[f"{layout}_{name}_reg{r}"] = {"layout": layout, "vec": vec, "cache": r, **params}
+                out[f"{layout}_{name}_reg{r}"] = {"layout": layout, "vec": width, "wide": wide, "cache": r, **params}
     return out
 
 
@@ -193,7 +240,10 @@ def choose(rows: int, cols: int, cacheable: bool = True) -> str:
             cache = 0  # a forced tier the row does not fit: stream
     else:
         layout, cache = _pick(cols // vec, cacheable)
-    name = f"{layout}_{'vec4' if vec == 4 else 'scalar'}"
+    width = width_name(cols)
+    if layout != "sg" and width == "u64x2":
+        width = "vec4"
+    name = f"{layout}_{width}"
     return f"{name}_reg{cache}" if cache else name
 
 

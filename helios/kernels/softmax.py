@@ -31,8 +31,8 @@ def reference_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 # -- kernels ------------------------------------------------------------------------------------------
 def build_forward(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout, v.vec, v.cache)
-    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    x, y = rl.buffer(0, "r"), rl.buffer(1, "w")
     src, dst = rl.view(x), rl.view(y)
     el = src.elem
     with rl.my_rows() as r:
@@ -82,8 +82,8 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
 
 
 def build_backward(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout, v.vec, v.cache)
-    y, dy, dx = b.buffer(0, f32, "r"), b.buffer(1, f32, "r"), b.buffer(2, f32, "w")
+    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    y, dy, dx = rl.buffer(0, "r"), rl.buffer(1, "r"), rl.buffer(2, "w")
     yv, dyv, dxv = rl.view(y), rl.view(dy), rl.view(dx)
     el = yv.elem
     with rl.my_rows() as r:

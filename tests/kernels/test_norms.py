@@ -28,17 +28,24 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
-# (layout, width, register tier): streaming and cached forms of both widths. The layouts differ only in
-# rows.RowLayout, which test_softmax covers in every combination; here each norm code path runs once.
-LAYOUTS = [("sg", 4, 0), ("sg", 1, 0), ("wg", 4, 0), ("sg", 4, 4), ("sg", 1, 8), ("wg", 4, 4)]
+# (layout, width, register tier): streaming and cached forms of each width. The layouts differ only in
+# rows.RowLayout, which test_softmax covers in more combinations; here each norm code path runs once.
+LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("sg", "u64x2", 4),
+           ("sg", "vec4", 4), ("sg", "scalar", 8), ("wg", "vec4", 4)]
 
 
-@pytest.fixture(params=LAYOUTS, ids=lambda p: f"{p[0]}-vec{p[1]}-reg{p[2]}")
+def force_variant(monkeypatch, layout: str, width: str, cache: int | None = None) -> None:
+    """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels."""
+    monkeypatch.setattr(RW, "LAYOUT", layout)
+    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
+    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
+    monkeypatch.setattr(RW, "CACHE", cache)
+
+
+@pytest.fixture(params=LAYOUTS, ids=lambda p: f"{p[0]}-{p[1]}-reg{p[2]}")
 def layout(request, monkeypatch):
-    """Force a row layout, vector width and register tier (rows that do not fit the tier stream)."""
-    monkeypatch.setattr(RW, "LAYOUT", request.param[0])
-    monkeypatch.setattr(RW, "VEC", request.param[1])
-    monkeypatch.setattr(RW, "CACHE", request.param[2])
+    """Force a row layout, width and register tier (rows that do not fit the tier stream)."""
+    force_variant(monkeypatch, *request.param)
     return request.param
 
 
@@ -101,7 +108,7 @@ def test_rmsnorm(layout, cols):
 @pytest.mark.parametrize("cols", [512])
 def test_register_tier_16(cols, monkeypatch):
     """A big cached tier (slow to compile on lavapipe, so one shape): both norms, forward and backward."""
-    monkeypatch.setattr(RW, "CACHE", 16)
+    force_variant(monkeypatch, "sg", "u64x2", 16)
     x, w, b, dy = _data(20, cols)
     x64 = x.astype(np.float64)
     y, mean, rstd = N.layernorm(F(x), F(w), F(b), EPS)

@@ -23,11 +23,13 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
-@pytest.fixture(params=[("sg", 4), ("sg", 1), ("wg", 4), ("wg", 1)], ids=lambda p: f"{p[0]}-vec{p[1]}")
+@pytest.fixture(params=[("sg", "vec4"), ("sg", "scalar"), ("sg", "u64x2"), ("wg", "vec4"), ("wg", "scalar")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def layout(request, monkeypatch):
-    """Force a row layout and vector width for the test."""
+    """Force a row layout and width for the test."""
     monkeypatch.setattr(RW, "LAYOUT", request.param[0])
-    monkeypatch.setattr(RW, "VEC", request.param[1])
+    monkeypatch.setattr(RW, "VEC", 1 if request.param[1] == "scalar" else 4)
+    monkeypatch.setattr(RW, "WIDE", request.param[1] == "u64x2")
     return request.param
 
 
@@ -73,10 +75,13 @@ def test_all_two_stage(n):
     np.testing.assert_array_equal(R.max(t, axis=None).numpy(), [x.max()])
 
 
-@pytest.mark.parametrize("vec", [4, 1])
+@pytest.mark.parametrize("single_pass", [R.SINGLE_PASS, 0], ids=["one-pass", "two-stage"])
+@pytest.mark.parametrize("width", ["u64x2", "vec4", "scalar"])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (64, 12), (65, 7), (513, 4097 // 64), (3000, 36), (4097, 5)])
-def test_sum_rows(shape, vec, monkeypatch):
-    monkeypatch.setattr(RW, "VEC", vec)
+def test_sum_rows(shape, width, single_pass, monkeypatch):
+    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
+    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
+    monkeypatch.setattr(R, "SINGLE_PASS", single_pass)
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     want = R.reference_sum_rows(x.astype(np.float64))
     got = R.sum_rows(rt.from_numpy(x)).numpy()
@@ -84,8 +89,9 @@ def test_sum_rows(shape, vec, monkeypatch):
 
 
 @pytest.mark.parametrize("rows", [5, 700])
-def test_sum_rows_accumulate_into_view(rows):
+def test_sum_rows_accumulate_into_view(rows, monkeypatch):
     """out= a view inside a larger arena, with accumulate=True adding to what is there."""
+    monkeypatch.setattr(R, "SINGLE_PASS", 0)
     cols = 12
     x = np.random.default_rng(5).standard_normal((rows, cols)).astype(np.float32)
     arena = np.arange(40, dtype=np.float32)
@@ -113,3 +119,17 @@ def test_sumsq_many_tensors():
 def test_rejects_other_axes():
     with pytest.raises(ValueError):
         R.sum(rt.from_numpy(np.zeros((2, 3), np.float32)), axis=0)
+
+
+@pytest.mark.parametrize("rows,cols", [(7, 12), (300, 12), (300, 13)])
+def test_column_sums_of_two_blocks(rows, cols, monkeypatch):
+    """sum_rows_into with two blocks of one buffer into two outputs (one pass), single and two-stage."""
+    monkeypatch.setattr(R, "SINGLE_PASS", 0)
+    rng = np.random.default_rng(7)
+    gap = 20  # elements between the blocks (keeps the vec4 form where cols % 4 == 0)
+    x = rng.standard_normal(2 * rows * cols + gap).astype(np.float32)
+    a, b = x[:rows * cols].reshape(rows, cols), x[rows * cols + gap:].reshape(rows, cols)
+    outs = [rt.from_numpy(np.ones(cols, np.float32)), rt.from_numpy(np.ones(cols, np.float32))]
+    R.sum_rows_into(rt.from_numpy(x), [0, rows * cols + gap], rows, cols, outs, accumulate=True)
+    np.testing.assert_allclose(outs[0].numpy(), 1 + a.sum(0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(outs[1].numpy(), 1 + b.sum(0), rtol=1e-5, atol=1e-4)

@@ -25,16 +25,22 @@ def test_spirv_valid(kernel, variant):
 
 
 # (layout, width, register tier): every streaming form, and the cached tiers that compile quickly
-LAYOUTS = [("sg", 4, 0), ("sg", 1, 0), ("wg", 4, 0), ("wg", 1, 0), ("sg", 4, 4), ("sg", 1, 8), ("sg", 4, 8),
-           ("wg", 4, 4), ("wg", 1, 4)]
+LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
+           ("sg", "u64x2", 8), ("sg", "scalar", 8), ("sg", "vec4", 4), ("wg", "vec4", 4), ("wg", "scalar", 4)]
 
 
-@pytest.fixture(params=LAYOUTS, ids=lambda p: f"{p[0]}-vec{p[1]}-reg{p[2]}")
+def force_variant(monkeypatch, layout: str, width: str, cache: int | None = None) -> None:
+    """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels."""
+    monkeypatch.setattr(RW, "LAYOUT", layout)
+    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
+    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
+    monkeypatch.setattr(RW, "CACHE", cache)
+
+
+@pytest.fixture(params=LAYOUTS, ids=lambda p: f"{p[0]}-{p[1]}-reg{p[2]}")
 def layout(request, monkeypatch):
-    """Force a row layout, vector width and register tier (rows that do not fit the tier stream)."""
-    monkeypatch.setattr(RW, "LAYOUT", request.param[0])
-    monkeypatch.setattr(RW, "VEC", request.param[1])
-    monkeypatch.setattr(RW, "CACHE", request.param[2])
+    """Force a row layout, width and register tier (rows that do not fit the tier stream)."""
+    force_variant(monkeypatch, *request.param)
     return request.param
 
 
@@ -63,7 +69,7 @@ def test_forward_backward(layout, cols):
 @pytest.mark.parametrize("cache,cols", [(16, 512), (32, 1024), (32, 1023)])
 def test_large_register_tiers(cache, cols, monkeypatch):
     """The big cached tiers (slow to compile on lavapipe, so one shape each)."""
-    monkeypatch.setattr(RW, "CACHE", cache)
+    force_variant(monkeypatch, "sg", "u64x2", cache)
     x, dy = _data(9, cols)
     y = S.softmax(rt.from_numpy(x))
     want = S.reference(x.astype(np.float64))
@@ -76,14 +82,14 @@ def test_large_register_tiers(cache, cols, monkeypatch):
 def test_variant_choice(monkeypatch):
     """Smallest register tier the row fits on CPUs; on GPUs a workgroup per long row."""
     monkeypatch.setattr(RW, "_subgroup_width", lambda: 8)
-    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": True})())
-    assert RW.choose(1024, 256) == "sg_vec4_reg8"
+    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": True, "int64": True})())
+    assert RW.choose(1024, 256) == "sg_u64x2_reg8"
     assert RW.choose(1024, 33) == "sg_scalar_reg8"
-    assert RW.choose(3, 1024) == "sg_vec4_reg32"
+    assert RW.choose(3, 1024) == "sg_u64x2_reg32"
     assert RW.choose(3, 4097) == "sg_scalar"
-    assert RW.choose(3, 4096) == "sg_vec4"
+    assert RW.choose(3, 4096) == "sg_u64x2"
     monkeypatch.setattr(RW, "_subgroup_width", lambda: 32)
-    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": False})())
+    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": False, "int64": True})())
     assert RW.choose(3, 256) == "sg_vec4_reg4"
     assert RW.choose(3, 4096) == "wg_vec4_reg4"
     assert RW.choose(3, 8192) == "wg_vec4"

@@ -15,7 +15,7 @@ import numpy as np
 
 from helios.bench.harness import compare, torch_reference
 
-FULL = [(2048, 256), (4096, 1024), (1024, 4097)]
+FULL = [(2048, 256), (4096, 1024), (1024, 4096), (1024, 4097)]
 QUICK = [(1024, 256)]
 GPU_EXTRA = [(65536, 1024), (16384, 4096)]
 

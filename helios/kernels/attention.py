@@ -62,6 +62,12 @@ def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: flo
         raise ValueError(f"flash_attention: dropout_p must be in [0, 1), got {dropout_p}")
 
 
+def _spec(variant: str, D: int, causal: bool, softcap: float, dropout_p: float) -> dict:
+    from helios.device import get_device
+
+    return spec_values(variant, D, causal, softcap, dropout_p, get_device().info.min_subgroup_size)
+
+
 def _push(T, H, Hkv, D, softcap, dropout_p, seed, offset) -> dict:
     return {"T": T, "H": H, "Hkv": Hkv, "group": H // Hkv, "scale": 1.0 / math.sqrt(D),
             "softcap": float(softcap), "dropout_p": float(dropout_p),
@@ -76,7 +82,7 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
     variant = choose_variant()
     o, lse = empty((B, T, H * D)), empty((B, H, T))
     launch(ATTENTION_FORWARD, [qkv, o, lse], push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
-           grid=forward_grid(B, T, H, variant), spec=spec_values(variant, D, causal, softcap, dropout_p),
+           grid=forward_grid(B, T, H, variant), spec=_spec(variant, D, causal, softcap, dropout_p),
            variant=variant)
     return o, lse
 
@@ -89,7 +95,7 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
     _check(qkv, B, T, H, Hkv, D, dropout_p)
     variant = choose_variant()
     push = _push(T, H, Hkv, D, softcap, dropout_p, seed, offset)
-    spec = spec_values(variant, D, causal, softcap, dropout_p)
+    spec = _spec(variant, D, causal, softcap, dropout_p)
     delta = empty((B, H, T))
     launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H}, grid=pre_grid(B, T, H),
            spec={"D4": D // 4})

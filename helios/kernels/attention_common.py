@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, vec
+from helios.spirv.grammar import Op, Scope
 
 vec4 = vec(f32, 4)
 NEG = -1.0e30  # "minus infinity" for running maxima: finite, so exp(NEG - NEG) never makes a NaN
@@ -24,7 +25,8 @@ VARIANTS = {
     # lavapipe: every buffer or shared load costs a per-lane loop there, so what counts is loads per
     # (row, key) pair: each invocation owns RQ query rows and loads every K/V row once for all of them.
     # Registers only, no shared memory or barriers; loops over the head dim stay loops (fast to compile).
-    "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 16, "kb": 4, "kb_bwd": 1, "bc": 0, "unroll": False},
+    "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 4, "kb_bwd": 2, "bc": 0, "unroll": False,
+                "bcast": False},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
     "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},
@@ -37,12 +39,16 @@ def rows_per_group(v: Variant | dict) -> int:
     return p["wg"] // p["tpr"] * p["rq"]
 
 
-def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropout_p: float) -> dict:
-    """Specialization constants of a launch (they pick code paths, so they key the pipeline)."""
+def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropout_p: float,
+                min_subgroup: int = 4) -> dict:
+    """Specialization constants of a launch (they pick code paths, so they key the pipeline).
+    min_subgroup: the device's smallest subgroup size (bcast slots per lane are sized for it)."""
     p = VARIANTS[variant]
     d4 = head_dim // 4
     nv = -(-d4 // p["tpr"])
-    return {"D4": d4, "NV": nv, "RNV": p["rq"] * nv, "TILE4": max(1, p["bc"]) * d4, "CAUSAL": bool(causal),
+    slots = -(-max(p["kb"], p["kb_bwd"]) * d4 // max(1, min(min_subgroup, p["wg"])))
+    return {"D4": d4, "NV": nv, "RNV": p["rq"] * nv, "SLOTS": slots, "TILE4": max(1, p["bc"]) * d4,
+            "CAUSAL": bool(causal),
             "SOFTCAP": softcap > 0.0, "DROPOUT": dropout_p > 0.0}
 
 
@@ -63,6 +69,7 @@ class Decl:
     D4: Value
     NV: Value
     RNV: Value
+    SLOTS: Value
     TILE4: Value
     causal: Value
     softcap: Value
@@ -75,11 +82,11 @@ def declare(b: KernelBuilder) -> Decl:
     scale, cap, p_drop, inv_keep = (b.push(n, f32) for n in ("scale", "softcap", "dropout_p", "inv_keep"))
     seed, offset = b.push("seed", u32), b.push("offset", u32)
     D4, NV, TILE4 = b.spec("D4", u32, 16), b.spec("NV", u32, 16), b.spec("TILE4", u32, MAX_D4)
-    RNV = b.spec("RNV", u32, 16)
+    RNV, SLOTS = b.spec("RNV", u32, 16), b.spec("SLOTS", u32, 16)
     causal, softcap, dropout = (b.spec(n, boolean, d) for n, d in (("CAUSAL", True), ("SOFTCAP", False),
                                                                     ("DROPOUT", False)))
-    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, RNV, TILE4, causal, softcap,
-                dropout)
+    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, RNV, SLOTS, TILE4, causal,
+                softcap, dropout)
 
 
 @dataclass
@@ -171,16 +178,35 @@ def row_regs(b: KernelBuilder, v: Variant, d: Decl, name: str) -> list:
     return [b.local_array(vec4, d.NV, f"{name}{r}") for r in range(v.rq)]
 
 
-class Stream:
-    """The streamed operand rows (K and V, or Q and dO): in place, or through shared-memory tiles.
+def subgroup_broadcast(b: KernelBuilder, x: Value, lane: Value) -> Value:
+    """x of subgroup lane `lane` (dynamically uniform; SPIR-V 1.5 allows a non-constant id).
 
-    `tiles(lo, hi)` yields (tile start, tile end) with the tile's rows staged (one pass for "rowwise");
-    `at(k, j, c)` is component c of row j of operand k in the current tile.
+    The DSL has no subgroup_broadcast yet, so the instruction is emitted here through the builder's _op.
+    """
+    b.m.require_capability("GroupNonUniformBallot")
+    return b._op(Op.GroupNonUniformBroadcast, x.type, b.m.constant(u32, Scope.Subgroup), x.id, lane.id)
+
+
+class Stream:
+    """The streamed operand rows (K and V, or Q and dO), KB rows per step, read one of three ways:
+
+    - in place, each invocation loading what it uses ("rowwise" on a device without subgroup broadcast);
+    - "bcast" ("rowwise"): the subgroup loads each step's KB rows once, spread over its lanes (SLOTS vec4s
+      per lane), and every lane takes the components it needs with subgroup broadcasts. On lavapipe a
+      buffer load costs a per-lane loop while a broadcast is a vector extract, so this cuts the dominant
+      cost by the subgroup size. Needs subgroup-uniform loop bounds (all lanes active at a broadcast);
+    - "tiled": BC-row tiles staged in shared memory by the workgroup (barriers: workgroup-uniform bounds).
+    `at(k, j, c)` is component c of row j of operand k within the current step or tile.
     """
 
     def __init__(self, b: KernelBuilder, v: Variant, d: Decl, src, bases: list[Value], stride: Value) -> None:
         self.b, self.v, self.d, self.src, self.bases, self.stride = b, v, d, src, bases, stride
         self.shared = [b.shared(vec4, d.TILE4, f"tile{k}") for k in range(len(bases))] if v.tiled else None
+        self.bcast = bool(v.get("bcast")) and not v.tiled
+        if self.bcast:
+            self.slots = [b.local_array(vec4, d.SLOTS, f"slots{k}") for k in range(len(bases))]
+            # a workgroup smaller than the subgroup fills only its first wg lanes
+            self.sg, self.sl = b.min(b.subgroup_size(), v.wg), b.subgroup_local_id()
         self.t0 = None
 
     def load(self, k: int, row: Value, c: Value) -> Value:
@@ -188,20 +214,36 @@ class Stream:
         return self.src.vec4[self.bases[k] + row * self.stride + c]
 
     def at(self, k: int, j: Value, c: Value) -> Value:
-        """Component c of row j (clamped for "rowwise", tile-relative for "tiled") of operand k."""
+        """Component c of row j (clamped for plain "rowwise", unclamped otherwise) of operand k."""
+        if self.bcast:
+            e = (j - self.t0) * self.d.D4 + c
+            return subgroup_broadcast(self.b, self.slots[k][e / self.sg], e % self.sg)
         if self.shared is None:
             return self.load(k, j, c)
         return self.shared[k][(j - self.t0) * self.d.D4 + c]
 
+    def _stage(self, j0: Value, kb: int, T: Value) -> None:
+        """bcast: lane l loads vec4s e = s * SG + l (s < SLOTS) of rows j0 .. j0 + kb - 1, clamped to T - 1."""
+        b, d = self.b, self.d
+        self.t0 = j0
+        with b.for_range(0, d.SLOTS) as s:
+            e = s * self.sg + self.sl
+            row = b.min(j0 + e / d.D4, T - 1)
+            c = e % d.D4
+            for k in range(len(self.bases)):
+                self.slots[k][s] = self.load(k, row, c)
+
     def run(self, lo: Value, hi: Value, step_fn, T: Value, kb: int | None = None) -> None:
         """Call step_fn(j0) for j0 = lo, lo + KB, ... < hi, with rows j0 .. j0 + KB - 1 readable.
 
-        lo and hi must be workgroup-uniform for "tiled" (barriers); "rowwise" takes per-invocation bounds.
+        lo and hi must be workgroup-uniform for "tiled", subgroup-uniform for bcast.
         """
         b, v, d = self.b, self.v, self.d
         kb = kb or v.kb
         if self.shared is None:
             with b.for_range(lo, hi, step=kb) as j0:
+                if self.bcast:
+                    self._stage(j0, kb, T)
                 step_fn(j0)
             return
         with b.for_range(lo, hi, step=v.bc) as t0:
@@ -226,5 +268,12 @@ def key_index(b: KernelBuilder, j0: Value, u: int, T: Value) -> tuple[Value, Val
 
 
 def tile_row(stream: Stream, j: Value, jc: Value) -> Value:
-    """The row index `at` expects: in the tile, rows past T are staged clamped, so j itself works."""
-    return jc if stream.shared is None else j
+    """The row index `at` expects: staged rows (tiles, bcast slots) are clamped when staged, so j itself."""
+    return jc if stream.shared is None and not stream.bcast else j
+
+
+def uniform_bounds(b: KernelBuilder, v: Variant, lo: Value, hi: Value) -> tuple[Value, Value]:
+    """Loop bounds every lane that must cooperate agrees on: the subgroup's min/max for bcast."""
+    if v.get("bcast") and not v.tiled:
+        return b.subgroup_min(lo), b.subgroup_max(hi)
+    return lo, hi

@@ -20,6 +20,7 @@ from helios.kernels.attention_common import (
     rows,
     rows_per_group,
     tile_row,
+    uniform_bounds,
     zero_regs,
 )
 from helios.kernels.rng import uniform
@@ -41,10 +42,11 @@ def dropped(b: KernelBuilder, d, p, row, col):
 
 def row_bounds(b: KernelBuilder, v: Variant, d, rw):
     """Key range [0, hi) the invocation's query rows see. Causal: keys past the last row are masked for
-    every row, so stop there (per invocation for "rowwise"; per workgroup for "tiled", whose barriers
-    need a uniform trip count)."""
+    every row, so stop there (per subgroup for "rowwise", whose lanes share loads through broadcasts; per
+    workgroup for "tiled", whose barriers need a uniform trip count)."""
     last = (rw.block + 1) * rw.R - 1 if v.tiled else rw.last
-    return b.select(d.causal, b.min(d.T, last + 1), d.T)
+    hi = b.select(d.causal, b.min(d.T, last + 1), d.T)
+    return uniform_bounds(b, v, hi, hi)[1]
 
 
 def build_forward(b: KernelBuilder, v: Variant) -> None:

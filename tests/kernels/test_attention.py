@@ -29,10 +29,9 @@ FORWARD_CASES = [
     (1, 65, 6, 2, 128, True, 2.0, 0.1),  # all of it at head_dim 128
     (1, 9, 3, 3, 4, False, 0.0, 0.0),  # head_dim 4: one vec4, most tiled lanes idle
 ]
-BACKWARD_CASES = [
+BACKWARD_CASES = [  # few distinct (head dim, flags) combinations: each one compiles three pipelines
     (2, 1, 2, 2, 32, True, 0.0, 0.0),
     (1, 7, 2, 1, 48, True, 0.0, 0.0),
-    (1, 64, 2, 2, 64, True, 0.0, 0.0),
     (1, 129, 4, 2, 32, True, 0.0, 0.0),  # GQA: dK/dV summed over 2 query heads
     (2, 33, 2, 2, 48, False, 4.0, 0.0),  # softcap, not causal
     (1, 64, 4, 1, 64, True, 0.0, 0.2),  # dropout, multi-query
@@ -145,7 +144,7 @@ def test_reads_qkv_in_place_from_a_view(variant):
 
 
 def test_backward_is_deterministic(variant):
-    B, T, H, Hkv, D = 1, 37, 4, 2, 32
+    B, T, H, Hkv, D = 1, 37, 4, 2, 64
     qkv, do = _inputs(B, T, H, Hkv, D, seed=4)
     q, g = rt.from_numpy(qkv), rt.from_numpy(do)
     o, lse = A.flash_attention(q, B, T, H, Hkv, D, dropout_p=0.1, seed=1)

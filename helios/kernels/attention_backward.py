@@ -14,6 +14,7 @@ from helios.kernels.attention_common import (
     Stream,
     comp,
     declare,
+    input_buffer,
     key_index,
     lane_reduce,
     load_rows,
@@ -48,8 +49,8 @@ def build_preprocess(b: KernelBuilder, v: Variant) -> None:
         delta[(bb * H + h) * T + i] = acc.value
 
 
-def _bwd_decl(b: KernelBuilder):
-    qkv, lse, do = b.buffer(0, f32, "r"), b.buffer(1, f32, "r"), b.buffer(2, f32, "r")
+def _bwd_decl(b: KernelBuilder, v: Variant):
+    qkv, lse, do = input_buffer(b, v, 0), b.buffer(1, f32, "r"), input_buffer(b, v, 2)
     delta, dqkv = b.buffer(3, f32, "r"), b.buffer(4, f32, "w")
     return qkv, lse, do, delta, dqkv
 
@@ -66,7 +67,7 @@ def _prob_and_dscore(b, v, d, s_part, dp_part, lse_i, delta_i, ok, drop_row, dro
 
 def build_dq(b: KernelBuilder, v: Variant) -> None:
     """dQ, query-parallel: RQ rows per invocation stream K/V. Bindings: qkv, lse, do, delta (r), dqkv (w)."""
-    qkv, lse, do, delta, dqkv = _bwd_decl(b)
+    qkv, lse, do, delta, dqkv = _bwd_decl(b, v)
     d = declare(b)
     rw = rows(b, v, d)
     T, RQ = d.T, v.rq
@@ -128,7 +129,7 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
 def build_dkv(b: KernelBuilder, v: Variant) -> None:
     """dK/dV, key-parallel over KV heads: RQ key rows per invocation stream Q/dO of every query head of
     their group."""
-    qkv, lse, do, delta, dqkv = _bwd_decl(b)
+    qkv, lse, do, delta, dqkv = _bwd_decl(b, v)
     d = declare(b)
     rw = rows(b, v, d)  # rw.head is the KV head here
     T, RQ = d.T, v.rq

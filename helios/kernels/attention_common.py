@@ -14,6 +14,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from helios.kernels.rows import U64, WideView
 from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, vec
 from helios.spirv.grammar import Op, Scope
 
@@ -23,14 +24,29 @@ MAX_D4 = 32  # head_dim <= 128
 
 VARIANTS = {
     # lavapipe: every buffer or shared load costs a per-lane loop there, so what counts is loads per
-    # (row, key) pair: each invocation owns RQ query rows and loads every K/V row once for all of them.
-    # Registers only, no shared memory or barriers; loops over the head dim stay loops (fast to compile).
+    # (row, key) pair: each invocation owns RQ query rows, each K/V row is loaded once per subgroup and
+    # shared by broadcasts ("bcast"), as 64-bit words ("wide"; needs shaderInt64, which every desktop
+    # Vulkan device has). Registers only, no shared memory or barriers; head-dim loops stay loops.
     "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 4, "kb_bwd": 2, "bc": 0, "unroll": False,
                 "bcast": False},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
     "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},
 }
+
+
+class _WideBuffer:
+    """A buffer declared as u64 whose `.vec4[i]` moves four floats as two 64-bit words (rows.WideView):
+    Mesa 22's lavapipe loads buffer data one component per invocation in a scalar loop, so this halves
+    the cost of every load."""
+
+    def __init__(self, b: KernelBuilder, binding: int) -> None:
+        self.vec4 = WideView(b, b.buffer(binding, U64, "r"))
+
+
+def input_buffer(b: KernelBuilder, v: Variant, binding: int):
+    """A read-only f32 buffer read as vec4s (as u64 words on "wide" variants)."""
+    return _WideBuffer(b, binding) if v.get("wide") else b.buffer(binding, f32, "r")
 
 
 def rows_per_group(v: Variant | dict) -> int:

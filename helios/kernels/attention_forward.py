@@ -12,6 +12,7 @@ from helios.kernels.attention_common import (
     Stream,
     comp,
     declare,
+    input_buffer,
     key_index,
     lane_reduce,
     load_rows,
@@ -51,7 +52,7 @@ def row_bounds(b: KernelBuilder, v: Variant, d, rw):
 
 def build_forward(b: KernelBuilder, v: Variant) -> None:
     """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w)."""
-    qkv, o, lse = b.buffer(0, f32, "r"), b.buffer(1, f32, "w"), b.buffer(2, f32, "w")
+    qkv, o, lse = input_buffer(b, v, 0), b.buffer(1, f32, "w"), b.buffer(2, f32, "w")
     d = declare(b)
     rw = rows(b, v, d)
     T, RQ = d.T, v.rq

@@ -8,6 +8,7 @@ again only once the timeline semaphore has passed that value.
 
 from __future__ import annotations
 
+import itertools
 from typing import Protocol
 
 import numpy as np
@@ -18,6 +19,11 @@ from helios.errors import HeliosError, OutOfMemoryError
 # offset is a legal descriptor offset on every device, and views only have to respect the device's own limit.
 REGION_ALIGN = 256
 MiB = 1 << 20
+
+
+# One key sequence for every pool (device and staging): hazard tracking is keyed by region, so two pools
+# numbering their regions from 1 would make one pool's reuse erase the other's hazards.
+_region_keys = itertools.count(1)
 
 
 def size_class(nbytes: int) -> int:
@@ -131,7 +137,6 @@ class BufferPool:
         self.blocks: list[Block] = []
         self._ready: dict[int, list[Region]] = {}  # size class -> regions the device is done with
         self._pending: dict[int, list[Region]] = {}  # size class -> released regions still possibly in use
-        self._next_key = 1
         self._next_block = 0
         self.bytes_reserved = 0
         self.bytes_in_use = 0
@@ -233,8 +238,7 @@ class BufferPool:
         return self._new_region(block, cls)
 
     def _new_region(self, block: Block, cls: int) -> Region:
-        region = Region(block, block.top, cls, self._next_key)
-        self._next_key += 1
+        region = Region(block, block.top, cls, next(_region_keys))
         block.top += cls
         self.regions += 1
         self._classes.add(cls)

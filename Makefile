@@ -7,11 +7,19 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := libvulkan1 mesa-vulkan-drivers spirv-tools spirv-headers vulkan-tools vulkan-validationlayers
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+CONFIG ?= configs/shakespeare.toml
+RUN_DIR ?= runs/shakespeare
 
 .PHONY: train test system info lint clean
 
+# Prepare the dataset, train the default config (resuming if a run exists), sample, and plot.
 train: $(VENV)/.installed
 	$(PY) -m helios info
+	$(PY) -m trainer prepare $(CONFIG)
+	$(PY) -m trainer run $(CONFIG)
+	$(PY) -m trainer sample --run $(RUN_DIR) --prompt "ROMEO:" --tokens 120
+	$(PY) -m telemetry plot $(RUN_DIR) -o $(RUN_DIR)/plot.png
+	$(PY) -m telemetry summary $(RUN_DIR)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,4 +1,7 @@
-"""`python -m helios.bench NAME [--json] [options]`: run one benchmark module and print its records.
+"""`python -m helios.bench [NAME ...] [--quick] [--json] [options]`: run benchmark modules, print records.
+
+With no NAME every kernel benchmark runs (not `tune`, which writes tuning results). Options after the
+names go to each module; an option one module does not know is ignored by it.
 
 A benchmark module has `run(args) -> iterable of records` (dicts with "event": "bench"), and may have
 `add_arguments(parser)` for its own options and `format_records(records) -> str` for the text output
@@ -25,11 +28,16 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
+# Run when no name is given: every kernel benchmark, in a readable order (`tune` writes files: ask for it).
+DEFAULT_ORDER = ("limits", "dispatch", "elementwise", "softmax", "layernorm", "cross_entropy", "adamw", "matmul",
+                 "attention")
+
+
 def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m helios.bench", description="helios benchmarks; `NAME --help` shows a benchmark's options",
         epilog="benchmarks: " + ", ".join(sorted(BENCHMARKS)))
-    parser.add_argument("name", metavar="NAME", choices=sorted(BENCHMARKS), help="the benchmark to run")
+    parser.add_argument("names", metavar="NAME", nargs="*", help="benchmarks to run (default: all but tune)")
     return parser
 
 
@@ -41,26 +49,35 @@ def _module_parser(name: str, module) -> argparse.ArgumentParser:
     add = getattr(module, "add_arguments", None)
     if add is not None:
         add(parser)
+    if "--quick" not in parser._option_string_actions:
+        parser.add_argument("--quick", action="store_true", help="small shapes only")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0].startswith("-") or argv[0] not in BENCHMARKS:
-        _top_parser().parse_args(argv[:1])  # prints help or a "choose from" error and exits
+    split = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    names, options = argv[:split], argv[split:]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown or (not names and options in (["-h"], ["--help"])):
+        _top_parser().print_help(sys.stderr)
+        if unknown:
+            print(f"\nunknown benchmark(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
-    name = argv[0]
-    module = importlib.import_module(BENCHMARKS[name])
-    args = _module_parser(name, module).parse_args(argv[1:])
-    args.name = name
-    records = []
-    for rec in module.run(args):
-        records.append(rec)
-        if args.json:
-            print(json.dumps(rec), flush=True)
-    if not args.json:
-        fmt = getattr(module, "format_records", None) or harness.format_table
-        print(fmt(records))
+    many = len(names) != 1
+    for name in names or DEFAULT_ORDER:
+        module = importlib.import_module(BENCHMARKS[name])
+        parser = _module_parser(name, module)
+        args, _ = parser.parse_known_args(options) if many else (parser.parse_args(options), [])
+        args.name = name
+        records = []
+        for rec in module.run(args):
+            records.append(rec)
+            if args.json:
+                print(json.dumps(rec), flush=True)
+        if not args.json:
+            fmt = getattr(module, "format_records", None) or harness.format_table
+            print(f"== {name} ==" if many else "", fmt(records), sep="\n" if many else "")
     return 0
 
 

@@ -166,7 +166,8 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
                     for u in range(v.kb_bwd):
                         sp[r][u] += b.dot(kt, qs[u])
                         dp[r][u] += b.dot(vt, dos[u])
-            stats = [(lse[row0 + ic], delta[row0 + ic]) for _, ic in iis]
+            stats = [(stream.row_scalar(lse, row0, i0, u, T), stream.row_scalar(delta, row0, i0, u, T))
+                     for u in range(len(iis))]
             pzs, dss = [], []
             for r in range(RQ):
                 pr, dr = [], []

@@ -27,7 +27,7 @@ VARIANTS = {
     # (row, key) pair: each invocation owns RQ query rows, each K/V row is loaded once per subgroup and
     # shared by broadcasts ("bcast"), as 64-bit words ("wide"; needs shaderInt64, which every desktop
     # Vulkan device has). Registers only, no shared memory or barriers; head-dim loops stay loops.
-    "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 4, "kb_bwd": 2, "bc": 0, "unroll": False,
+    "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 4, "kb_bwd": 4, "bc": 0, "unroll": False,
                 "bcast": False},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
@@ -62,8 +62,10 @@ def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropo
     p = VARIANTS[variant]
     d4 = head_dim // 4
     nv = -(-d4 // p["tpr"])
-    slots = -(-max(p["kb"], p["kb_bwd"]) * d4 // max(1, min(min_subgroup, p["wg"])))
-    return {"D4": d4, "NV": nv, "RNV": p["rq"] * nv, "SLOTS": slots, "TILE4": max(1, p["bc"]) * d4,
+    sg = max(1, min(min_subgroup, p["wg"]))
+    slots, slots_bwd = -(-p["kb"] * d4 // sg), -(-p["kb_bwd"] * d4 // sg)
+    return {"D4": d4, "NV": nv, "RNV": p["rq"] * nv, "SLOTS": max(slots, slots_bwd), "SLOTS_BWD": slots_bwd,
+            "TILE4": max(1, p["bc"]) * d4,
             "CAUSAL": bool(causal),
             "SOFTCAP": softcap > 0.0, "DROPOUT": dropout_p > 0.0}
 
@@ -86,6 +88,7 @@ class Decl:
     NV: Value
     RNV: Value
     SLOTS: Value
+    SLOTS_BWD: Value
     TILE4: Value
     causal: Value
     softcap: Value
@@ -98,11 +101,11 @@ def declare(b: KernelBuilder) -> Decl:
     scale, cap, p_drop, inv_keep = (b.push(n, f32) for n in ("scale", "softcap", "dropout_p", "inv_keep"))
     seed, offset = b.push("seed", u32), b.push("offset", u32)
     D4, NV, TILE4 = b.spec("D4", u32, 16), b.spec("NV", u32, 16), b.spec("TILE4", u32, MAX_D4)
-    RNV, SLOTS = b.spec("RNV", u32, 16), b.spec("SLOTS", u32, 16)
+    RNV, SLOTS, SLOTS_BWD = b.spec("RNV", u32, 16), b.spec("SLOTS", u32, 16), b.spec("SLOTS_BWD", u32, 16)
     causal, softcap, dropout = (b.spec(n, boolean, d) for n, d in (("CAUSAL", True), ("SOFTCAP", False),
                                                                     ("DROPOUT", False)))
-    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, RNV, SLOTS, TILE4, causal,
-                softcap, dropout)
+    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, RNV, SLOTS, SLOTS_BWD, TILE4,
+                causal, softcap, dropout)
 
 
 @dataclass
@@ -225,6 +228,15 @@ class Stream:
             self.sg, self.sl = b.min(b.subgroup_size(), v.wg), b.subgroup_local_id()
         self.t0 = None
 
+    def row_scalar(self, buf, base: Value, j0: Value, u: int, T: Value) -> Value:
+        """buf[base + min(j0 + u, T - 1)], a per-row scalar of the step's row u: with bcast, lane u loads it
+        and the others take it by broadcast (one buffer load per subgroup instead of one per lane)."""
+        b = self.b
+        if not self.bcast:
+            return buf[base + b.min(j0 + u, T - 1)]
+        mine = buf[base + b.min(j0 + self.sl % self.kb, T - 1)]
+        return subgroup_broadcast(b, mine, b.const(u, u32))
+
     def load(self, k: int, row: Value, c: Value) -> Value:
         """Component c of row `row` of operand k, from the device buffer."""
         return self.src.vec4[self.bases[k] + row * self.stride + c]
@@ -242,7 +254,8 @@ class Stream:
         """bcast: lane l loads vec4s e = s * SG + l (s < SLOTS) of rows j0 .. j0 + kb - 1, clamped to T - 1."""
         b, d = self.b, self.d
         self.t0 = j0
-        with b.for_range(0, d.SLOTS) as s:
+        # slot counts are spec constants (a known trip count): SLOTS for KB rows, SLOTS_BWD for KB_BWD
+        with b.for_range(0, d.SLOTS if kb == self.v.kb else d.SLOTS_BWD) as s:
             e = s * self.sg + self.sl
             row = b.min(j0 + e / d.D4, T - 1)
             c = e % d.D4
@@ -255,7 +268,7 @@ class Stream:
         lo and hi must be workgroup-uniform for "tiled", subgroup-uniform for bcast.
         """
         b, v, d = self.b, self.v, self.d
-        kb = kb or v.kb
+        kb = self.kb = kb or v.kb
         if self.shared is None:
             with b.for_range(lo, hi, step=kb) as j0:
                 if self.bcast:

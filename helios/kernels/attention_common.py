@@ -1,12 +1,13 @@
 """Pieces shared by the flash-attention kernels: declarations, the row/lane geometry, streamed operands.
 
-Every attention kernel is row-parallel: a group of TPR invocations ("lanes") owns one row (a query row for
-the forward and dQ kernels, a key row for the dK/dV kernel) and lane l holds the vec4 components
-l, l + TPR, l + 2*TPR, ... of the head dimension in registers (NV = ceil(D4 / TPR) of them). The other
-operand is streamed KB rows at a time: read straight from the fused QKV tensor (variant "rowwise",
-TPR = 1: no shared memory, no barriers, the fast kind on lavapipe) or from BC-row tiles staged in shared
-memory by the whole workgroup (variant "tiled", TPR = 4: the fast kind on GPUs). Dot products over the
-head dimension are summed over the TPR lanes of a row with subgroup shuffles.
+Every attention kernel is row-parallel: a group of TPR invocations ("lanes") owns RQ consecutive rows (query
+rows for the forward and dQ kernels, key rows for the dK/dV kernel) and lane l holds the vec4 components
+l, l + TPR, l + 2*TPR, ... of the head dimension of each in registers (NV = ceil(D4 / TPR) per row). The
+other operand is streamed KB rows at a time (class Stream): read from the fused QKV tensor by the
+subgroup and shared through broadcasts (variant "rowwise", TPR = 1: no shared memory, no barriers, the fast
+kind on lavapipe) or from BC-row tiles staged in shared memory by the whole workgroup (variant "tiled",
+TPR = 4: the fast kind on GPUs). Dot products over the head dimension are summed over the TPR lanes of a
+row with subgroup shuffles.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ VARIANTS = {
     # shared by broadcasts ("bcast"), as 64-bit words ("wide"; needs shaderInt64, which every desktop
     # Vulkan device has). Registers only, no shared memory or barriers; head-dim loops stay loops.
     "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 4, "kb_bwd": 4, "bc": 0, "unroll": False,
-                "bcast": False},
+                "bcast": True, "wide": True},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
     "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},
@@ -64,10 +65,9 @@ def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropo
     nv = -(-d4 // p["tpr"])
     sg = max(1, min(min_subgroup, p["wg"]))
     slots, slots_bwd = -(-p["kb"] * d4 // sg), -(-p["kb_bwd"] * d4 // sg)
-    return {"D4": d4, "NV": nv, "RNV": p["rq"] * nv, "SLOTS": max(slots, slots_bwd), "SLOTS_BWD": slots_bwd,
-            "TILE4": max(1, p["bc"]) * d4,
-            "CAUSAL": bool(causal),
-            "SOFTCAP": softcap > 0.0, "DROPOUT": dropout_p > 0.0}
+    return {"D4": d4, "NV": nv, "SLOTS": max(slots, slots_bwd), "SLOTS_BWD": slots_bwd,
+            "TILE4": max(1, p["bc"]) * d4, "CAUSAL": bool(causal), "SOFTCAP": softcap > 0.0,
+            "DROPOUT": dropout_p > 0.0}
 
 
 @dataclass
@@ -86,7 +86,6 @@ class Decl:
     offset: Value
     D4: Value
     NV: Value
-    RNV: Value
     SLOTS: Value
     SLOTS_BWD: Value
     TILE4: Value
@@ -101,10 +100,10 @@ def declare(b: KernelBuilder) -> Decl:
     scale, cap, p_drop, inv_keep = (b.push(n, f32) for n in ("scale", "softcap", "dropout_p", "inv_keep"))
     seed, offset = b.push("seed", u32), b.push("offset", u32)
     D4, NV, TILE4 = b.spec("D4", u32, 16), b.spec("NV", u32, 16), b.spec("TILE4", u32, MAX_D4)
-    RNV, SLOTS, SLOTS_BWD = b.spec("RNV", u32, 16), b.spec("SLOTS", u32, 16), b.spec("SLOTS_BWD", u32, 16)
+    SLOTS, SLOTS_BWD = b.spec("SLOTS", u32, 16), b.spec("SLOTS_BWD", u32, 16)
     causal, softcap, dropout = (b.spec(n, boolean, d) for n, d in (("CAUSAL", True), ("SOFTCAP", False),
                                                                     ("DROPOUT", False)))
-    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, RNV, SLOTS, SLOTS_BWD, TILE4,
+    return Decl(T, H, Hkv, group, scale, cap, p_drop, inv_keep, seed, offset, D4, NV, SLOTS, SLOTS_BWD, TILE4,
                 causal, softcap, dropout)
 
 

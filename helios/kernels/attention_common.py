@@ -42,6 +42,7 @@ class _WideBuffer:
     the cost of every load."""
 
     def __init__(self, b: KernelBuilder, binding: int) -> None:
+        b.m.require_capability("Int64")
         self.vec4 = WideView(b, b.buffer(binding, U64, "r"))
 
 

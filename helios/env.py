@@ -24,3 +24,16 @@ def cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "helios"
+
+
+def memory_budget_mb() -> int | None:
+    """HELIOS_MEMORY_BUDGET_MB: MiB of device memory the buffer pool reserves before it waits for in-flight
+    tensors instead of growing (default: 75% of the memory heap it allocates from)."""
+    value = os.environ.get("HELIOS_MEMORY_BUDGET_MB", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) == 0:
+        from helios.errors import HeliosError
+
+        raise HeliosError(f"HELIOS_MEMORY_BUDGET_MB={value!r}: expected a positive whole number of MiB")
+    return int(value)

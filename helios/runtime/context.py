@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from helios import env
 from helios.device import get_device
 from helios.errors import HeliosError
 from helios.runtime.counters import Counters
@@ -26,7 +27,8 @@ class Runtime:
     """Everything that turns tensors and kernels into Vulkan work on one device."""
 
     def __init__(self, device=None, *, zero_copy: bool | None = None, push_descriptors: bool | None = None,
-                 flush_threshold: int = 1024, block_size: int | None = None, persist_pipelines: bool = True):
+                 flush_threshold: int = 1024, block_size: int | None = None, persist_pipelines: bool = True,
+                 memory_budget: int | None = None):
         self.device = device = device or get_device()
         info = device.info
         self.info = info
@@ -53,8 +55,11 @@ class Runtime:
             order = sorted(unified_types, key=lambda t: not t.host_cached)
         else:
             order = sorted(types, key=lambda t: (not t.device_local, t.host_visible))
+        if memory_budget is None:
+            budget_mb = env.memory_budget_mb()
+            memory_budget = budget_mb * MiB if budget_mb is not None else _heap_budget(info, order[0])
         self.pool = BufferPool(device, self.recorder, memory_types=[t.index for t in order], mapped=zero_copy,
-                               block_size=block_size, max_tensor=max_tensor, name="device")
+                               block_size=block_size, max_tensor=max_tensor, name="device", budget=memory_budget)
         self.pool.runtime = self
         self.staging: BufferPool | None = None
         if not zero_copy:
@@ -66,7 +71,7 @@ class Runtime:
             vk = device.vk
             self.staging = BufferPool(device, self.recorder, memory_types=[t.index for t in host], mapped=True,
                                       block_size=min(32 * MiB, block_size), max_tensor=max_tensor,
-                                      name="staging",
+                                      name="staging", budget=_heap_budget(info, host[0]),
                                       usage=vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
             self.staging.runtime = self
         self.max_groups = info.max_workgroup_count
@@ -205,6 +210,12 @@ class Runtime:
             self.staging.close()
         self.recorder.close()
         self.closed = True
+
+
+def _heap_budget(info, memory_type) -> int:
+    """The default pool budget: 75% of the heap of the pool's preferred memory type (the rest is left to the
+    driver, other processes and, on unified memory, the host)."""
+    return info.memory_heaps[memory_type.heap][0] * 3 // 4
 
 
 _PUSH_CODES = {"f32": "f", "u32": "I", "i32": "i"}

@@ -3,7 +3,8 @@
 A `BufferPool` owns blocks of one memory type. Each block has one VkBuffer bound over all of it, so a tensor is
 (VkBuffer, byte offset, byte size) and binding it needs no per-tensor Vulkan object. A released region goes to a
 free list of its size class tagged with the timeline value of the last submit that used it, and is handed out
-again only once the timeline semaphore has passed that value.
+again only once the timeline semaphore has passed that value. When no block has room, the pool allocates a new
+block while it stays within its memory budget, and only past the budget waits for an in-flight region of the class.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class BufferPool:
     """Sub-allocates device memory of one kind; see the module docstring for the reuse rule."""
 
     def __init__(self, device, timeline: Timeline, *, memory_types: list[int], mapped: bool, block_size: int,
-                 max_tensor: int, name: str, usage: int | None = None):
+                 max_tensor: int, name: str, usage: int | None = None, budget: int | None = None):
         self.device, self.vk, self.ffi = device, device.vk, device.ffi
         self.timeline = timeline
         self.memory_types = memory_types  # acceptable type indices, most preferred first
@@ -130,6 +131,8 @@ class BufferPool:
         self.block_size = block_size
         self.max_tensor = max_tensor
         self.name = name
+        # Bytes the pool reserves freely; past them it waits for in-flight regions before growing further.
+        self.budget = budget if budget is not None else 1 << 62
         vk = self.vk
         self.usage = usage if usage is not None else (
             vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
@@ -157,10 +160,11 @@ class BufferPool:
         region = self._take_free(cls)
         if region is None:
             region = self._carve(cls, nbytes)
-        else:
-            # Its device work has completed (the semaphore passed its tag), so its old accesses cannot
-            # conflict with the new owner's: forgetting them avoids barriers on stale hazards.
+        if region.tag:
+            # A reused region: its device work has completed (the semaphore passed its tag), so its old
+            # accesses cannot conflict with the new owner's; forgetting them avoids barriers on stale hazards.
             self.timeline.forget(region.key)
+            region.tag = 0
         region.block.live += 1
         self.bytes_in_use += cls
         return Storage(self, region, nbytes)
@@ -224,18 +228,30 @@ class BufferPool:
             for block in self.blocks:
                 if not block.dedicated and block.top + cls <= block.size:
                     return self._new_region(block, cls)
-            # Every block is full. Waiting for a released region of this class beats growing device memory:
-            # in a training loop the previous step's regions come back within one step.
-            pending = self._pending.get(cls)
-            if pending:
-                self.timeline.wait(min(r.tag for r in pending))
-                region = self._take_free(cls)
-                if region is not None:
-                    return region
-            block = self._allocate_block(self.block_size, nbytes, dedicated=False)
+            size, dedicated = self.block_size, False
         else:  # bigger than a block: a block of its own, cached by class like any region once released
-            block = self._allocate_block(cls, nbytes, dedicated=True)
-        return self._new_region(block, cls)
+            size, dedicated = cls, True
+        if self.bytes_reserved + size > self.budget:
+            region = self._reclaim(cls)
+            if region is not None:
+                return region
+        return self._new_region(self._allocate_block(size, nbytes, dedicated=dedicated), cls)
+
+    def _reclaim(self, cls: int) -> Region | None:
+        """Over budget: wait for an in-flight region of this class rather than grow; failing that, give back
+        blocks that only hold free regions the device is done with (growth then goes on; the budget is soft).
+
+        Within budget the pool grows instead: waiting here would stall recording behind the device mid-step
+        (a host wait, and a submit of the half-recorded batch) for regions the next step gets back anyway.
+        """
+        pending = self._pending.get(cls)
+        if pending:
+            self.timeline.wait(min(r.tag for r in pending))
+            region = self._take_free(cls)
+            if region is not None:
+                return region
+        self._free_empty_blocks()
+        return None
 
     def _new_region(self, block: Block, cls: int) -> Region:
         region = Region(block, block.top, cls, next(_region_keys))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helios import runtime as rt
-from helios.errors import OutOfMemoryError
+from helios.errors import HeliosError, OutOfMemoryError
 from tests.runtime.kernels import ADD_INPLACE, AXPB, SLOW, groups, slow_iters
 
 
@@ -104,3 +104,88 @@ def test_pool_statistics(runtime):
     assert after["pool_in_use"] >= before["pool_in_use"] + sum(t.nbytes for t in keep)
     assert after["pool_regions"] >= before["pool_regions"]
     assert after["pool_classes"] >= 3 and after["pool_bytes"] >= after["pool_in_use"]
+
+
+# One region per block: a block of 64 KiB holds exactly one tensor of 16384 floats.
+BLOCK = 64 * 1024
+N = BLOCK // 4
+
+
+def _in_flight_pair():
+    """x and y fill two blocks; y is released while the open batch still writes it."""
+    x = rt.from_numpy(np.ones(N, dtype=np.float32))
+    y = rt.empty(N)
+    rt.launch(AXPB, [x, y], {"n": N, "a": 2.0, "c": 0.0}, groups(N))
+    key = y.storage.key
+    del y
+    return x, key
+
+
+def test_a_full_pool_within_budget_grows_instead_of_waiting(private_runtime):
+    r = private_runtime(block_size=BLOCK)
+    x, key = _in_flight_pair()
+    rt.reset_counters()
+    z = rt.empty(N)  # the only free region of the class is in the open batch: waiting would submit it
+    c = rt.counters()
+    assert z.storage.key != key
+    assert c["device_allocs"] == 1 and c["submits"] == 0 and c["host_waits"] == 0
+    assert r.recorder.pending == 1  # recording was not cut short
+    np.testing.assert_array_equal(x.numpy(), np.ones(N, np.float32))
+
+
+def test_over_budget_the_pool_waits_for_an_in_flight_region(private_runtime):
+    private_runtime(block_size=BLOCK, memory_budget=2 * BLOCK)
+    x, key = _in_flight_pair()
+    rt.reset_counters()
+    z = rt.empty(N)
+    c = rt.counters()
+    assert z.storage.key == key and c["device_allocs"] == 0 and c["pool_bytes"] == 2 * BLOCK
+    assert c["host_waits"] + c["submits"] >= 1  # it had to let the device finish the batch
+
+
+def test_over_budget_idle_blocks_are_given_back_before_growing(private_runtime):
+    private_runtime(block_size=BLOCK, memory_budget=2 * BLOCK)
+    a, held = rt.empty(N), rt.empty(N)
+    assert held.storage.key != a.storage.key
+    del a  # its block holds only a free region the device never used
+    c = rt.empty(N // 2)  # another size class: nothing of it to wait for
+    s = rt.counters()
+    assert s["pool_bytes"] == 2 * BLOCK and s["pool_in_use"] == BLOCK + BLOCK // 2
+    rt.fill(c, 3.0)
+    np.testing.assert_array_equal(c.numpy(), np.full(N // 2, 3.0, np.float32))
+
+
+def test_budget_from_the_environment(private_runtime, monkeypatch):
+    monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "3")
+    assert private_runtime().pool.budget == 3 << 20
+    monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "lots")
+    with pytest.raises(HeliosError, match="HELIOS_MEMORY_BUDGET_MB"):
+        private_runtime()
+    monkeypatch.delenv("HELIOS_MEMORY_BUDGET_MB")
+    r = private_runtime()
+    heap = r.info.memory_types[r.pool.memory_types[0]].heap
+    assert r.pool.budget == r.info.memory_heaps[heap][0] * 3 // 4
+
+
+def test_tensors_freed_in_a_step_are_reused_in_the_next(private_runtime):
+    private_runtime()  # a fresh pool, so that every region of the step is the step's own
+    params = [rt.zeros(n) for n in (4096, 128, 65536)]
+
+    def step():
+        acts = [rt.empty(n) for n in (1000, 5000, 20000, 5000, 333)]
+        keys = {a.storage.key for a in acts}
+        for a in acts:
+            rt.fill(a, 1.0)
+            rt.launch(ADD_INPLACE, [a], {"n": a.numel, "c": 1.0}, groups(a.numel))
+        for p in params:
+            rt.launch(ADD_INPLACE, [p], {"n": p.numel, "c": 0.5}, groups(p.numel))
+        assert float(acts[2].numpy()[0]) == 2.0
+        return keys
+
+    first = step()
+    before = rt.counters()
+    for _ in range(3):
+        assert step() == first
+    after = rt.counters()
+    assert after["device_allocs"] == before["device_allocs"] and after["pool_bytes"] == before["pool_bytes"]
+    assert after["pool_regions"] == before["pool_regions"]

@@ -24,7 +24,6 @@ from helios.kernels.attention_common import (
     rows_per_group,
     tile_row,
     uniform_bounds,
-    vec4,
     zero_regs,
 )
 from helios.kernels.attention_forward import attention_flops, capped, dropped, row_bounds
@@ -87,13 +86,10 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
         js = [key_index(b, j0, u, T) for u in range(v.kb_bwd)]
         sp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
         dp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
-        kbuf = [b.local_array(vec4, d.NV, f"kbuf{u}") for u in range(len(js))]  # loaded once, used twice
         with reg_loop(b, v, d) as t:
             c, _ = comp(b, v, d, rw.lane, t)
             ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
             vs = [stream.at(1, tile_row(stream, j, jc), c) for j, jc in js]
-            for kb_, kv in zip(kbuf, ks, strict=True):
-                kb_[t] = kv
             for r in range(RQ):
                 qt, dot_ = q[r][t], dov[r][t]
                 for u in range(v.kb_bwd):
@@ -109,7 +105,9 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
                 row.append(ds)
             dss.append(row)
         with reg_loop(b, v, d) as t:
-            ks = [kb_[t] for kb_ in kbuf]
+            # read again from the staged step (broadcast or shared memory): cheaper than register copies
+            c, _ = comp(b, v, d, rw.lane, t)
+            ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
             for r in range(RQ):
                 a = dq[r][t]
                 for ds, kv in zip(dss[r], ks, strict=True):
@@ -153,14 +151,10 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
             iis = [key_index(b, i0, u, T) for u in range(v.kb_bwd)]
             sp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
             dp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
-            qbuf = [b.local_array(vec4, d.NV, f"qbuf{u}") for u in range(len(iis))]  # loaded once, used twice
-            dobuf = [b.local_array(vec4, d.NV, f"dobuf{u}") for u in range(len(iis))]
             with reg_loop(b, v, d) as t:
                 c, _ = comp(b, v, d, rw.lane, t)
                 qs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in iis]
                 dos = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in iis]
-                for u in range(len(iis)):
-                    qbuf[u][t], dobuf[u][t] = qs[u], dos[u]
                 for r in range(RQ):
                     kt, vt = k[r][t], vv[r][t]
                     for u in range(v.kb_bwd):
@@ -180,7 +174,9 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
                 pzs.append(pr)
                 dss.append(dr)
             with reg_loop(b, v, d) as t:
-                qs, dos = [a[t] for a in qbuf], [a[t] for a in dobuf]
+                c, _ = comp(b, v, d, rw.lane, t)
+                qs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in iis]
+                dos = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in iis]
                 for r in range(RQ):
                     ak, av = dk[r][t], dv[r][t]
                     for u in range(v.kb_bwd):

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helios.kernels.activations import gelu_value
-from helios.spirv import KernelBuilder, Value, boolean, f32, u32
+from helios.spirv import BufferView, KernelBuilder, ScalarType, Value, boolean, f32, u32, vec
+from helios.spirv.grammar import Op
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "beta")
@@ -63,6 +64,29 @@ def declare(b: KernelBuilder) -> Operands:
     push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
     flags = {name: b.spec(name, boolean, False) for name in EPILOGUE_SPECS}
     return Operands(*bufs, **push, flags=flags)
+
+
+U64 = ScalarType("u64", "uint", 64)
+
+
+class Vec4Loader:
+    """vec4<f32> loads from a float buffer, optionally moved as two 64-bit words.
+
+    Mesa 22's lavapipe loads storage buffers one component per invocation in a scalar loop, so a vec4 of
+    f32 costs four trips and a vec2 of u64 (the same 16 bytes) two; on GPUs both are one 128-bit load.
+    """
+
+    def __init__(self, b: KernelBuilder, buf, wide: bool) -> None:
+        self.b, self.buf, self.wide = b, buf, wide
+        if wide:
+            b.m.require_capability("Int64")
+            self.view = BufferView(buf, vec(U64, 2))
+            buf.views[-2] = self.view  # registered so finish() declares it (keys only order the views)
+
+    def __getitem__(self, index4) -> Value:
+        if not self.wide:
+            return self.buf.vec4[index4]
+        return self.b._op(Op.Bitcast, vec(f32, 4), self.view[index4].id)
 
 
 def contiguous(layout: str) -> tuple[str, str]:

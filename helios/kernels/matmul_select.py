@@ -15,9 +15,9 @@ from pathlib import Path
 
 from helios import env
 
-REG = ("reg4x4", "reg8x8", "reg8x16")  # small, medium, large
+REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
 TILED = ("tiled32", "tiled64", "tiled128")
-BLOCKS = {"reg4x4": (32, 32), "reg8x8": (64, 64), "reg8x16": (64, 128),
+BLOCKS = {"reg8x8": (8, 64), "reg16x16": (16, 128), "reg32x16": (32, 128),  # (rows, columns) of C per workgroup
           "tiled32": (32, 32), "tiled64": (64, 64), "tiled128": (128, 128)}
 
 _override: str | None = None
@@ -79,9 +79,15 @@ def set_variant(name: str | None) -> None:
     _override = name
 
 
+def reg_ok(info) -> bool:
+    """Register-blocked tilings pass loads round an 8-invocation workgroup by subgroup broadcasts, so the
+    workgroup must fit in one subgroup."""
+    return info.min_subgroup_size >= 8
+
+
 def table_choice(info, M: int, N: int, batch: int) -> str:
     """The table's tiling for an M x N (x batch) output on this device."""
-    family = REG if info.is_cpu else TILED
+    family = REG if info.is_cpu and reg_ok(info) else TILED
     # Enough workgroups to keep every core (CPU) or a GPU's many multiprocessors busy.
     wanted = 8 if info.is_cpu else 128
     for name in reversed(family):
@@ -93,7 +99,7 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
 
 def choose(info, layout: str, M: int, N: int, K: int, batch: int) -> str:
     """The tiling to run: the forced one, else a stored tuning winner, else the table's."""
-    if _override is not None:
-        return _override
-    tuned = load_tuning(info).get(shape_key(layout, M, N, K, batch))
-    return tuned or table_choice(info, M, N, batch)
+    choice = _override or load_tuning(info).get(shape_key(layout, M, N, K, batch))
+    if choice is None or (choice in REG and not reg_ok(info)):
+        return table_choice(info, M, N, batch)
+    return choice

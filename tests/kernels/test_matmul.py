@@ -3,6 +3,10 @@ epilogues (bias, GELU with pre-activation, residual, alpha, beta accumulation), 
 variant selection (table and stored tuning winners), gradients of a linear layer against PyTorch, and
 spirv-val for every variant.
 
+The large register tiling (reg32x16) is run for vec4 nt only (a linear layer's forward): its shader JITs for
+~10 s on a cold lavapipe, and the same builder code is run for every layout and width at reg8x8 and reg16x16.
+Each epilogue runs once per layout, alternating the register and the tiled kernel.
+
 Tolerance: |C - C_ref| <= 1e-5 * (|op(a)| @ |op(b)|) + 1e-6 elementwise, i.e. relative to the sum of the
 magnitudes of the products (float32 accumulation over K terms; K <= 129 here). Epilogue values add 1e-5
 relative on top (GELU's tanh is a polynomial a few ulp off).
@@ -76,8 +80,12 @@ def _check(got, ref, bound, extra=0.0):
 @pytest.mark.parametrize("tiling", TILINGS)
 @pytest.mark.parametrize("width", ["scalar", "vec4"])
 def test_variant_against_reference(layout, tiling, width):
-    if layout == "tt" and tiling not in ("reg4x4", "tiled32"):
+    if layout == "tt" and tiling not in ("reg8x8", "tiled32"):
         pytest.skip("tt (not used by training) is covered by the small tilings")
+    if tiling == "reg32x16" and (width, layout) != ("vec4", "nt"):
+        # Its shader takes ~10 s to JIT on a cold lavapipe; the same builder code runs at reg8x8/reg16x16 for
+        # every layout and width, so only the forward layer's combination (vec4 nt) is compiled here.
+        pytest.skip("reg32x16 is run for vec4 nt only")
     sel.set_variant(tiling)
     for M, N, K in SHAPES_ANY if width == "scalar" else SHAPES_VEC4:
         assert mm.variant_name(layout, M, N, K, 1).endswith("_scalar") == (width == "scalar")
@@ -96,11 +104,10 @@ EPILOGUES = [
 ]
 
 
-@pytest.mark.parametrize("tiling", ["reg4x4", "tiled32"])
 @pytest.mark.parametrize("layout,M,N,K", [("nt", 33, 65, 12), ("nn", 7, 36, 65), ("tn", 36, 33, 7)])
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "+".join(e))
-def test_epilogues(tiling, layout, M, N, K, epi):
-    sel.set_variant(tiling)
+def test_epilogues(layout, M, N, K, epi):
+    sel.set_variant(["reg8x8", "tiled32"][(EPILOGUES.index(epi) + "nt nn tn".split().index(layout)) % 2])
     rng = np.random.default_rng(1)
     a, b = _operands(layout, M, N, K)
     bias = rng.standard_normal(N).astype(np.float32) if epi.get("bias") else None
@@ -125,7 +132,7 @@ def test_epilogues(tiling, layout, M, N, K, epi):
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
-@pytest.mark.parametrize("tiling", ["reg4x4", "tiled32"])
+@pytest.mark.parametrize("tiling", ["reg8x8", "tiled32"])
 @pytest.mark.parametrize("b_batched", [True, False])
 def test_batched(layout, tiling, b_batched):
     sel.set_variant(tiling)
@@ -140,10 +147,10 @@ def test_batched(layout, tiling, b_batched):
 def test_table_choice_by_device_type():
     class Info:
         def __init__(self, cpu):
-            self.is_cpu = cpu
+            self.is_cpu, self.min_subgroup_size = cpu, 8
 
-    assert sel.table_choice(Info(True), 2048, 1152, 1) == "reg8x16"
-    assert sel.table_choice(Info(True), 7, 9, 1) == "reg4x4"
+    assert sel.table_choice(Info(True), 2048, 1152, 1) == "reg32x16"
+    assert sel.table_choice(Info(True), 7, 9, 1) == "reg8x8"
     assert sel.table_choice(Info(False), 2048, 1152, 1) == "tiled128"
     assert sel.table_choice(Info(False), 64, 64, 1) == "tiled32"
 

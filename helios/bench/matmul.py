@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layouts", default="nn", help="comma-separated of nn, nt, tn, tt (default nn)")
     parser.add_argument("--variant", help="a tiling (reg8x16, tiled128, ...) or 'all'; default: the op's choice")
     parser.add_argument("--repeats", type=int, default=None, help="timed samples per figure (median)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="also report process CPU ms per call (cpu_ms, gflop_per_cpu_s): on a CPU device such as "
+                             "lavapipe this is steadier than wall time when other processes share the cores")
 
 
 def _host(layout: str, M: int, N: int, K: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -75,8 +78,25 @@ def tilings(which: str | None) -> list[str | None]:
     return [which]
 
 
+def cpu_ms(fn, repeats: int) -> float:
+    """Median process CPU time (all threads, lavapipe's workers included) of fn plus a sync, in ms."""
+    import statistics
+    import time
+
+    import helios.runtime as rt
+
+    samples = []
+    for _ in range(repeats):
+        rt.sync()
+        t0 = time.process_time()
+        fn()
+        rt.sync()
+        samples.append((time.process_time() - t0) * 1e3)
+    return statistics.median(samples)
+
+
 def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats: int, torch_mod, cuda: bool,
-                with_numpy: bool = True) -> list[dict]:
+                with_numpy: bool = True, cpu: bool = False) -> list[dict]:
     """Records for one shape and tiling: helios vs numpy, and vs torch when torch_mod is given."""
     import helios.runtime as rt
     from helios.kernels import matmul as mm
@@ -102,9 +122,25 @@ def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats
             ms, ref_ms = time_pair(device_fn, ref_fn, repeats=repeats, warmup=1, cuda_ref=on_cuda)
             out.append(record(f"matmul_{layout}", variant, f"{M}x{N}x{K}", ms, mm.flops(M, N, K),
                               mm.nbytes(M, N, K), ref_name, ref_ms, device=dev))
+        if cpu:
+            c = cpu_ms(device_fn, repeats)
+            for r in out:
+                r.update(cpu_ms=c, gflop_per_cpu_s=mm.flops(M, N, K) / (c * 1e6))
         return out
     finally:
         sel.set_variant(None)
+
+
+def format_records(records: list[dict]) -> str:
+    """The harness table, plus the CPU-time columns when measured."""
+    from helios.bench.harness import format_table
+
+    text = format_table(records)
+    if records and "cpu_ms" in records[0]:
+        text += "\ncpu time per call: " + "; ".join(
+            f"{r['kernel'][7:]} {r['shape']} {r['cpu_ms']:.1f} ms ({r['gflop_per_cpu_s']:.2f} GFLOP/cpu-s)"
+            for r in records if r.get("ref") in ("numpy", None))
+    return text
 
 
 def run(args) -> list[dict]:
@@ -118,5 +154,5 @@ def run(args) -> list[dict]:
     for layout in layouts:
         for M, N, K in shapes:
             for tiling in tilings(args.variant):
-                records.extend(bench_shape(layout, M, N, K, tiling, repeats, torch_mod, cuda))
+                records.extend(bench_shape(layout, M, N, K, tiling, repeats, torch_mod, cuda, cpu=args.cpu))
     return records

@@ -75,8 +75,10 @@ class Runtime:
                                       usage=vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
             self.staging.runtime = self
         self.max_groups = info.max_workgroup_count
-        # (id(kernel or module), variant[, spec items]) -> (kernel or module, pipeline, push packer)
-        self._launches: dict[tuple, tuple] = {}
+        # id(kernel or module) -> {variant or (variant, spec items): (pipeline, push packer, kernel or module)}
+        self._launches: dict[int, dict] = {}
+        mx, my, mz = self.max_groups
+        self._max_x = mx
         self._query_pools: list = []
         self.closed = False
 
@@ -91,25 +93,40 @@ class Runtime:
         name = variant if variant is not None else next(iter(kernel_or_module.variants))
         return kernel_or_module.module(name)
 
-    def _prepare(self, key, kernel_or_module, variant, spec):
-        module = self.module_of(kernel_or_module, variant)
-        pipe = self.pipelines.get(module, spec)
-        # The kernel object is kept in the entry so that its id(), part of the key, is never reused.
-        entry = self._launches[key] = (kernel_or_module, pipe, push_packer(module))
+    def _entry(self, kernel_or_module, variant, spec) -> tuple:
+        """(pipeline, push packer, kernel) for a launch, created on first use."""
+        per_kernel = self._launches.setdefault(id(kernel_or_module), {})
+        key = (variant, tuple(sorted(spec.items()))) if spec else variant
+        entry = per_kernel.get(key)
+        if entry is None:
+            module = self.module_of(kernel_or_module, variant)
+            # The kernel object is kept in the entry so that its id(), the outer key, is never reused.
+            entry = per_kernel[key] = (self.pipelines.get(module, spec), push_packer(module), kernel_or_module)
         return entry
 
     def launch(self, kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None,
                grid=(1, 1, 1), spec: Mapping[str, Any] | None = None, variant: str | None = None) -> None:
         """Record one dispatch; see `helios.runtime.launch`."""
-        key = (id(kernel_or_module), variant) if not spec else \
-            (id(kernel_or_module), variant, tuple(sorted(spec.items())))
-        entry = self._launches.get(key)
+        # The hot path: two dict lookups without building a key, then the common grid shapes.
+        per_kernel = self._launches.get(id(kernel_or_module))
+        entry = per_kernel.get(variant) if per_kernel is not None and not spec else None
         if entry is None:
-            entry = self._prepare(key, kernel_or_module, variant, spec)
-        pipe = entry[1]
+            entry = self._entry(kernel_or_module, variant, spec)
+        pipe = entry[0]
         if len(buffers) != pipe.nbind:
             raise HeliosError(f"kernel {pipe.name!r} has {pipe.nbind} buffer bindings but launch() got "
                               f"{len(buffers)} buffers")
+        if type(grid) is int and 0 < grid <= self._max_x:
+            gx = grid
+            gy = gz = 1
+        else:
+            gx, gy, gz = self._grid(pipe, grid)
+            if not gx:
+                return  # an empty grid does no work
+        self.recorder.dispatch(pipe, buffers, entry[1](push) if pipe.push_size else None, gx, gy, gz)
+
+    def _grid(self, pipe, grid) -> tuple[int, int, int]:
+        """A grid as three counts, checked against the device's limits; (0, 0, 0) when it is empty."""
         if type(grid) is int:
             gx, gy, gz = grid, 1, 1
         elif len(grid) == 3:
@@ -117,16 +134,15 @@ class Runtime:
         else:
             gx, gy, gz = (tuple(grid) + (1, 1))[:3]
         mx, my, mz = self.max_groups
-        if not (0 < gx <= mx and 0 < gy <= my and 0 < gz <= mz):
-            if gx > mx or gy > my or gz > mz:
-                raise HeliosError(
-                    f"kernel {pipe.name!r}: grid ({gx}, {gy}, {gz}) exceeds this device's maximum workgroup "
-                    f"count ({mx}, {my}, {mz}); use a 2-D grid or a grid-stride loop for large tensors")
-            if min(gx, gy, gz) < 0:
-                raise HeliosError(f"kernel {pipe.name!r}: negative grid ({gx}, {gy}, {gz})")
-            return  # an empty grid does no work
-        data = entry[2](push) if pipe.push_size else None
-        self.recorder.dispatch(pipe, buffers, data, gx, gy, gz)
+        if 0 < gx <= mx and 0 < gy <= my and 0 < gz <= mz:
+            return gx, gy, gz
+        if gx > mx or gy > my or gz > mz:
+            raise HeliosError(
+                f"kernel {pipe.name!r}: grid ({gx}, {gy}, {gz}) exceeds this device's maximum workgroup "
+                f"count ({mx}, {my}, {mz}); use a 2-D grid or a grid-stride loop for large tensors")
+        if min(gx, gy, gz) < 0:
+            raise HeliosError(f"kernel {pipe.name!r}: negative grid ({gx}, {gy}, {gz})")
+        return 0, 0, 0
 
     # -- memory --------------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Storage:

@@ -56,10 +56,12 @@ class Timeline(Protocol):
 class Block:
     """One VkDeviceMemory allocation with a VkBuffer over all of it, carved from the bottom up."""
 
-    __slots__ = ("memory", "buffer", "size", "top", "live", "host", "dedicated", "index")
+    __slots__ = ("memory", "buffer", "handle", "size", "top", "live", "host", "dedicated", "index")
 
-    def __init__(self, memory, buffer, size: int, host: np.ndarray | None, dedicated: bool, index: int):
+    def __init__(self, memory, buffer, handle: int, size: int, host: np.ndarray | None, dedicated: bool,
+                 index: int):
         self.memory, self.buffer, self.size = memory, buffer, size
+        self.handle = handle  # the VkBuffer as an integer, as descriptor data holds it
         self.top = 0  # bytes carved so far
         self.live = 0  # regions of this block currently held by tensors
         self.host = host  # uint8 view of the persistent mapping, or None when not host visible
@@ -84,12 +86,13 @@ class Storage:
     for `last_write` only, and the region goes back to the pool tagged with `last_use`.
     """
 
-    __slots__ = ("pool", "region", "buffer", "base", "size", "nbytes", "key", "last_use", "last_write",
+    __slots__ = ("pool", "region", "buffer", "handle", "base", "size", "nbytes", "key", "last_use", "last_write",
                  "__weakref__")
 
     def __init__(self, pool: BufferPool, region: Region, nbytes: int):
         self.pool, self.region = pool, region
         self.buffer = region.block.buffer
+        self.handle = region.block.handle
         self.base = region.offset  # byte offset of the region in `buffer`
         self.size = region.size  # bytes of the region (its size class)
         self.nbytes = nbytes  # bytes asked for; the rest of the region is padding no view reaches
@@ -302,7 +305,8 @@ class BufferPool:
                 vk.vkFreeMemory(dev, memory, None)
             vk.vkDestroyBuffer(dev, buffer, None)
             raise
-        block = Block(memory, buffer, size, host, dedicated, self._next_block)
+        handle = int(self.ffi.cast("uintptr_t", buffer))
+        block = Block(memory, buffer, handle, size, host, dedicated, self._next_block)
         self._next_block += 1
         self.blocks.append(block)
         self.bytes_reserved += size

@@ -19,10 +19,11 @@ from helios.errors import HeliosError
 
 
 class Pipeline:
-    """A compute pipeline with what the recorder needs prebuilt: layout, per-binding access, descriptor writes."""
+    """A compute pipeline with what the recorder needs prebuilt: layout, per-binding access, and a descriptor
+    update template that takes the bound tensors' VkDescriptorBufferInfo bytes, joined in binding order."""
 
-    __slots__ = ("name", "handle", "layout", "set_layout", "set_layout_ptr", "nbind", "access",
-                 "infos", "writes", "push_size", "local_size", "module", "spec", "cache_hit")
+    __slots__ = ("name", "handle", "layout", "set_layout", "set_layout_ptr", "template", "nbind", "access",
+                 "push_size", "local_size", "module", "spec", "cache_hit")
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, bindings={self.nbind}, push={self.push_size}B)"
@@ -140,8 +141,37 @@ class PipelineCache:
             pl_info.pPushConstantRanges = push_range
         layout = ffi.new("VkPipelineLayout*")
         self._ok(self.lib.vkCreatePipelineLayout(dev, pl_info, ffi.NULL, layout), "vkCreatePipelineLayout")
-        found = self._layouts[key] = (set_layout, layout[0])
+        template = self._template(bindings, set_layout[0], layout[0]) if bindings else None
+        found = self._layouts[key] = (set_layout, layout[0], template)
         return found
+
+    def _template(self, bindings: tuple[int, ...], set_layout, layout):
+        """A descriptor update template reading binding k's VkDescriptorBufferInfo at byte 24 * k: one call
+        writes (or pushes) all of a dispatch's descriptors from bytes each tensor computed once."""
+        vk, ffi = self.vk, self.ffi
+        entries = ffi.new("VkDescriptorUpdateTemplateEntry[]", len(bindings))
+        for k, b in enumerate(bindings):
+            entries[k].dstBinding = b
+            entries[k].descriptorCount = 1
+            entries[k].descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+            entries[k].offset = 24 * k
+            entries[k].stride = 24
+        info = ffi.new("VkDescriptorUpdateTemplateCreateInfo*")
+        info.sType = vk.VK_STRUCTURE_TYPE_DESCRIPTOR_UPDATE_TEMPLATE_CREATE_INFO
+        info.descriptorUpdateEntryCount = len(bindings)
+        info.pDescriptorUpdateEntries = entries
+        info.descriptorSetLayout = set_layout
+        if self.push_descriptors:
+            info.templateType = vk.VK_DESCRIPTOR_UPDATE_TEMPLATE_TYPE_PUSH_DESCRIPTORS_KHR
+            info.pipelineBindPoint = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+            info.pipelineLayout = layout
+            info.set = 0
+        else:
+            info.templateType = vk.VK_DESCRIPTOR_UPDATE_TEMPLATE_TYPE_DESCRIPTOR_SET
+        out = ffi.new("VkDescriptorUpdateTemplate*")
+        self._ok(self.lib.vkCreateDescriptorUpdateTemplate(self.device.device, info, ffi.NULL, out),
+                 "vkCreateDescriptorUpdateTemplate")
+        return out[0]
 
     def _create(self, module, spec) -> Pipeline:
         vk, ffi = self.vk, self.ffi
@@ -151,7 +181,7 @@ class PipelineCache:
             if b.access not in ("r", "w", "rw"):
                 raise HeliosError(f"kernel {module.name!r}: binding {b.binding} has access {b.access!r}; "
                                   "expected 'r', 'w' or 'rw'")
-        set_layout_ptr, layout = self._layout(bindings, module.push_size)
+        set_layout_ptr, layout, template = self._layout(bindings, module.push_size)
         shader = self._shader_module(module)
 
         # Every struct a pointer field refers to stays in a local variable until the call returns.
@@ -203,22 +233,13 @@ class PipelineCache:
         pipe.layout = layout
         pipe.set_layout_ptr = set_layout_ptr
         pipe.set_layout = set_layout_ptr[0]
+        pipe.template = template
         pipe.nbind = len(bindings)
         pipe.access = tuple(("r" in a) | (("w" in a) << 1) for a in accesses)  # bit 0 read, bit 1 write
         pipe.push_size = module.push_size
         pipe.local_size = tuple(module.local_size)
         pipe.module = module
         pipe.spec = dict(spec or {})
-        # Descriptor writes built once; the recorder fills buffer/offset/range per dispatch.
-        pipe.infos = ffi.new("VkDescriptorBufferInfo[]", max(1, len(bindings)))
-        pipe.writes = ffi.new("VkWriteDescriptorSet[]", max(1, len(bindings)))
-        for k, b in enumerate(bindings):
-            w = pipe.writes[k]
-            w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-            w.dstBinding = b
-            w.descriptorCount = 1
-            w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-            w.pBufferInfo = pipe.infos + k
         return pipe
 
     def _ok(self, result: int, what: str) -> None:
@@ -263,7 +284,9 @@ class PipelineCache:
             vk.vkDestroyPipeline(dev, pipe.handle, None)
         for handle in self._shader_modules.values():
             vk.vkDestroyShaderModule(dev, handle, None)
-        for set_layout, layout in self._layouts.values():
+        for set_layout, layout, template in self._layouts.values():
+            if template is not None:
+                self.lib.vkDestroyDescriptorUpdateTemplate(dev, template, self.ffi.NULL)
             vk.vkDestroyPipelineLayout(dev, layout, None)
             vk.vkDestroyDescriptorSetLayout(dev, set_layout[0], None)
         vk.vkDestroyPipelineCache(dev, self.handle, None)

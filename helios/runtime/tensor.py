@@ -8,6 +8,7 @@ dropped or released. `numpy()` is the only host read, and waits only for the bat
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable
 
 import numpy as np
@@ -20,6 +21,8 @@ _SUPPORTED = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32), np.
 # numpy's defaults are 64-bit; helios kernels are 32-bit, so from_numpy narrows them (checking ints fit).
 _NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32),
            np.dtype(np.uint64): np.dtype(np.uint32)}
+# A VkDescriptorBufferInfo (buffer, offset, range): a dispatch joins its tensors' into descriptor update data.
+_DESCRIPTOR = struct.Struct("<QQQ").pack
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -54,8 +57,9 @@ class Tensor:
         self.numel = math.prod(shape)
         self.nbytes = self.numel * dtype.itemsize
         lo = storage.base + offset
-        # What the recorder needs per binding, computed once: (region key, first byte, end byte, VkBuffer).
-        self._span = (storage.key, lo, lo + self.nbytes, storage.buffer)
+        # What the recorder needs per binding, computed once: (region key, first byte, end byte, descriptor
+        # bytes). A zero-element tensor still binds a valid range.
+        self._span = (storage.key, lo, lo + self.nbytes, _DESCRIPTOR(storage.handle, lo, self.nbytes or 4))
 
     # -- description ---------------------------------------------------------------------------
     @property

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 class _Lib:
-    """The binding's raw library with vkCmdPipelineBarrier reported to the shadow first."""
+    """The binding's raw library with pipeline barriers reported to the shadow first."""
 
     def __init__(self, lib, shadow: HazardShadow):
         self._lib, self._shadow = lib, shadow
@@ -24,6 +24,10 @@ class _Lib:
     def vkCmdPipelineBarrier(self, cb, src, dst, *rest):
         self._shadow.on_barrier(cb, dst)
         return self._lib.vkCmdPipelineBarrier(cb, src, dst, *rest)
+
+    def vkCmdPipelineBarrier2(self, cb, dependency):
+        self._shadow.on_barrier(cb, None)  # the recorder's barrier2 orders device work only
+        return self._lib.vkCmdPipelineBarrier2(cb, dependency)
 
 
 class HazardShadow:
@@ -75,14 +79,17 @@ class HazardShadow:
             self.entries = [e for e in self.entries if e[4] > self.rec.submitted]
 
     def _dispatch_accesses(self, pipe, buffers, *rest):
-        return [(t._span[3], t._span[1], t._span[2], pipe.access[k]) for k, t in enumerate(buffers)]
+        # A tensor's descriptor bytes start with its VkBuffer handle.
+        return [(int.from_bytes(t._span[3][:8], "little"), t._span[1], t._span[2], pipe.access[k])
+                for k, t in enumerate(buffers)]
 
     def _wrap(self, rec, name: str, accesses) -> None:
         original = getattr(rec, name)
 
         def checked(*args):
             original(*args)  # a barrier it records comes before the command: on_barrier has seen it
-            self._note(name, [(self._id(b), lo, hi, a) for b, lo, hi, a in accesses(*args)])
+            self._note(name, [(b if isinstance(b, int) else self._id(b), lo, hi, a)
+                              for b, lo, hi, a in accesses(*args)])
 
         setattr(rec, name, checked)
 

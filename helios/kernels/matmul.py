@@ -6,7 +6,7 @@ operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn
 Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entry per grid z.
 
 Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
-`reg4x4`, `reg8x8`, `reg8x16` (matmul_reg.py: no shared memory, for lavapipe) and shared-memory tiled
+`reg8x8`, `reg16x16`, `reg32x16` (matmul_reg.py: no shared memory, for lavapipe) and shared-memory tiled
 `tiled32`, `tiled64`, `tiled128` (matmul_tiled.py: for GPUs); `<tiling>` loads vec4s and needs the
 contiguous dimensions to be multiples of 4, `<tiling>_scalar` works for every shape. matmul_select.py
 picks the tiling (tuned winner or table). Epilogue parts are specialization constants.

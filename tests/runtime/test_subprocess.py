@@ -66,6 +66,14 @@ def exercise():
     assert np.array_equal(y.numpy(), 3 * ref + 1 + 5 + 1), y.numpy()[:4]
     assert np.array_equal(arena.numpy()[256:512], ref[:256])
     assert np.array_equal(half.numpy(), np.ones(7, np.float16)) and t.ms >= 0
+    # Odd sizes with uploads, kernels and reads interleaved (the staging race seen on an H100).
+    for n in (16929, 16931, 4097):
+        a = np.arange(n, dtype=np.float32)
+        ta, tb, out = rt.from_numpy(a), rt.from_numpy(a[::-1].copy()), rt.empty(n)
+        rt.launch(ADD, [ta, tb, out], {"n": n}, groups(n))
+        assert np.array_equal(out.numpy(), a + a[::-1])
+        rt.launch(AXPB, [out, ta], {"n": n, "a": 1.0, "c": 1.0}, groups(n))
+        assert np.array_equal(tb.numpy(), a[::-1]) and np.array_equal(ta.numpy(), a + a[::-1] + 1)
     rt.sync()
 
 exercise()

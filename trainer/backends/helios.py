@@ -17,6 +17,7 @@ import numpy as np
 
 import autograd
 from autograd.nn import GPT, GPTConfig
+from autograd.nn.decode import KVCache
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
@@ -108,13 +109,23 @@ class HeliosBackend(Backend):
         if not ids:
             raise ValueError("generate needs a non-empty prompt")
         out: list[int] = []
+        block = self.cfg.block_size
+        # A KV cache makes each token cost one row per layer instead of the whole context; once the
+        # context passes block_size the window slides, positions shift, and the cache is refilled.
+        cache = KVCache(self.model) if KVCache.supports(self.model.cfg) else None
         self.model.eval()
         try:
             with autograd.no_grad():
                 for _ in range(n):
-                    context = np.asarray([ids[-self.cfg.block_size:]], dtype=np.int32)
-                    logits = self.model(autograd.tensor(context))
-                    last = logits.data.reshape(-1, self.cfg.vocab_size).numpy()[-1].astype(np.float64)
+                    if cache is None:
+                        context = np.asarray([ids[-block:]], dtype=np.int32)
+                        logits = self.model(autograd.tensor(context)).data
+                    elif cache.length and cache.length < block:
+                        logits = cache.feed(ids[-1:])
+                    else:
+                        cache.reset()
+                        logits = cache.feed(ids[-block:])
+                    last = logits.reshape(-1, self.cfg.vocab_size).numpy()[-1].astype(np.float64)
                     token = sample_logits(last, temperature, top_k, rng)
                     ids.append(token)
                     out.append(token)

@@ -1,0 +1,87 @@
+"""Incremental decoding for GPT: a cache of each layer's fused QKV rows, so a new token costs one row.
+
+Generation without a cache recomputes every projection of the whole context for each new token. Here
+each layer keeps the QKV rows of the tokens seen so far; a step projects only the new rows (written
+straight into the cache), attends over the cached rows with the flash-attention kernel, and runs the
+rest of the block and the LM head on the new rows only. Inference only: helios ops on raw tensors, no
+tape. Logits match `GPT.forward` up to float rounding (the matmuls run at other shapes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autograd.nn.gpt import GPT
+from autograd.nn.layers import LayerNorm
+
+
+class KVCache:
+    """Per-layer QKV rows of up to `block_size` positions for one sequence; `feed` appends tokens."""
+
+    def __init__(self, model: GPT):
+        from helios import runtime as rt
+
+        cfg = model.cfg
+        self.model, self.cfg = model, cfg
+        self.width = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
+        self.rows = [rt.empty((cfg.block_size, self.width)) for _ in range(cfg.n_layer)]
+        self.length = 0
+
+    @staticmethod
+    def supports(cfg) -> bool:
+        """Row views must start on 16-byte boundaries: widths that are a multiple of 4 floats."""
+        width = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
+        return cfg.n_embd % 4 == 0 and width % 4 == 0 and (cfg.n_head * cfg.head_dim) % 4 == 0
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def feed(self, ids) -> object:
+        """Append token ids (1-D) at the next positions; returns the last position's logits, [1, vocab]."""
+        from helios import ops
+        from helios import runtime as rt
+
+        cfg, model = self.cfg, self.model
+        ids = np.ascontiguousarray(np.asarray(ids, dtype=np.int32).reshape(1, -1))
+        n, p0 = ids.shape[1], self.length
+        t = p0 + n
+        if n == 0 or t > cfg.block_size:
+            raise ValueError(f"feed: {n} tokens after {p0} cached do not fit block_size {cfg.block_size}")
+        C, W, H, Hkv, D = cfg.n_embd, self.width, cfg.n_head, cfg.kv_heads, cfg.head_dim
+        llama = cfg.arch == "llama"
+        pos = None if llama else model.wpe.weight.data.view(p0 * C, (cfg.block_size - p0, C))
+        x = ops.embedding(rt.from_numpy(ids), model.wte.weight.data, pos)  # [n, C]
+        for block, cache in zip(model.h, self.rows, strict=True):
+            attn = block.attn
+            _linear(_norm(block.ln_1, x), attn.c_attn, out=cache.view(p0 * W, (n, W)))
+            qkv = cache.view(0, (1, t, W))
+            if attn.rope_base is not None:  # cached rows stay unrotated; positions 0..t-1 rotated each step
+                qkv = ops.rope(qkv, H, Hkv, D, attn.rope_base)
+            o, _ = ops.flash_attention(qkv, 1, t, H, Hkv, D, softcap=attn.softcap)
+            x = _linear(o.view(p0 * H * D, (n, H * D)), attn.c_proj, residual=x)
+            h = _norm(block.ln_2, x)
+            mlp = block.mlp
+            if llama:
+                x = _linear(ops.swiglu(_linear(h, mlp.w_gate), _linear(h, mlp.w_up)), mlp.w_down, residual=x)
+            else:
+                x = _linear(_linear(h, mlp.c_fc, gelu=True), mlp.c_proj, residual=x)
+        self.length = t
+        last = _norm(model.ln_f, x.view((n - 1) * C, (1, C)))
+        head = model.wte.weight if cfg.tie_embeddings else model.lm_head.weight
+        return ops.matmul(last, head.data, trans_b=True)
+
+
+def _linear(x, layer, *, residual=None, gelu: bool = False, out=None):
+    from helios import ops
+
+    bias = layer.bias.data if layer.bias is not None else None
+    return ops.matmul(x, layer.weight.data, trans_b=True, bias=bias, gelu=gelu, residual=residual, out=out)
+
+
+def _norm(layer, x):
+    from helios import ops
+
+    if isinstance(layer, LayerNorm):
+        bias = layer.bias.data if layer.bias is not None else None
+        return ops.layernorm(x, layer.weight.data, bias, layer.eps)[0]
+    return ops.rmsnorm(x, layer.weight.data, layer.eps)[0]

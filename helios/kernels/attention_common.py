@@ -15,9 +15,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from helios.kernels.rows import U64, WideView
-from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, vec
-from helios.spirv.grammar import Op, Scope
+from helios.kernels.rows import WideView
+from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, u64, vec
 
 vec4 = vec(f32, 4)
 NEG = -1.0e30  # "minus infinity" for running maxima: finite, so exp(NEG - NEG) never makes a NaN
@@ -42,8 +41,7 @@ class _WideBuffer:
     the cost of every load."""
 
     def __init__(self, b: KernelBuilder, binding: int) -> None:
-        b.m.require_capability("Int64")
-        self.vec4 = WideView(b, b.buffer(binding, U64, "r"))
+        self.vec4 = WideView(b, b.buffer(binding, u64, "r"))
 
 
 def input_buffer(b: KernelBuilder, v: Variant, binding: int):
@@ -174,14 +172,8 @@ def reg_loop(b: KernelBuilder, v: Variant, d: Decl):
     """Loop over a lane's register slots t < NV: unrolled for "tiled" (registers on GPUs); for "rowwise" a
     real loop marked DontUnroll, since lavapipe's compile time explodes on the unrolled RQ-row bodies
     (16 s instead of 2 s at RQ = 8) and indexing its register arrays dynamically costs little there."""
-    if v.unroll:
-        with b.for_range(0, d.NV, unroll=True) as t:
-            yield t
-        return
-    counter = b.var(u32, 0)
-    # for_range has no DontUnroll hint; _open_loop(..., unroll=None) emits it.
-    with b._open_loop(lambda: counter.load() < d.NV, None, lambda: counter.store(counter.load() + 1)):
-        yield counter.load()
+    with b.for_range(0, d.NV, unroll=bool(v.unroll)) as t:
+        yield t
 
 
 def zero_regs(b: KernelBuilder, v: Variant, d: Decl, *arrays) -> None:
@@ -195,15 +187,6 @@ def row_regs(b: KernelBuilder, v: Variant, d: Decl, name: str) -> list:
     """One NV-slot vec4 register array per row of the invocation (regs[r][t]). Separate small arrays,
     not one RQ * NV array: lavapipe's compile time grows with the size of dynamically indexed arrays."""
     return [b.local_array(vec4, d.NV, f"{name}{r}") for r in range(v.rq)]
-
-
-def subgroup_broadcast(b: KernelBuilder, x: Value, lane: Value) -> Value:
-    """x of subgroup lane `lane` (dynamically uniform; SPIR-V 1.5 allows a non-constant id).
-
-    The DSL has no subgroup_broadcast yet, so the instruction is emitted here through the builder's _op.
-    """
-    b.m.require_capability("GroupNonUniformBallot")
-    return b._op(Op.GroupNonUniformBroadcast, x.type, b.m.constant(u32, Scope.Subgroup), x.id, lane.id)
 
 
 class Stream:
@@ -235,7 +218,7 @@ class Stream:
         if not self.bcast:
             return buf[base + b.min(j0 + u, T - 1)]
         mine = buf[base + b.min(j0 + self.sl % self.kb, T - 1)]
-        return subgroup_broadcast(b, mine, b.const(u, u32))
+        return b.subgroup_broadcast(mine, u)
 
     def load(self, k: int, row: Value, c: Value) -> Value:
         """Component c of row `row` of operand k, from the device buffer."""
@@ -245,7 +228,8 @@ class Stream:
         """Component c of row j (clamped for plain "rowwise", unclamped otherwise) of operand k."""
         if self.bcast:
             e = (j - self.t0) * self.d.D4 + c
-            return subgroup_broadcast(self.b, self.slots[k][e / self.sg], e % self.sg)
+            # e is the same in every lane (uniform j and c), so its lane is a valid broadcast id
+            return self.b.subgroup_broadcast(self.slots[k][e / self.sg], e % self.sg)
         if self.shared is None:
             return self.load(k, j, c)
         return self.shared[k][(j - self.t0) * self.d.D4 + c]

@@ -6,7 +6,7 @@ stored values, written once and emitted for scalars or for vec4s. Variants:
 - "scalar": one element per invocation;
 - "vec4": one vec4 per invocation over the first n - n % 4 elements, and the last n % 4 elements by
   scalar invocations that follow them in the same dispatch (a scalar tail), so any n works;
-- "u64x2": 4 floats per invocation moved as two 64-bit words (faster on lavapipe, see U64); n % 4 == 0.
+- "u64x2": 4 floats per invocation moved as two 64-bit words (faster on lavapipe, see _load); n % 4 == 0.
 Broadcast kernels add "row_*" (operand b is a row vector [N] repeated over rows) and "col_*" (operand b is
 a column [..., 1], one value per row) variants; their 4-wide forms need N % 4 == 0.
 
@@ -23,8 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from helios.runtime import Tensor, copy, empty, launch
-from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, f32, u32, vec
-from helios.spirv.grammar import Op
+from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, f32, u32, u64, vec
 
 LOCAL = 256  # invocations per workgroup; a multiple of every subgroup size in use (8 .. 64)
 ACCESS: str | None = None  # force "scalar", "vec4" or "u64x2" (tests); None: the best the device and shape allow
@@ -61,15 +60,10 @@ def grid_2d(items: int, local: int = LOCAL) -> tuple[int, int, int]:
 
 
 # -- the generic map -------------------------------------------------------------------------------
-# 64-bit words. Mesa 22's lavapipe loads and stores storage buffers one component per invocation in a loop,
-# so moving 4 floats as two u64 components instead of four f32 ones costs about half (measured 1.8x less CPU
-# per element). On GPUs the f32 vec4 access is the natural 128-bit load, so "u64x2" is a lavapipe variant.
-U64 = ScalarType("u64", "uint", 64)
-
-
-def _bitcast(b: KernelBuilder, x: Value, dtype) -> Value:
-    """Reinterpret x as dtype of the same total size (b.bitcast keeps the component count; this need not)."""
-    return b._op(Op.Bitcast, dtype, x.id)
+# "u64x2" moves 4 floats as two 64-bit words (buffers declared u64, bitcast to and from vec4<f32>). Mesa 22's
+# lavapipe loads and stores storage buffers one component per invocation in a loop, so two u64 components
+# instead of four f32 ones cost about half (measured 1.8x less CPU per element). On GPUs the f32 vec4 access
+# is the natural 128-bit load, so "u64x2" is a lavapipe variant.
 
 
 def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode: str, cols: Value | None) -> Value:
@@ -81,7 +75,7 @@ def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode:
         return buf[k]
     if access == "vec4":
         return buf.vec4[k]
-    return _bitcast(b, buf.vec2[k], vec(dtype, 4))
+    return b.bitcast(buf.vec2[k], vec(dtype, 4))
 
 
 def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str) -> None:
@@ -90,7 +84,7 @@ def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str) -> None:
     elif access == "vec4":
         buf.vec4[i] = value
     else:
-        buf.vec2[i] = _bitcast(b, value, vec(U64, 2))
+        buf.vec2[i] = b.bitcast(value, vec(u64, 2))
 
 
 def _emit_item(b, bufs_in, dtypes, bufs_out, i: Value, access: str, bcast: str, cols, params, body, inplace):
@@ -119,13 +113,11 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
     def build(b: KernelBuilder, v: Variant) -> None:
         b.local_size(LOCAL)
         access, bcast = v.access, v.get("bcast", "full")
-        wide = access == "u64x2"
-        if wide:
-            b.m.require_capability("Int64")
+        wide = access == "u64x2"  # u64 buffers: the builder declares Int64
 
         def declare(k, t, how):
             narrow = not wide or (bcast == "col" and k == len(inputs) - 1)  # a column is read one value at a time
-            return b.buffer(k, t if narrow else U64, how)
+            return b.buffer(k, t if narrow else u64, how)
 
         bufs_in = [declare(k, t, "rw" if inplace and k == 0 else "r") for k, t in enumerate(inputs)]
         bufs_out = [declare(len(inputs) + k, t, "w") for k, t in enumerate(outputs)]

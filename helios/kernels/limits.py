@@ -15,11 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from helios.runtime import Tensor, empty, launch
-from helios.spirv import Kernel, KernelBuilder, ScalarType, Variant, f32, u32, vec
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32, u64, vec
 
 WG = 64
 INNER = 16  # FMAs per chain per loop iteration
-U64 = ScalarType("u64", "uint", 64)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -51,9 +50,7 @@ def build_fma(b: KernelBuilder, v: Variant) -> None:
 def build_copy(b: KernelBuilder, v: Variant) -> None:
     b.local_size(WG)
     wide = v.access == "u64x2"
-    if wide:
-        b.m.require_capability("Int64")
-    t = U64 if wide else f32
+    t = u64 if wide else f32
     x, y = b.buffer(0, t, "r"), b.buffer(1, t, "w")
     n4 = b.push("n4", u32)
     i = b.global_id(0) + b.global_id(1) * b.num_workgroups(0) * WG

@@ -27,7 +27,7 @@ from helios.kernels.rows import (
     rows_of,
 )
 from helios.runtime import Tensor, empty, fill, launch
-from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32, u64
 
 ALL_LOCAL = 256  # reduce_all / sum_rows workgroup size
 # This module defines the ops `sum` and `max`; Python's own are used under these names.
@@ -181,9 +181,7 @@ def build_sum_rows(b: KernelBuilder, v: Variant) -> None:
     """
     b.local_size(ALL_LOCAL)
     wide = v.get("wide", False)
-    if wide:
-        b.m.require_capability("Int64")
-    dtype = rowlib.U64 if wide else f32
+    dtype = u64 if wide else f32
     x, y = b.buffer(0, dtype, "r"), b.buffer(1, dtype, "rw")
     y2 = b.buffer(2, dtype, "rw") if v.pair else None
     rows, cols, chunk = b.push("rows", u32), b.push("cols", u32), b.push("chunk", u32)

@@ -19,8 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from helios.spirv import KernelBuilder, ScalarType, Value, f32, u32, vec
-from helios.spirv.grammar import Op
+from helios.spirv import KernelBuilder, Value, f32, u32, u64, vec
 
 SG_LOCAL = 64  # "sg": invocations per workgroup (a multiple of every subgroup size up to 64)
 WG_LOCAL = 256  # "wg": one row per workgroup of this many invocations
@@ -38,8 +37,7 @@ CACHE: int | None = None  # tests force 0 (streaming) or a tier; None picks the 
 # Mesa 22's lavapipe moves storage-buffer data one component per invocation in a scalar loop (with a
 # store-forwarding stall per component), so 4 floats moved as two 64-bit words cost about half as much as
 # four f32 components. "u64x2" variants do that; on GPUs the f32 vec4 is the natural 128-bit access.
-U64 = ScalarType("u64", "uint", 64)
-F32X4, U64X2 = vec(f32, 4), vec(U64, 2)
+F32X4, U64X2 = vec(f32, 4), vec(u64, 2)
 
 
 class WideView:
@@ -51,10 +49,10 @@ class WideView:
         self.b, self.words = b, buf.vec2
 
     def __getitem__(self, k) -> Value:
-        return self.b._op(Op.Bitcast, F32X4, self.words[k].id)
+        return self.b.bitcast(self.words[k], F32X4)
 
     def __setitem__(self, k, value: Value) -> None:
-        self.words[k] = self.b._op(Op.Bitcast, U64X2, value.id)
+        self.words[k] = self.b.bitcast(value, U64X2)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -98,8 +96,6 @@ class RowLayout:
 
     def __init__(self, b: KernelBuilder, layout: str, vec: int = 1, cache: int = 0, wide: bool = False) -> None:
         self.b, self.layout, self.vec, self.cache, self.wide = b, layout, vec, cache, wide
-        if wide:
-            b.m.require_capability("Int64")
         group, groups = flat_group(b)
         if layout == "sg":
             b.local_size(SG_LOCAL)
@@ -122,7 +118,7 @@ class RowLayout:
 
     def buffer(self, binding: int, access: str):
         """A buffer of row data (read through `view`): f32, or u64 words in the "u64x2" variants."""
-        return self.b.buffer(binding, U64 if self.wide else f32, access)
+        return self.b.buffer(binding, u64 if self.wide else f32, access)
 
     def view(self, buf):
         """The buffer as this variant's units: f32, vec4<f32>, or vec4<f32> moved as u64 words."""

@@ -133,7 +133,7 @@ class KernelBuilder(ControlFlow, Intrinsics):
         if access not in ACCESS:
             raise SpirvError(f"buffer access must be one of {ACCESS}, got {access!r}")
         if not isinstance(dtype, ScalarType) or dtype.is_bool:
-            raise SpirvError(f"buffers hold f32, f16, i32 or u32, not {dtype!r}")
+            raise SpirvError(f"buffers hold f32, f16, i32, u32 or u64, not {dtype!r}")
         if binding in self._buffers:
             raise SpirvError(f"binding {binding} is declared twice")
         buf = Buffer(self, binding, dtype, access)

@@ -2,9 +2,12 @@
 
     with b.if_(cond): ...            # OpSelectionMerge + OpBranchConditional
     with b.else_(): ...              # optional; must directly follow the if_ block
-    with b.for_range(lo, hi, step=1, unroll=False) as k: ...   # k runs lo, lo+step, ... < hi
+    with b.for_range(lo, hi, step=1) as k: ...   # k runs lo, lo+step, ... < hi
     with b.while_(lambda: cond) as lp: ...   # cond is re-evaluated before every iteration
     with b.loop() as lp: ...         # runs until lp.break_() / lp.break_if(cond)
+
+Every loop takes `unroll`: True asks the driver to unroll it (LoopControl Unroll), False asks it not to
+(DontUnroll), None (the default) leaves the choice to the driver.
 
 Inside any loop, `lp.break_()`, `lp.break_if(cond)`, `lp.continue_()`, `lp.continue_if(cond)` (or
 `b.break_()`, `b.break_if(cond)`, `b.continue_()` for the innermost loop, including for_range).
@@ -134,20 +137,23 @@ class ControlFlow:
         self._emit(Op.Return)
 
     # -- loops -----------------------------------------------------------------------------------
-    def _loop_control(self, unroll: bool | None) -> int:
-        if unroll is True:
-            return g.LoopControl.Unroll
-        if unroll is False:
+    @staticmethod
+    def _loop_control(unroll: bool | None) -> int:
+        """The LoopControl mask of an unroll request: True Unroll, False DontUnroll, None no hint."""
+        if unroll is None:
             return g.LoopControl.None_
-        return g.LoopControl.DontUnroll
+        if not isinstance(unroll, bool):
+            raise SpirvError(f"unroll must be True, False or None, got {unroll!r}")
+        return g.LoopControl.Unroll if unroll else g.LoopControl.DontUnroll
 
     @contextmanager
     def _open_loop(self: KernelBuilder, cond_fn: Callable[[], Value] | None, unroll: bool | None,
                    step_fn: Callable[[], None] | None = None) -> Iterator[Loop]:
+        control = self._loop_control(unroll)
         header, check, body, cont, merge = (self.m.new_id() for _ in range(5))
         self._branch(header)
         self._label(header)
-        self._emit(Op.LoopMerge, merge, cont, self._loop_control(unroll))
+        self._emit(Op.LoopMerge, merge, cont, control)
         self._emit(Op.Branch, check)
         self._label(check)
         if cond_fn is None:
@@ -168,12 +174,13 @@ class ControlFlow:
         self._label(merge)
 
     @contextmanager
-    def for_range(self: KernelBuilder, start, stop, step=1, unroll: bool = False) -> Iterator[Value]:
+    def for_range(self: KernelBuilder, start, stop, step=1, unroll: bool | None = None) -> Iterator[Value]:
         """Loop k = start, start+step, ... while k < stop (k > stop for a negative literal step).
 
         Bounds may be ints or Values (spec constants, push constants, ...); k has their type (u32 if
-        all are Python ints and none is negative). unroll=True adds the Unroll loop hint; for a
-        fully unrolled loop with Python-int indices use a plain Python `for` instead.
+        all are Python ints and none is negative). unroll: True adds the Unroll hint, False DontUnroll
+        (keeps a loop with a known trip count a loop, e.g. on lavapipe, whose compile time grows with
+        unrolled bodies), None no hint. For full unrolling with Python-int indices use a Python `for`.
         """
         typed = [x.type for x in (start, stop, step) if isinstance(x, Value)]
         if typed:
@@ -199,21 +206,22 @@ class ControlFlow:
             k = counter.load()
             counter.store(k - step if descending else k + step)
 
-        with self._open_loop(cond, unroll if unroll else False, advance) as _lp:
+        with self._open_loop(cond, unroll, advance):
             yield counter.load()
 
     @contextmanager
-    def while_(self: KernelBuilder, cond_fn: Callable[[], Value], unroll: bool = False) -> Iterator[Loop]:
-        """Loop while cond_fn() is true; cond_fn is called once to emit the test before each iteration."""
+    def while_(self: KernelBuilder, cond_fn: Callable[[], Value], unroll: bool | None = None) -> Iterator[Loop]:
+        """Loop while cond_fn() is true; cond_fn is called once to emit the test before each iteration.
+        unroll as in for_range."""
         if not callable(cond_fn):
             raise SpirvError("while_ takes a function returning the condition, e.g. b.while_(lambda: k.value < n)")
         with self._open_loop(cond_fn, unroll) as lp:
             yield lp
 
     @contextmanager
-    def loop(self: KernelBuilder) -> Iterator[Loop]:
-        """Loop until lp.break_() or lp.break_if(cond)."""
-        with self._open_loop(None, False) as lp:
+    def loop(self: KernelBuilder, unroll: bool | None = None) -> Iterator[Loop]:
+        """Loop until lp.break_() or lp.break_if(cond); unroll as in for_range."""
+        with self._open_loop(None, unroll) as lp:
             yield lp
 
     def _innermost(self: KernelBuilder) -> Loop:

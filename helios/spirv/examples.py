@@ -3,7 +3,7 @@
 - example_add: y = a + b, as scalars or as vec4s of the same buffers (tail done in scalars).
 - example_reduce_shared: per-workgroup sums through a shared-memory tree (workgroup size a spec constant).
 - example_reduce_subgroup: per-subgroup sums with subgroup_add.
-- example_row_sum: one invocation per row, summing with for_range.
+- example_row_sum: one invocation per row, summing with for_range (variants: no loop hint, Unroll, DontUnroll).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def build_row_sum(b: KernelBuilder, v: Variant) -> None:
 
 ROW_SUM = Kernel(
     "example_row_sum", build_row_sum,
-    variants={"plain": {"unroll": False}, "unroll": {"unroll": True}},
+    variants={"plain": {"unroll": None}, "unroll": {"unroll": True}, "dont_unroll": {"unroll": False}},
     grid=lambda rows: (max(1, ceil_div(rows, 32)), 1, 1),
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * rows * (cols + 1),
 )

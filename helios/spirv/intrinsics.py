@@ -170,17 +170,27 @@ class Intrinsics:
             op = Op.ConvertSToF if src.kind == "int" else Op.ConvertUToF
         elif src.width == dtype.width:
             op = Op.Bitcast  # i32 <-> u32: same bits
-        else:
+        elif src.width > dtype.width:  # truncation; OpUConvert's result must be unsigned
+            op = Op.SConvert if dtype.kind == "int" else Op.UConvert
+        else:  # extension by the source's signedness (the only wider type, u64, is unsigned)
             op = Op.SConvert if src.kind == "int" else Op.UConvert
         return self._op(op, dst, x.id)
 
-    def bitcast(self: KernelBuilder, x: Value, dtype: ScalarType) -> Value:
-        """Reinterpret the bits of x as dtype (same width)."""
+    def bitcast(self: KernelBuilder, x: Value, dtype: DType) -> Value:
+        """Reinterpret the bits of x as dtype. A vector dtype is taken as is: any type of the same total
+        width whose component counts divide one another (vec(f32, 4) <-> vec(u64, 2), vec(u32, 2) <-> u64).
+        A scalar dtype keeps x's component count (bitcast(vec4<f32>, u32) is a vec4<u32>) unless only
+        the scalar itself matches x's width (bitcast(vec2<u32>, u64) is a u64)."""
         if isinstance(dtype, VectorType):
-            dtype = dtype.elem
-        dst = with_count(dtype, x.type.count)
-        if dst.size != x.type.size or dtype.is_bool or x.type.is_bool:
-            raise SpirvError(f"cannot bitcast {x.type.name} to {dst.name}: sizes differ or bool")
+            dst = dtype
+        else:
+            dst = with_count(dtype, x.type.count)
+            if dst.size != x.type.size and dtype.size == x.type.size:
+                dst = dtype
+        counts = sorted((dst.count, x.type.count))
+        if dst.size != x.type.size or counts[1] % counts[0] or dst.is_bool or x.type.is_bool:
+            raise SpirvError(f"cannot bitcast {x.type.name} to {dst.name}: the total widths differ, one "
+                             f"component count is not a multiple of the other, or a type is bool")
         return x if dst == x.type else self._op(Op.Bitcast, dst, x.id)
 
     # -- vectors ---------------------------------------------------------------------------------
@@ -247,6 +257,29 @@ class Intrinsics:
         mask = self._as_value(mask, u32)
         self.m.require_capability("GroupNonUniformShuffle")
         return self._op(Op.GroupNonUniformShuffleXor, x.type, self._subgroup_scope(), x.id, mask.id)
+
+    def _lane(self: KernelBuilder, lane, what: str) -> Value:
+        """A subgroup invocation id as a u32 Value (ints become constants; i32 Values are reinterpreted)."""
+        lane = self._as_value(lane, u32)
+        if lane.type not in (u32, i32):
+            raise SpirvError(f"{what}: the lane must be a u32 or i32 scalar, got {lane.type.name}")
+        return self.bitcast(lane, u32)
+
+    def subgroup_broadcast(self: KernelBuilder, x, lane) -> Value:
+        """x from subgroup invocation `lane` (an int, or a Value that is the same in every active
+        invocation: a constant, spec or push constant, or a uniform loop counter). The lane must be
+        active. For a lane that differs between invocations use subgroup_shuffle."""
+        x = self._as_value(x, None)
+        lane = self._lane(lane, "subgroup_broadcast")
+        self.m.require_capability("GroupNonUniformBallot")
+        return self._op(Op.GroupNonUniformBroadcast, x.type, self._subgroup_scope(), x.id, lane.id)
+
+    def subgroup_shuffle(self: KernelBuilder, x, lane) -> Value:
+        """x from subgroup invocation `lane`, which may differ per invocation (it must be active)."""
+        x = self._as_value(x, None)
+        lane = self._lane(lane, "subgroup_shuffle")
+        self.m.require_capability("GroupNonUniformShuffle")
+        return self._op(Op.GroupNonUniformShuffle, x.type, self._subgroup_scope(), x.id, lane.id)
 
     def subgroup_broadcast_first(self: KernelBuilder, x) -> Value:
         """x from the lowest-numbered active invocation of the subgroup."""

@@ -55,12 +55,13 @@ def scalar_words(dtype: ScalarType, value) -> list[int]:
             return [struct.unpack("<I", struct.pack("<f", float(value)))[0]]
         if dtype.width == 16:
             return [struct.unpack("<H", struct.pack("<e", float(value)))[0]]
-    elif dtype.kind in ("int", "uint"):
-        v = int(value)
-        lo, hi = (-(1 << 31), (1 << 31) - 1) if dtype.kind == "int" else (0, (1 << 32) - 1)
+    elif dtype.kind in ("int", "uint") and dtype.width in (32, 64):
+        v, w = int(value), dtype.width
+        lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if dtype.kind == "int" else (0, (1 << w) - 1)
         if not lo <= v <= hi:
             raise SpirvError(f"constant {value!r} does not fit in {dtype.name}")
-        return [v & 0xFFFFFFFF]
+        v &= (1 << w) - 1
+        return [v & 0xFFFFFFFF] if w == 32 else [v & 0xFFFFFFFF, v >> 32]  # low-order word first
     raise SpirvError(f"no literal encoding for {dtype!r}")
 
 
@@ -186,8 +187,8 @@ class Module:
         return self._intern(("bool",), g.Op.TypeBool)
 
     def type_int(self, width: int, signed: bool) -> int:
-        if width == 16:
-            self.require_capability("Int16")
+        if width in (16, 64):
+            self.require_capability(f"Int{width}")
         return self._intern(("int", width, signed), g.Op.TypeInt, width, int(signed))
 
     def type_float(self, width: int) -> int:

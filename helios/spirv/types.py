@@ -1,4 +1,4 @@
-"""Data types of kernel values: scalars (f32, f16, i32, u32, boolean) and vectors (vec(f32, 4))."""
+"""Data types of kernel values: scalars (f32, f16, i32, u32, u64, boolean) and vectors (vec(f32, 4))."""
 
 from __future__ import annotations
 
@@ -90,9 +90,10 @@ f32 = ScalarType("f32", "float", 32)
 f16 = ScalarType("f16", "float", 16)
 i32 = ScalarType("i32", "int", 32)
 u32 = ScalarType("u32", "uint", 32)
+u64 = ScalarType("u64", "uint", 64)  # needs the Int64 capability (shaderInt64), declared when the type is used
 boolean = ScalarType("bool", "bool", 32)
 
-SCALARS = {t.name: t for t in (f32, f16, i32, u32, boolean)}
+SCALARS = {t.name: t for t in (f32, f16, i32, u32, u64, boolean)}
 
 
 @cache

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helios.spirv import SpirvError, build_module, f32, i32, u32
+from helios.device import get_device
+from helios.spirv import SpirvError, build_module, f32, i32, u32, u64, vec
 from tests.spirv.direct_launch import build_and_run, launch
 
 SIZES = [1, 7, 33, 513]
@@ -101,6 +102,81 @@ def test_casts_bitcast_and_bool_logic(n):
     np.testing.assert_array_equal(f[:, 2], (((x > 0) & ~(x > 2)) | (x == -1)).astype(np.float32))
     np.testing.assert_array_equal(u[:, 0], x.view(np.uint32))
     np.testing.assert_array_equal(u[:, 1], k.view(np.uint32))
+
+
+def skip_without_int64() -> None:
+    if not get_device().info.int64:
+        pytest.skip("device lacks shaderInt64")
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_u64_arithmetic_constants_and_casts(n):
+    skip_without_int64()
+
+    def build(b):
+        b.local_size(64)
+        a, out, out32 = b.buffer(0, u64, "r"), b.buffer(1, u64, "w"), b.buffer(2, u32, "w")
+        i = b.global_id(0)
+        with b.if_(i < b.push("n", u32)):
+            x, i64 = a[i], b.cast(i, u64)
+            out[i * 5] = x * 3 + 0x1_0000_0001  # wraps mod 2**64; a constant wider than 32 bits
+            out[i * 5 + 1] = (x >> 32) | (i64 << 40)
+            out[i * 5 + 2] = b.cast(b.cast(i, i32) - 5, u64)  # i32 -> u64 sign-extends
+            out[i * 5 + 3] = b.bitcast(b.vector(i, b.const(7, u32)), u64)  # vec2<u32> -> u64: (7 << 32) | i
+            out[i * 5 + 4] = b.select(x > 0xFFFF_FFFF_0000_0000, x, i64)
+            out32[i * 2] = b.cast(x, u32)  # truncates
+            out32[i * 2 + 1] = b.bitcast(b.cast(x ^ 0xFFFF_FFFF, i32), u32)
+
+    mod = build_module("t", lambda b, v: build(b))
+    assert "Int64" in mod.capabilities
+    x = np.random.default_rng(5).integers(0, 2**64, n, dtype=np.uint64, endpoint=False)
+    out = build_and_run(build, {0: x, 1: np.zeros(5 * n, np.uint64), 2: np.zeros(2 * n, np.uint32)},
+                        groups(n), push={"n": n})
+    got, got32 = out[1].reshape(n, 5), out[2].reshape(n, 2)
+    ii = np.arange(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got[:, 0], x * np.uint64(3) + np.uint64(0x1_0000_0001))
+    np.testing.assert_array_equal(got[:, 1], (x >> np.uint64(32)) | (ii << np.uint64(40)))
+    np.testing.assert_array_equal(got[:, 2], (np.arange(n, dtype=np.int64) - 5).view(np.uint64))
+    np.testing.assert_array_equal(got[:, 3], (np.uint64(7) << np.uint64(32)) | ii)
+    np.testing.assert_array_equal(got[:, 4], np.where(x > np.uint64(0xFFFF_FFFF_0000_0000), x, ii))
+    low = (x & np.uint64(0xFFFF_FFFF)).astype(np.uint32)
+    np.testing.assert_array_equal(got32[:, 0], low)
+    np.testing.assert_array_equal(got32[:, 1], ~low)  # u64 -> i32 truncates too
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_bitcast_between_vec4_f32_and_vec2_u64(n):
+    """Four floats moved as two 64-bit words (the lavapipe buffer-access trick) and computed on as vec4s."""
+    skip_without_int64()
+
+    def build(b):
+        b.local_size(64)
+        x, y = b.buffer(0, u64, "r"), b.buffer(1, u64, "w")
+        i = b.global_id(0)
+        with b.if_(i < b.push("n", u32)):
+            v = b.bitcast(x.vec2[i], vec(f32, 4))
+            y.vec2[i] = b.bitcast(v * 2.0 + b.vec4(0.0, 1.0, 2.0, 3.0), vec(u64, 2))
+
+    x = rng_floats(4 * n, 6)
+    got = build_and_run(build, {0: x, 1: np.zeros(4 * n, np.float32)}, groups(n), push={"n": n})[1]
+    np.testing.assert_array_equal(got, x * 2 + np.tile(np.arange(4, dtype=np.float32), n))
+
+
+def test_bitcast_and_u64_errors():
+    def build(b, what):
+        b.local_size(1)
+        v4 = b.splat(b.const(1.0), 4)
+        if what == "size":
+            b.bitcast(v4, vec(u64, 3))
+        elif what == "bool":
+            b.bitcast(b.const(True), u32)
+        elif what == "range":
+            b.const(2**64, u64)
+
+    for what, match in (("size", "cannot bitcast"), ("bool", "cannot bitcast"), ("range", "does not fit")):
+        with pytest.raises(SpirvError, match=match):
+            build_module("t", lambda b, v, what=what: build(b, what))
 
 
 @pytest.mark.parametrize("n", SIZES)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helios.spirv import SpirvError, build_module, f32, i32, u32
-from tests.spirv.direct_launch import build_and_run
+from helios.spirv import SpirvError, build_module, f32, i32, u32, validate
+from helios.spirv import grammar as g
+from tests.spirv.direct_launch import build_and_run, launch
 
 SIZES = [1, 7, 33, 513]
 
@@ -53,7 +54,7 @@ def test_else_must_follow_if():
 
 
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("unroll", [False, True])
+@pytest.mark.parametrize("unroll", [None, False, True])
 def test_for_range_var_and_steps(n, unroll):
     def build(b):
         b.local_size(64)
@@ -64,7 +65,7 @@ def test_for_range_var_and_steps(n, unroll):
             acc = b.var(i32, 0)
             with b.for_range(0, i + 1, unroll=unroll) as k:  # 0..i
                 acc += b.cast(k, i32)
-            with b.for_range(1, 10, step=3) as k:  # 1, 4, 7
+            with b.for_range(1, 10, step=3, unroll=unroll) as k:  # 1, 4, 7: a known trip count
                 acc.value = acc.value + b.cast(k, i32) * 100
             with b.for_range(5, -1, step=-2) as k:  # 5, 3, 1 (i32 because of -1)
                 acc -= k * 10000
@@ -163,4 +164,54 @@ def test_break_outside_loop_is_an_error():
         b.break_()
 
     with pytest.raises(SpirvError, match="outside a loop"):
+        build_module("t", lambda b, v: build(b))
+
+
+def _loop_controls(words: bytes) -> list[int]:
+    """The LoopControl operand of every OpLoopMerge of a module, in order."""
+    ws = np.frombuffer(words, dtype="<u4")
+    out, k = [], 5
+    while k < len(ws):
+        count, opcode = int(ws[k]) >> 16, int(ws[k]) & 0xFFFF
+        if opcode == g.Op.LoopMerge:
+            out.append(int(ws[k + 3]))
+        k += count
+    return out
+
+
+def test_unroll_hints():
+    """unroll=True -> Unroll, False -> DontUnroll, None (the default) -> no hint, for every kind of loop."""
+
+    def build(b):
+        b.local_size(1)
+        out = b.buffer(0, u32, "w")
+        n = b.push("n", u32)
+        acc = b.var(u32, 0)
+        for unroll in (None, True, False):
+            with b.for_range(0, n, unroll=unroll) as k:
+                acc += k
+            k = b.var(u32, 0)
+            with b.while_(lambda k=k: k.value < n, unroll=unroll):
+                k += 1
+            with b.loop(unroll=unroll) as lp:
+                lp.break_()
+        with b.for_range(0, 4) as k:  # the default
+            acc += k
+        out[0] = acc.value
+
+    mod = build_module("hints", lambda b, v: build(b))
+    validate(mod)
+    none, unroll, dont = g.LoopControl.None_, g.LoopControl.Unroll, g.LoopControl.DontUnroll
+    assert _loop_controls(mod.words) == [none] * 3 + [unroll] * 3 + [dont] * 3 + [none]
+    got = launch(mod, {0: np.zeros(1, np.uint32)}, 1, push={"n": 5})[0]
+    assert got[0] == 3 * 10 + 6
+
+
+def test_unroll_must_be_a_bool_or_none():
+    def build(b):
+        b.local_size(1)
+        with b.for_range(0, 4, unroll=1):
+            pass
+
+    with pytest.raises(SpirvError, match="unroll must be True, False or None"):
         build_module("t", lambda b, v: build(b))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helios.device import get_device
-from helios.spirv import examples, f32, i32, u32, validate
+from helios.spirv import SpirvError, build_module, examples, f32, i32, u32, validate
 from tests.spirv.direct_launch import build_and_run, launch
 
 SIZES = [1, 7, 33, 513]
@@ -78,6 +78,54 @@ def test_subgroup_reductions_shuffle_broadcast(n):
     np.testing.assert_array_equal(u[:, 0], rep(ids[::sg]))
     np.testing.assert_array_equal(u[:, 1], rep((ids < n).reshape(-1, sg).sum(1)))
     np.testing.assert_array_equal(u[:, 2], sg * 1000 + ids % sg)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_subgroup_broadcast_and_shuffle(n):
+    """broadcast from a constant lane, a push-constant lane (i32), a loop counter (uniform Values) and a
+    vector; shuffle from a per-invocation lane (u32 and i32)."""
+    sg = subgroup_size()
+
+    def build(b):
+        b.local_size(64)
+        x, out = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+        lane = b.push("lane", u32)
+        i, sl = b.global_id(0), b.subgroup_local_id()
+        v = x[i]  # padded to whole workgroups: every invocation is active
+        out[i * 6] = b.subgroup_broadcast(v, sg - 1)
+        out[i * 6 + 1] = b.subgroup_broadcast(v, b.cast(lane, i32))
+        total = b.var(f32, 0.0)
+        with b.for_range(0, b.subgroup_size(), unroll=False) as k:  # k is the same in every lane
+            total += b.subgroup_broadcast(v, k) * b.cast(k + 1, f32)
+        out[i * 6 + 2] = total.value
+        out[i * 6 + 3] = b.subgroup_broadcast(b.vec2(v, v * 2.0), 0).y
+        out[i * 6 + 4] = b.subgroup_shuffle(v, sg - 1 - sl)  # reversed within the subgroup
+        out[i * 6 + 5] = b.subgroup_shuffle(v, b.cast((sl + 1) % sg, i32))  # rotated by one
+
+    mod = build_module("t", lambda b, v: build(b))
+    assert {"GroupNonUniformBallot", "GroupNonUniformShuffle"} <= set(mod.capabilities)
+    total = groups(n) * 64
+    x = np.zeros(total, np.float32)
+    x[:n] = np.random.default_rng(3).uniform(-1, 1, n)
+    lane = 2 % sg
+    got = build_and_run(build, {0: x, 1: np.zeros(6 * total, np.float32)}, groups(n), push={"lane": lane})[1]
+    f, xs = got.reshape(total, 6), x.reshape(-1, sg)
+    rep = lambda a: np.repeat(a, sg)  # noqa: E731
+    np.testing.assert_array_equal(f[:, 0], rep(xs[:, -1]))
+    np.testing.assert_array_equal(f[:, 1], rep(xs[:, lane]))
+    np.testing.assert_allclose(f[:, 2], rep(xs @ np.arange(1, sg + 1, dtype=np.float32)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(f[:, 3], rep(xs[:, 0] * 2))
+    np.testing.assert_array_equal(f[:, 4], xs[:, ::-1].reshape(-1))
+    np.testing.assert_array_equal(f[:, 5], np.roll(xs, -1, axis=1).reshape(-1))
+
+
+def test_subgroup_lane_must_be_an_integer():
+    def build(b):
+        b.local_size(64)
+        b.subgroup_broadcast(b.const(1.0), b.const(0.5))
+
+    with pytest.raises(SpirvError, match="lane must be a u32 or i32"):
+        build_module("t", lambda b, v: build(b))
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -162,7 +210,7 @@ def test_example_reduce_subgroup(n):
     np.testing.assert_allclose(got, padded.reshape(slots, -1).sum(1), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["plain", "unroll"])
+@pytest.mark.parametrize("variant", ["plain", "unroll", "dont_unroll"])
 @pytest.mark.parametrize("rows,cols", [(1, 1), (7, 33), (33, 7), (513, 3)])
 def test_example_row_sum(variant, rows, cols):
     mod = examples.ROW_SUM.module(variant)

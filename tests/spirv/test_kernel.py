@@ -120,14 +120,14 @@ def test_cli_validate_counts_valid_and_invalid(monkeypatch, capsys):
         y[0] = val
 
     bad = Kernel("test_cli_invalid", dominance_error, register=False)
-    kernels = [examples.ADD, examples.ROW_SUM]
+    kernels = [examples.ADD, examples.ROW_SUM]  # 2 + 3 variants
     monkeypatch.setattr(registry, "load_all", lambda errors=None: list(kernels))
     assert cli_main(["validate"]) == 0
-    assert "4 kernel variants valid, 0 invalid" in capsys.readouterr().out
+    assert "5 kernel variants valid, 0 invalid" in capsys.readouterr().out
     kernels.append(bad)
     assert cli_main(["validate"]) == 1
     captured = capsys.readouterr()
-    assert "4 kernel variants valid, 1 invalid" in captured.out
+    assert "5 kernel variants valid, 1 invalid" in captured.out
     assert "INVALID test_cli_invalid:default" in captured.err and "dominate" in captured.err
 
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helios.kernels.activations import gelu_value
-from helios.spirv import BufferView, KernelBuilder, ScalarType, Value, boolean, f32, u32, vec
-from helios.spirv.grammar import Op
+from helios.spirv import KernelBuilder, Value, boolean, f32, u32, u64, vec
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "beta")
@@ -66,9 +65,6 @@ def declare(b: KernelBuilder) -> Operands:
     return Operands(*bufs, **push, flags=flags)
 
 
-U64 = ScalarType("u64", "uint", 64)
-
-
 class Vec4Loader:
     """vec4<f32> loads from a float buffer, optionally moved as two 64-bit words.
 
@@ -77,16 +73,11 @@ class Vec4Loader:
     """
 
     def __init__(self, b: KernelBuilder, buf, wide: bool) -> None:
-        self.b, self.buf, self.wide = b, buf, wide
-        if wide:
-            b.m.require_capability("Int64")
-            self.view = BufferView(buf, vec(U64, 2))
-            buf.views[-2] = self.view  # registered so finish() declares it (keys only order the views)
+        self.b = b
+        self.view = buf.view_as(vec(u64, 2)) if wide else buf.vec4
 
     def __getitem__(self, index4) -> Value:
-        if not self.wide:
-            return self.buf.vec4[index4]
-        return self.b._op(Op.Bitcast, vec(f32, 4), self.view[index4].id)
+        return self.b.bitcast(self.view[index4], vec(f32, 4))
 
 
 def contiguous(layout: str) -> tuple[str, str]:

@@ -22,14 +22,7 @@ multiples of 4 (the op picks `vec=1` otherwise).
 from __future__ import annotations
 
 from helios.kernels.matmul_common import Operands, Vec4Loader, contiguous, declare, store_block
-from helios.spirv import KernelBuilder, Value, Variant, f32, u32
-from helios.spirv.grammar import Op
-
-
-def _broadcast(b: KernelBuilder, x: Value, lane: int) -> Value:
-    """x from subgroup invocation `lane` (a constant), in every invocation."""
-    b.m.require_capability("GroupNonUniformBallot")
-    return b._op(Op.GroupNonUniformBroadcast, x.type, b._subgroup_scope(), x.id, b.m.constant(u32, lane))
+from helios.spirv import KernelBuilder, Value, Variant, f32
 
 
 class _Operand:
@@ -69,7 +62,7 @@ class _Operand:
         """The block's units, in row order, from what each lane loaded (unit u: lane u % lanes, slot u // lanes)."""
         if self.lanes == 1:
             return loaded
-        return [_broadcast(self.b, loaded[u // self.lanes], u % self.lanes) for u in range(self.units)]
+        return [self.b.subgroup_broadcast(loaded[u // self.lanes], u % self.lanes) for u in range(self.units)]
 
     def _quad(self, off) -> Value:
         """4 consecutive elements from `off` as a vec4 (one vec4 load, or 4 scalar loads)."""

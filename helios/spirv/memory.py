@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from helios.spirv.grammar import Op
-from helios.spirv.types import DType, ScalarType, SpirvError, u32, vec
+from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, u32, with_count
 from helios.spirv.values import Value
 
 if TYPE_CHECKING:
@@ -86,18 +86,26 @@ class BufferView(_Indexable):
 
 class Buffer(BufferView):
     """A storage buffer binding (descriptor set 0). `buf[i]` indexes scalars; `buf.vec4[i]` indexes
-    vec4s of the same memory (element i covers scalars 4i..4i+3)."""
+    vec4s of the same memory (element i covers scalars 4i..4i+3); `buf.view_as(t)` sees it as t's."""
 
     def __init__(self, b: KernelBuilder, binding: int, dtype: ScalarType, access: str) -> None:
         self.b, self.binding, self.dtype, self.access = b, binding, dtype, access
-        self.views: dict[int, BufferView] = {1: self}
+        self.views: dict[DType, BufferView] = {dtype: self}
         BufferView.__init__(self, self, dtype)
 
+    def view_as(self, elem: DType) -> BufferView:
+        """This buffer's memory as an array of elem, any non-bool scalar or vector type: element i is
+        bytes [i * size, (i + 1) * size) of the binding. `buf.view_as(vec(u64, 2))[i]` loads the 16 bytes
+        of four f32s as two 64-bit words (b.bitcast turns them back into a vec4<f32>)."""
+        if not isinstance(elem, ScalarType | VectorType) or elem.is_bool:
+            raise SpirvError(f"a buffer can be viewed as f32, f16, i32, u32 or u64 scalars or vectors, not {elem!r}")
+        if elem not in self.views:
+            self.views[elem] = BufferView(self, elem)
+        return self.views[elem]
+
     def view(self, n: int) -> BufferView:
-        """The view of this buffer as vectors of n elements (n = 1: scalars)."""
-        if n not in self.views:
-            self.views[n] = BufferView(self, vec(self.dtype, n))
-        return self.views[n]
+        """The view of this buffer as vectors of n of its own elements (n = 1: scalars)."""
+        return self.view_as(with_count(self.dtype, n))
 
     @property
     def vec2(self) -> BufferView:
@@ -108,7 +116,9 @@ class Buffer(BufferView):
         return self.view(4)
 
     def used_views(self) -> list[BufferView]:
-        return [v for _, v in sorted(self.views.items()) if v._var is not None]
+        """The views the kernel touched: other element types first, then its own by component count."""
+        used = [v for v in self.views.values() if v._var is not None]
+        return sorted(used, key=lambda v: (v.elem.elem == self.dtype, v.elem.count, v.elem.name))
 
 
 class Var:

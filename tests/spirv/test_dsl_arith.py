@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helios.device import get_device
-from helios.spirv import SpirvError, build_module, f32, i32, u32, u64, vec
+from helios.spirv import SpirvError, boolean, build_module, f32, i32, u32, u64, vec
 from tests.spirv.direct_launch import build_and_run, launch
 
 SIZES = [1, 7, 33, 513]
@@ -161,6 +161,37 @@ def test_bitcast_between_vec4_f32_and_vec2_u64(n):
     x = rng_floats(4 * n, 6)
     got = build_and_run(build, {0: x, 1: np.zeros(4 * n, np.float32)}, groups(n), push={"n": n})[1]
     np.testing.assert_array_equal(got, x * 2 + np.tile(np.arange(4, dtype=np.float32), n))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_buffer_view_as_another_type(n):
+    """An f32 binding read and written through a vec2<u64> view (what matmul's "wide" loads do)."""
+    skip_without_int64()
+
+    def build(b):
+        b.local_size(64)
+        x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+        assert x.view_as(f32) is x and x.view_as(vec(f32, 4)) is x.vec4
+        assert x.view_as(vec(u64, 2)) is x.view_as(vec(u64, 2))
+        i = b.global_id(0)
+        with b.if_(i < b.push("n", u32)):
+            v = b.bitcast(x.view_as(vec(u64, 2))[i], vec(f32, 4))
+            y.view_as(vec(u64, 2))[i] = b.bitcast(v * 2.0 + b.vec4(0.0, 1.0, 2.0, 3.0), vec(u64, 2))
+
+    mod = build_module("t", lambda b, v: build(b))
+    assert "Int64" in mod.capabilities and [info.dtype for info in mod.bindings] == ["f32", "f32"]
+    x = rng_floats(4 * n, 7)
+    got = build_and_run(build, {0: x, 1: np.zeros(4 * n, np.float32)}, groups(n), push={"n": n})[1]
+    np.testing.assert_array_equal(got, x * 2 + np.tile(np.arange(4, dtype=np.float32), n))
+
+
+def test_buffer_view_as_rejects_bool():
+    def build(b):
+        b.local_size(1)
+        b.buffer(0, f32).view_as(vec(boolean, 2))
+
+    with pytest.raises(SpirvError, match="viewed as"):
+        build_module("t", lambda b, v: build(b))
 
 
 def test_bitcast_and_u64_errors():

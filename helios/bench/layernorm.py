@@ -14,6 +14,7 @@ import argparse
 import numpy as np
 
 from helios.bench.harness import compare, torch_reference
+from helios.spirv import ceil_div
 
 FULL = [(2048, 256), (4096, 768), (1024, 4096), (1024, 4097)]
 QUICK = [(1024, 256)]
@@ -90,7 +91,7 @@ def _records(rows: int, cols: int, rng: np.random.Generator, repeats: int, torch
     b = rng.standard_normal(cols, dtype=np.float32)
     dy = rng.standard_normal((rows, cols), dtype=np.float32)
     tx, tw, tb, tdy = (rt.from_numpy(a) for a in (x, w, b, dy))
-    arena = rt.zeros((3 * (-(-cols // 64) * 64),))  # gradients land in views of one arena, as in training
+    arena = rt.zeros((3 * ceil_div(cols, 64) * 64,))  # gradients land in views of one arena, as in training
     pad = arena.numel // 3
     dw_out, db_out, dg_out = (arena.view(k * pad, (cols,)) for k in range(3))
     _, mean, rstd = N.layernorm(tx, tw, tb, EPS)

@@ -27,15 +27,11 @@ import math
 import numpy as np
 
 from helios.kernels.cross_entropy import workgroup_sum
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 WG = 256
 MAX_PARTIALS = 1024  # workgroups of the first grad-norm stage, per tensor at most
 CLIP_EPS = 1e-6
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- numpy references ------------------------------------------------------------------------------

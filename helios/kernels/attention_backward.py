@@ -27,7 +27,7 @@ from helios.kernels.attention_common import (
     zero_regs,
 )
 from helios.kernels.attention_forward import attention_flops, capped, dropped, row_bounds
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 PRE_WG = 64
 
@@ -212,11 +212,11 @@ def backward_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> float
 
 
 def pre_grid(B: int, T: int, H: int) -> tuple[int, int, int]:
-    return (-(-T // PRE_WG), H, B)
+    return (ceil_div(T, PRE_WG), H, B)
 
 
 def dkv_grid(B: int, T: int, Hkv: int, variant: str) -> tuple[int, int, int]:
-    return (-(-T // rows_per_group(VARIANTS[variant])), Hkv, B)
+    return (ceil_div(T, rows_per_group(VARIANTS[variant])), Hkv, B)
 
 
 ATTENTION_BACKWARD_PRE = Kernel(
@@ -225,7 +225,7 @@ ATTENTION_BACKWARD_PRE = Kernel(
 )
 ATTENTION_BACKWARD_DQ = Kernel(
     "attention_backward_dq", build_dq, variants=VARIANTS, grid=lambda B, T, H, variant: (
-        -(-T // rows_per_group(VARIANTS[variant])), H, B),
+        ceil_div(T, rows_per_group(VARIANTS[variant])), H, B),
     flops=lambda B, T, H, D, causal=True: 1.5 * attention_flops(B, T, H, D, causal),
 )
 ATTENTION_BACKWARD_DKV = Kernel(

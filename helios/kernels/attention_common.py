@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from helios.kernels.rows import WideView
-from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, u64, vec
+from helios.spirv import KernelBuilder, Value, Variant, boolean, ceil_div, f32, u32, u64, vec
 
 vec4 = vec(f32, 4)
 NEG = -1.0e30  # "minus infinity" for running maxima: finite, so exp(NEG - NEG) never makes a NaN
@@ -61,9 +61,9 @@ def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropo
     min_subgroup: the device's smallest subgroup size (bcast slots per lane are sized for it)."""
     p = VARIANTS[variant]
     d4 = head_dim // 4
-    nv = -(-d4 // p["tpr"])
+    nv = ceil_div(d4, p["tpr"])
     sg = max(1, min(min_subgroup, p["wg"]))
-    slots, slots_bwd = -(-p["kb"] * d4 // sg), -(-p["kb_bwd"] * d4 // sg)
+    slots, slots_bwd = ceil_div(p["kb"] * d4, sg), ceil_div(p["kb_bwd"] * d4, sg)
     return {"D4": d4, "NV": nv, "SLOTS": max(slots, slots_bwd), "SLOTS_BWD": slots_bwd,
             "TILE4": max(1, p["bc"]) * d4, "CAUSAL": bool(causal), "SOFTCAP": softcap > 0.0,
             "DROPOUT": dropout_p > 0.0}

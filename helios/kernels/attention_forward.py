@@ -25,7 +25,7 @@ from helios.kernels.attention_common import (
     zero_regs,
 )
 from helios.kernels.rng import uniform
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 
 def capped(b: KernelBuilder, d, s):
@@ -127,7 +127,7 @@ def attention_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> floa
 
 
 def forward_grid(B: int, T: int, H: int, variant: str) -> tuple[int, int, int]:
-    return (-(-T // rows_per_group(VARIANTS[variant])), H, B)
+    return (ceil_div(T, rows_per_group(VARIANTS[variant])), H, B)
 
 
 ATTENTION_FORWARD = Kernel(

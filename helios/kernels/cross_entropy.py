@@ -18,15 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, i32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
 
 WG_ROW = 128  # invocations per row
 WG_REDUCE = 256  # invocations of the single-workgroup count and mean kernels
 FLT_MAX = 3.4028234663852886e38
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- numpy reference -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from helios.runtime import Tensor, copy, empty, launch
-from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, f32, u32, u64, vec
+from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64, vec
 
 LOCAL = 256  # invocations per workgroup; a multiple of every subgroup size in use (8 .. 64)
 ACCESS: str | None = None  # force "scalar", "vec4" or "u64x2" (tests); None: the best the device and shape allow
@@ -33,10 +33,6 @@ Body = Callable[..., Value | Sequence[Value]]
 
 
 # -- grid ------------------------------------------------------------------------------------------
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def work_items(n: int, vec: int) -> int:
     """Invocations a map over n elements needs: one per vec4 plus one per tail element."""
     return n if vec == 1 else n // vec + n % vec

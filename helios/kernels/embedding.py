@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, i32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
 
 WG = 64  # invocations per workgroup for every kernel here (memory-bound; small groups pack lavapipe's threads)
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- numpy references -------------------------------------------------------------------------------

@@ -15,14 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from helios.runtime import Tensor, empty, launch
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32, u64, vec
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32, u64, vec
 
 WG = 64
 INNER = 16  # FMAs per chain per loop iteration
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def build_fma(b: KernelBuilder, v: Variant) -> None:

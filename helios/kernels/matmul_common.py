@@ -28,10 +28,6 @@ PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "b
 EPILOGUE_SPECS = ("HAS_BIAS", "GELU", "STORE_PREACT", "HAS_RESIDUAL", "HAS_BETA")
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclass
 class Operands:
     """The declared interface of a matmul kernel: buffers, shape push constants, epilogue switches."""
@@ -137,4 +133,4 @@ def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: V
 
 
 __all__ = ["LAYOUTS", "PUSH_FIELDS", "EPILOGUE_SPECS", "Operands", "declare", "contiguous", "a_index", "b_index",
-           "epilogue", "store_block", "ceil_div", "u32", "f32"]
+           "epilogue", "store_block", "u32", "f32"]

@@ -22,7 +22,7 @@ multiples of 4 (the op picks `vec=1` otherwise).
 from __future__ import annotations
 
 from helios.kernels.matmul_common import Operands, Vec4Loader, contiguous, declare, store_block
-from helios.spirv import KernelBuilder, Value, Variant, f32
+from helios.spirv import KernelBuilder, Value, Variant, ceil_div, f32
 
 
 class _Operand:
@@ -46,7 +46,7 @@ class _Operand:
             units = list(range(total))
         else:
             lane = b.local_id(0)
-            units = [(lane + lanes * s) % total if s else lane % total for s in range(-(-total // lanes))]
+            units = [(lane + lanes * s) % total if s else lane % total for s in range(ceil_div(total, lanes))]
         self.offsets = [self._unit_offset(base, ld, idx0, u, extent, quads) for u in units]
 
     def _unit_offset(self, base, ld, idx0, u, extent, quads: bool):
@@ -132,7 +132,7 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
 
 def reg_grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
     """Workgroups for an M x N output per batch entry."""
-    return -(-N // (v.tn * v.wx)), -(-M // (v.tm * v.wy)), batch
+    return ceil_div(N, v.tn * v.wx), ceil_div(M, v.tm * v.wy), batch
 
 
 # name -> parameters (layout and vec are added per kernel): small, medium and large blocks.

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from helios import env
+from helios.spirv import ceil_div
 
 REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
 TILED = ("tiled32", "tiled64", "tiled128")
@@ -92,7 +93,7 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
     wanted = 8 if info.is_cpu else 128
     for name in reversed(family):
         bm, bn = BLOCKS[name]
-        if -(-M // bm) * -(-N // bn) * batch >= wanted:
+        if ceil_div(M, bm) * ceil_div(N, bn) * batch >= wanted:
             return name
     return family[0]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 from helios.kernels.matmul_common import Operands, contiguous, declare, store_block
-from helios.spirv import KernelBuilder, Variant, f32
+from helios.spirv import KernelBuilder, Variant, ceil_div, f32
 
 
 def _load_tile(b: KernelBuilder, buf, sh, base, ld, tid, threads: int, idx0, extent, k0, K, rows: int,
@@ -32,7 +32,7 @@ def _load_tile(b: KernelBuilder, buf, sh, base, ld, tid, threads: int, idx0, ext
     else:
         per_line = rows // 4
         units = bk * per_line
-    for t in range(-(-units // threads)):
+    for t in range(ceil_div(units, threads)):
         u = tid + t * threads if t else tid
         with b.if_(u < units) if (t + 1) * threads > units else nullcontext():
             _load_unit(b, buf, sh, base, ld, u, per_line, idx0, extent, k0, K, rows, along_k, vec)
@@ -99,7 +99,7 @@ def build_tiled(b: KernelBuilder, v: Variant) -> None:
 
 def tiled_grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
     """Workgroups for an M x N output per batch entry."""
-    return -(-N // v.bn), -(-M // v.bm), batch
+    return ceil_div(N, v.bn), ceil_div(M, v.bm), batch
 
 
 # name -> parameters (layout and vec are added per kernel); small/medium/large block tiles.

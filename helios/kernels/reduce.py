@@ -17,7 +17,6 @@ from helios.kernels import rows as rowlib
 from helios.kernels.rows import (
     MAX_GROUPS,
     RowLayout,
-    ceil_div,
     check_f32,
     combine,
     flat_group,
@@ -27,7 +26,7 @@ from helios.kernels.rows import (
     rows_of,
 )
 from helios.runtime import Tensor, empty, fill, launch
-from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32, u64
+from helios.spirv import Kernel, KernelBuilder, Value, Variant, ceil_div, f32, u32, u64
 
 ALL_LOCAL = 256  # reduce_all / sum_rows workgroup size
 # This module defines the ops `sum` and `max`; Python's own are used under these names.

@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 WG = 64
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- numpy reference -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from helios.spirv import KernelBuilder, Value, f32, u32, u64, vec
+from helios.spirv import KernelBuilder, Value, ceil_div, f32, u32, u64, vec
 
 SG_LOCAL = 64  # "sg": invocations per workgroup (a multiple of every subgroup size up to 64)
 WG_LOCAL = 256  # "wg": one row per workgroup of this many invocations
@@ -53,10 +53,6 @@ class WideView:
 
     def __setitem__(self, k, value: Value) -> None:
         self.words[k] = self.b.bitcast(value, U64X2)
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def device_info():

@@ -7,7 +7,7 @@ See docs/SPIRV_DSL.md.
 
 from helios.spirv import registry
 from helios.spirv.builder import KernelBuilder
-from helios.spirv.kernel import Kernel, Variant, build_module
+from helios.spirv.kernel import Kernel, Variant, build_module, ceil_div
 from helios.spirv.memory import Buffer, BufferView, LocalArray, SharedArray, Var
 from helios.spirv.shader import BindingInfo, PushField, ShaderModule, SpecConstant
 from helios.spirv.tools import SpirvToolsMissing, SpirvValidationError, disassemble, validate
@@ -18,6 +18,6 @@ __all__ = [
     "KernelBuilder", "Kernel", "Variant", "ShaderModule", "BindingInfo", "PushField", "SpecConstant",
     "Value", "Var", "Buffer", "BufferView", "LocalArray", "SharedArray",
     "DType", "ScalarType", "VectorType", "f32", "f16", "i32", "u32", "u64", "boolean", "vec",
-    "validate", "disassemble", "build_module", "registry",
+    "validate", "disassemble", "build_module", "ceil_div", "registry",
     "SpirvError", "SpirvValidationError", "SpirvToolsMissing",
 ]

@@ -9,12 +9,8 @@
 from __future__ import annotations
 
 from helios.spirv.builder import KernelBuilder
-from helios.spirv.kernel import Kernel, Variant
+from helios.spirv.kernel import Kernel, Variant, ceil_div
 from helios.spirv.types import f32, u32
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def build_add(b: KernelBuilder, v: Variant) -> None:

@@ -12,6 +12,11 @@ from helios.spirv.shader import ShaderModule
 from helios.spirv.types import SpirvError
 
 
+def ceil_div(a: int, b: int) -> int:
+    """a / b rounded up, for positive b: the workgroups that cover a items in groups of b."""
+    return -(-a // b)
+
+
 class Variant:
     """The parameters of one kernel variant, readable as attributes (`v.vec`); `v.name` is its name."""
 

@@ -16,6 +16,7 @@ from helios.spirv import (
     Variant,
     boolean,
     build_module,
+    ceil_div,
     examples,
     f32,
     i32,
@@ -135,3 +136,7 @@ def test_cli_runs_as_a_module():
     result = subprocess.run([sys.executable, "-m", "helios.spirv", "list"], capture_output=True, text=True,
                             cwd=REPO, timeout=120)
     assert "example_row_sum: plain, unroll" in result.stdout, result.stderr
+
+
+def test_ceil_div_counts_covering_groups():
+    assert [ceil_div(n, 4) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]

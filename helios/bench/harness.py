@@ -199,6 +199,24 @@ def torch_reference():
     return torch, cuda
 
 
+def sweep_shapes(args, full: Sequence, quick: Sequence, gpu_extra: Sequence,
+                 records: Callable[..., list[dict]]) -> list[dict]:
+    """`records(rows, cols, rng, repeats, torch_cuda)` for each shape: `quick` or `full` (plus `gpu_extra` on a
+    GPU); torch_cuda is the torch module where CUDA runs the reference, else None. One rng (seed 0) throughout."""
+    import numpy as np
+
+    info = _runtime().get_runtime().info
+    shapes = list(quick if args.quick else full)
+    if not info.is_cpu and not args.quick:
+        shapes += gpu_extra
+    torch, cuda = torch_reference() if not info.is_cpu else (None, False)
+    rng = np.random.default_rng(0)
+    out = []
+    for rows, cols in shapes:
+        out += records(rows, cols, rng, args.repeats, torch if cuda else None)
+    return out
+
+
 # -- output --------------------------------------------------------------------------------------
 
 def _fmt(value: Any, spec: str) -> str:

@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from helios.bench.harness import compare, torch_reference
+from helios.bench.harness import compare, sweep_shapes
 from helios.spirv import ceil_div
 
 FULL = [(2048, 256), (4096, 768), (1024, 4096), (1024, 4097)]
@@ -137,15 +137,4 @@ def _records(rows: int, cols: int, rng: np.random.Generator, repeats: int, torch
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Records for layernorm and rmsnorm, forward and backward, at each shape."""
-    import helios.runtime as rt
-
-    info = rt.get_runtime().info
-    shapes = QUICK if args.quick else FULL
-    if not info.is_cpu and not args.quick:
-        shapes = shapes + GPU_EXTRA
-    torch, cuda = torch_reference() if not info.is_cpu else (None, False)
-    rng = np.random.default_rng(0)
-    records = []
-    for rows, cols in shapes:
-        records += _records(rows, cols, rng, args.repeats, torch if cuda else None)
-    return records
+    return sweep_shapes(args, FULL, QUICK, GPU_EXTRA, _records)

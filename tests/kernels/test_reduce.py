@@ -13,6 +13,7 @@ import helios.runtime as rt
 from helios.kernels import reduce as R
 from helios.kernels import rows as RW
 from helios.spirv import validate
+from tests.kernels.row_variants import layout_fixture
 
 SHAPES = [(1,), (7,), (1, 1), (1, 4097), (7, 33), (33, 8), (513, 7), (2, 3, 12)]
 
@@ -23,14 +24,7 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
-@pytest.fixture(params=[("sg", "vec4"), ("sg", "scalar"), ("sg", "u64x2"), ("wg", "vec4"), ("wg", "scalar")],
-                ids=lambda p: f"{p[0]}-{p[1]}")
-def layout(request, monkeypatch):
-    """Force a row layout and width for the test."""
-    monkeypatch.setattr(RW, "LAYOUT", request.param[0])
-    monkeypatch.setattr(RW, "VEC", 1 if request.param[1] == "scalar" else 4)
-    monkeypatch.setattr(RW, "WIDE", request.param[1] == "u64x2")
-    return request.param
+layout = layout_fixture([("sg", "vec4"), ("sg", "scalar"), ("sg", "u64x2"), ("wg", "vec4"), ("wg", "scalar")])
 
 
 @pytest.mark.parametrize("axis", [-1, None], ids=["last", "all"])

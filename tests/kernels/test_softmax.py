@@ -13,6 +13,7 @@ import helios.runtime as rt
 from helios.kernels import rows as RW
 from helios.kernels import softmax as S
 from helios.spirv import validate
+from tests.kernels.row_variants import force_variant, layout_fixture
 
 COLS = [1, 7, 8, 33, 513, 4097]
 ROWS = [1, 7, 33]
@@ -29,19 +30,7 @@ LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "v
            ("sg", "u64x2", 8), ("sg", "scalar", 8), ("sg", "vec4", 4), ("wg", "vec4", 4), ("wg", "scalar", 4)]
 
 
-def force_variant(monkeypatch, layout: str, width: str, cache: int | None = None) -> None:
-    """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels."""
-    monkeypatch.setattr(RW, "LAYOUT", layout)
-    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
-    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
-    monkeypatch.setattr(RW, "CACHE", cache)
-
-
-@pytest.fixture(params=LAYOUTS, ids=lambda p: f"{p[0]}-{p[1]}-reg{p[2]}")
-def layout(request, monkeypatch):
-    """Force a row layout, width and register tier (rows that do not fit the tier stream)."""
-    force_variant(monkeypatch, *request.param)
-    return request.param
+layout = layout_fixture(LAYOUTS)
 
 
 def _data(rows, cols, seed=0):

@@ -14,18 +14,11 @@ import torch
 
 import helios.runtime as rt
 from helios.kernels import activations as A
-from helios.kernels import elementwise as E
 from helios.spirv import validate
 
 KERNELS = [A.EXP, A.LOG, A.SQRT, A.RELU, A.GELU, A.SILU, A.CLAMP, A.SOFTCAP, A.RELU_BWD, A.GELU_BWD, A.SILU_BWD,
            A.EXP_BWD, A.LOG_BWD, A.SQRT_BWD, A.CLAMP_BWD, A.SOFTCAP_BWD]
 SHAPES = [(1,), (7,), (33, 513), (1, 4097), (33, 12)]
-
-
-@pytest.fixture(params=E.ACCESSES)
-def access(request, monkeypatch):
-    monkeypatch.setattr(E, "ACCESS", request.param)
-    return request.param
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants],

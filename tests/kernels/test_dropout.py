@@ -17,12 +17,6 @@ from helios.kernels import rng as R
 from helios.spirv import validate
 
 
-@pytest.fixture(params=E.ACCESSES)
-def access(request, monkeypatch):
-    monkeypatch.setattr(E, "ACCESS", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in (D.DROPOUT, R.RAND) for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
 def test_spirv_valid(kernel, variant):

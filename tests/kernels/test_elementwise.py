@@ -19,13 +19,6 @@ SHAPES = [(1,), (7,), (1, 4097), (7, 33), (33, 513), (513, 12), (3, 5, 8)]
 KERNELS = [E.ADD, E.SUB, E.MUL, E.DIV, E.SCALE, E.NEG, E.MASKED_FILL, E.ADD_INPLACE]
 
 
-@pytest.fixture(params=E.ACCESSES)
-def access(request, monkeypatch):
-    """Run the test with each access variant forced (scalar, vec4 with a scalar tail, u64x2 where n % 4 == 0)."""
-    monkeypatch.setattr(E, "ACCESS", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
 def test_spirv_valid(kernel, variant):

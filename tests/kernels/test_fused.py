@@ -12,17 +12,10 @@ import torch
 
 import helios.runtime as rt
 from helios.kernels import dropout as D
-from helios.kernels import elementwise as E
 from helios.kernels import fused as F
 from helios.spirv import validate
 
 SHAPES = [(1,), (7,), (33, 65), (1, 4097), (513, 3), (33, 64)]
-
-
-@pytest.fixture(params=E.ACCESSES)
-def access(request, monkeypatch):
-    monkeypatch.setattr(E, "ACCESS", request.param)
-    return request.param
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in (F.SWIGLU, F.SWIGLU_BWD, F.RESIDUAL_DROPOUT_ADD)

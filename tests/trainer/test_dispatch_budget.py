@@ -1,0 +1,67 @@
+"""Dispatch budget of a training step on the alpha-8l shape (issue 8), measured from the runtime counters.
+
+The model is configs/alpha-8l.toml's (384 wide, 8 heads, vocab 4096) with a tiny batch and context so it
+runs on lavapipe; per-layer figures are the difference between a 2-layer and a 1-layer model's step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from trainer.backends.helios import HeliosBackend
+from trainer.config import load_config
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+B, T = 1, 32
+
+
+def _step_counters(n_layer: int, steps: int = 3):
+    cfg = load_config(ROOT / "configs" / "alpha-8l.toml")
+    model_cfg = dataclasses.replace(cfg.model, n_layer=n_layer)
+    backend = HeliosBackend.create(model_cfg, cfg.optim, seed=0)
+    rng = np.random.default_rng(0)
+    per_step = []
+    for _ in range(steps):
+        x = rng.integers(0, model_cfg.vocab_size, size=(B, T), dtype=np.int32)
+        y = rng.integers(0, model_cfg.vocab_size, size=(B, T), dtype=np.int32)
+        before = backend.counters()
+        backend.train_step([(x, y)], lr=1e-3, grad_clip=1.0, spike_threshold=None)
+        after = backend.counters()
+        per_step.append({k: after[k] - before[k] for k in ("dispatches", "host_waits")})
+    return per_step[-1]
+
+
+@pytest.fixture(scope="module")
+def counted():
+    return _step_counters(1), _step_counters(2)
+
+
+def test_at_most_30_dispatches_per_layer(counted, capsys):
+    one, two = counted
+    per_layer = two["dispatches"] - one["dispatches"]
+    with capsys.disabled():
+        print(f"\n[alpha-8l shape, B={B} T={T}] {two['dispatches']} dispatches per step with 2 layers, "
+              f"{per_layer} per layer (forward + backward)")
+    assert per_layer <= 30, per_layer
+
+
+def test_optimizer_and_clipping_take_at_most_5_dispatches():
+    from autograd.nn import GPT, GPTConfig
+    from autograd.optim import AdamW
+    from helios import runtime as rt
+
+    model = GPT(GPTConfig(n_layer=1, n_embd=384, n_head=8, n_kv_head=8, block_size=512, vocab_size=4096))
+    opt = AdamW(model.arena, lr=1e-3, grad_clip=1.0)
+    opt.step()
+    rt.sync()
+    before = rt.counters()["dispatches"]
+    opt.step()
+    assert rt.counters()["dispatches"] - before <= 5
+
+
+def test_exactly_one_host_wait_per_step(counted):
+    for c in counted:
+        assert c["host_waits"] == 1, c

@@ -7,6 +7,7 @@ runs on lavapipe; per-layer figures are the difference between a 2-layer and a 1
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from trainer.backends.helios import HeliosBackend
 from trainer.config import load_config
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 B, T = 1, 32
 
 

@@ -128,6 +128,11 @@ def reshape(x: Tensor, shape) -> Tensor:
     return out
 
 
+def concat(parts: list[Tensor]) -> Tensor:
+    """Concatenate along the last axis."""
+    return R.Concat.apply(*parts)
+
+
 def softmax(x: Tensor) -> Tensor:
     """Softmax over the last axis."""
     return R.Softmax.apply(x)

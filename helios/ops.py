@@ -28,6 +28,7 @@ _FAMILIES = {
     "helios.kernels.adamw": ("grad_norm", "adamw_step"),
     "helios.kernels.matmul": ("matmul",),
     "helios.kernels.attention": ("flash_attention", "flash_attention_backward"),
+    "helios.kernels.layout": ("concat", "slice_columns", "copy_columns"),
 }
 _WHERE = {name: module for module, names in _FAMILIES.items() for name in names}
 

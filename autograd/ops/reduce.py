@@ -110,3 +110,20 @@ class RMSNorm(Function):
         x, w, rstd = ctx.saved_tensors
         dx, dw = ops.rmsnorm_backward(x, w, rstd, dy, dw_out=ctx.grad_sink(1), accumulate=True)
         return dx, _param_grad(ctx, 1, dw), None
+
+
+class Concat(Function):
+    """Join tensors along the last axis (e.g. separate q, k, v projections into a fused QKV)."""
+
+    @staticmethod
+    def forward(ctx, *parts):
+        ctx.widths = [p.shape[-1] for p in parts]
+        return ops.concat(list(parts))
+
+    @staticmethod
+    def backward(ctx, dy):
+        grads, start = [], 0
+        for width, needed in zip(ctx.widths, ctx.needs_input_grad):
+            grads.append(ops.slice_columns(dy, start, start + width) if needed else None)
+            start += width
+        return tuple(grads)

@@ -212,3 +212,8 @@ def test_cross_entropy():
     _check(lambda x: F.cross_entropy(x, autograd.tensor(targets), ignore_index=-1),
            lambda x: TF.cross_entropy(x.view(-1, 517), tt.view(-1), ignore_index=-1).reshape(1),
            [_rand((3, 7, 517), 31, 2.0)])
+
+
+def test_concat():
+    _check(lambda a, b, c: F.concat([a, b, c]), lambda a, b, c: torch.cat([a, b, c], dim=-1),
+           [_rand((3, 5, 7), 32), _rand((3, 5, 1), 33), _rand((3, 5, 13), 34)], grad_mask=[True, False, True])

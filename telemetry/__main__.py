@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from telemetry.events import metrics_path, read_events
+from telemetry.events import metrics_path, read_events, surviving
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
         watch(args.run_dir, once=args.once, interval=args.interval)
         return 0
-    events = read_events(path)
+    events = surviving(read_events(path))  # steps replayed after a resume: the later copy counts
     if args.command == "plot":
         from telemetry.plot import plot_run
 

@@ -30,12 +30,27 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _ends_with_newline(path: Path) -> bool:
+    """True for an empty file or one whose last byte is a newline."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
 class MetricsWriter:
     """Appends events to RUN_DIR/metrics.jsonl, one flushed line each."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        if not _ends_with_newline(self.path):
+            # A writer killed mid-line left a partial record: end it, so our first event starts a line of its own
+            # (readers then skip just the partial one instead of losing both).
+            self._file.write("\n")
+            self._file.flush()
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         """Write one event (t defaults to now, Unix seconds); returns the record as written."""
@@ -90,6 +105,22 @@ def read_events(run_or_file: str | Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return list(parse_lines(text.splitlines(), str(path)))
+
+
+REPLAYED = ("step", "skip", "eval", "sample")  # per-step events a resumed run logs again
+
+
+def surviving(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of the trajectory that survived: a run stopped or killed after its checkpoint at step N logs
+    steps N+1.. again when resumed (its `config` event says start_step N), and the later copies win."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if e["event"] == "config" and isinstance(e.get("start_step"), int):
+            start = e["start_step"]
+            out = [x for x in out if x["event"] not in REPLAYED or not isinstance(x.get("step"), int)
+                   or x["step"] <= start]
+        out.append(e)
+    return out
 
 
 class EventTail:

@@ -13,6 +13,7 @@ Conventions every backend follows (see docs/TRAINER.md for parameter names and l
 from __future__ import annotations
 
 import importlib
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -62,6 +63,9 @@ class Backend(ABC):
         NaN/Inf loss or grad norm -> nothing applied, skipped="nan"; grad norm above spike_threshold ->
         nothing applied, skipped="spike". inject_nan makes the step see a NaN (a test hook).
         """
+
+    def check_batch(self, batch_size: int, block_size: int) -> None:  # noqa: B027 (optional hook, no-op here)
+        """Raise a TrainerError if a [batch_size, block_size] micro-batch cannot fit on the device (before training)."""
 
     @abstractmethod
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -130,6 +134,40 @@ def backend_class(kind: str) -> type[Backend]:
 def create_backend(kind: str, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> Backend:
     """Create a backend by name."""
     return backend_class(kind).create(model_cfg, optim_cfg, seed)
+
+
+def param_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter's shape, from the layout table in docs/TRAINER.md (no model is built)."""
+    C, V, F, qkv = m.n_embd, m.vocab_size, m.ffn_hidden, (m.n_head + 2 * m.n_kv_head) * m.head_dim
+    norm_bias = m.bias and m.arch == "gpt2"
+    out: dict[str, tuple[int, ...]] = {"wte.weight": (V, C)}
+    if m.arch == "gpt2":
+        out["wpe.weight"] = (m.block_size, C)
+    linears = {"attn.c_attn": (qkv, C), "attn.c_proj": (C, m.n_head * m.head_dim)}
+    if m.arch == "gpt2":
+        linears |= {"mlp.c_fc": (F, C), "mlp.c_proj": (C, F)}
+    else:
+        linears |= {"mlp.w_gate": (F, C), "mlp.w_up": (F, C), "mlp.w_down": (C, F)}
+    for i in range(m.n_layer):
+        for norm in ("ln_1", "ln_2"):
+            out[f"h.{i}.{norm}.weight"] = (C,)
+            if norm_bias:
+                out[f"h.{i}.{norm}.bias"] = (C,)
+        for name, shape in linears.items():
+            out[f"h.{i}.{name}.weight"] = shape
+            if m.bias:
+                out[f"h.{i}.{name}.bias"] = (shape[0],)
+    out["ln_f.weight"] = (C,)
+    if norm_bias:
+        out["ln_f.bias"] = (C,)
+    if not m.tie_embeddings:
+        out["lm_head.weight"] = (V, C)
+    return out
+
+
+def count_params(model_cfg: ModelConfig) -> int:
+    """Number of trainable scalars of a config (tied weights once), without building the model."""
+    return sum(math.prod(shape) for shape in param_shapes(model_cfg).values())
 
 
 def flops_per_token(model_cfg: ModelConfig, n_params: int) -> float:

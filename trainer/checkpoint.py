@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from trainer import env
 from trainer.errors import CheckpointError
 
 FORMAT = 1
@@ -47,6 +48,12 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _pause(seconds: float) -> None:
+    """The HELIOS_CKPT_DELAY_S test hook: a window between checkpoint phases."""
+    if seconds:
+        time.sleep(seconds)
+
+
 def _fsync_dir(path: Path) -> None:
     """fsync a directory so a rename inside it is durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -62,6 +69,30 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
         return []
     found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := _CKPT_RE.match(p.name)) and p.is_dir()]
     return sorted(found)
+
+
+def _latest_name(run_dir: Path) -> str | None:
+    """What `latest` holds (stripped), or None when it is missing or unreadable."""
+    try:
+        return (run_dir / LATEST).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+TEMP_PREFIXES = (".ckpt-", f".{LATEST}.tmp", ".write-probe-", ".resolved.json.")
+
+
+def remove_stale_temps(run_dir: Path) -> list[str]:
+    """Delete the temp files/dirs a killed trainer left (only call it holding the run lock); returns their names."""
+    removed = []
+    for path in run_dir.iterdir() if run_dir.is_dir() else []:
+        if path.name.startswith(TEMP_PREFIXES):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
 
 
 def latest_path(run_dir: Path) -> Path | None:
@@ -81,6 +112,21 @@ def latest_path(run_dir: Path) -> Path | None:
     return path
 
 
+def load_latest(run_dir: Path) -> Checkpoint | None:
+    """The verified checkpoint `latest` names (None: no checkpoint yet); a broken one is a CheckpointError that
+    says how to fall back to an earlier checkpoint."""
+    name = _latest_name(run_dir)
+    try:
+        latest = latest_path(run_dir)
+        return load_checkpoint(latest) if latest is not None else None
+    except CheckpointError as exc:
+        others = [p.name for _, p in list_checkpoints(run_dir) if p.name != name]
+        fallback = (f"to resume from an earlier checkpoint write its name ({', '.join(reversed(others))}) into "
+                    f"{run_dir / LATEST}, or start afresh with a new --run.name" if others else
+                    "start afresh with a new --run.name (or delete the run directory)")
+        raise CheckpointError(f"{exc}; {fallback}") from None
+
+
 def _describe(run_dir: Path) -> str:
     """'latest still points at ckpt-N' (or 'there is no earlier checkpoint') for error messages."""
     try:
@@ -95,13 +141,13 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
     """Write ckpt-<step> atomically, point `latest` at it, keep the `keep` newest; returns its path."""
     from safetensors.numpy import save
 
+    delay = env.ckpt_delay_s()
     final = run_dir / f"ckpt-{step}"
     tmp = run_dir / f".ckpt-{step}.tmp{os.getpid()}"
+    stale = run_dir / f".ckpt-{step}.old{os.getpid()}"
     try:
-        if final.is_dir():
-            # Same step already saved (e.g. SIGUSR1 then the end of the run): the state is identical.
-            _point_latest(run_dir, final.name)
-            return final
+        if final.is_dir() and _latest_name(run_dir) == final.name:
+            return final  # this step is already saved and is the latest: the state is identical
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         # asarray(order="C"), not ascontiguousarray: the latter turns the 0-d adam_step into shape [1].
@@ -109,16 +155,26 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
         state = dict(state, format=FORMAT, step=step, time=time.time(),
                      model_file={"name": MODEL_FILE, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
         _write_file(tmp / MODEL_FILE, blob)
+        _pause(delay)
         _write_file(tmp / STATE_FILE, json.dumps(state, indent=1).encode("utf-8"))
         _fsync_dir(tmp)
+        if final.is_dir():
+            # A ckpt-<step> that `latest` does not name: an earlier save killed between its rename and the
+            # pointer update, or a run rolled back by editing `latest`. It may hold another trajectory: replace it.
+            os.rename(final, stale)
         os.rename(tmp, final)
         _fsync_dir(run_dir)
+        shutil.rmtree(stale, ignore_errors=True)
+        _pause(delay)
         _point_latest(run_dir, final.name)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        reason = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        reason = "the disk is full" if full else (exc.strerror or str(exc))
+        fix = "free some space and" if full else "fix that and"
         raise CheckpointError(f"could not write checkpoint ckpt-{step} in {run_dir}: {reason}; "
-                              f"{_describe(run_dir)}") from None
+                              f"{_describe(run_dir)} ({fix} run again to resume from there)") from None
+    _pause(delay)
     _prune(run_dir, keep, final)
     return final
 
@@ -139,7 +195,14 @@ def _prune(run_dir: Path, keep: int, current: Path) -> None:
     ckpts = [p for _, p in list_checkpoints(run_dir)]
     for path in ckpts[:-keep] if keep > 0 else []:
         if path != current:
-            shutil.rmtree(path, ignore_errors=True)
+            # Renamed first, so a kill mid-delete leaves a temp name (removed at the next start), never a
+            # half-deleted ckpt-<step>.
+            doomed = run_dir / f".{path.name}.old{os.getpid()}"
+            try:
+                os.rename(path, doomed)
+            except OSError:
+                continue
+            shutil.rmtree(doomed, ignore_errors=True)
 
 
 def load_checkpoint(path: Path) -> Checkpoint:

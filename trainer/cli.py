@@ -1,6 +1,8 @@
 """`python -m trainer {run,sample,eval,prepare}`: the only layer that prints.
 
-Every TrainerError becomes one line on stderr and its exit code (2 for bad input), never a traceback.
+Every TrainerError, and every HeliosError the engine raises on purpose (no Vulkan driver, a device
+without timeline semaphores, out of device memory), becomes one line on stderr and its exit code
+(2 for bad input), never a traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from helios.errors import HeliosError
 from trainer.errors import TrainerError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.toml"
@@ -109,26 +112,32 @@ def signal_controls(controls) -> Iterator[None]:
 def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     """Train or resume; returns the exit code."""
     from telemetry.events import METRICS_FILE, MetricsWriter
+    from trainer import env
     from trainer.backend import create_backend
-    from trainer.checkpoint import latest_path, load_checkpoint
+    from trainer.checkpoint import LATEST, load_latest, remove_stale_temps
     from trainer.config import load_config
-    from trainer.loop import Controls, Trainer
+    from trainer.loop import Controls, Trainer, check_checkpoint_matches
     from trainer.progress import make_progress
     from trainer.runlock import RunLock
     from trainer.session import prepare_run_dir, write_resolved
     from trainer.tokens import prepare_data
 
     cfg = load_config(args.config, overrides)
+    env.check_all()
     run_dir = cfg.run.dir
     prepare_run_dir(run_dir)
     with RunLock(run_dir):
-        latest = latest_path(run_dir)
-        if latest is not None and args.resume == "never":
-            raise TrainerError(f"{run_dir} already holds a run (latest checkpoint {latest.name}); use --resume auto "
+        remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
+        if args.resume == "never" and (run_dir / LATEST).exists():
+            raise TrainerError(f"{run_dir} already holds a run (latest checkpoint "
+                               f"{(run_dir / LATEST).read_text().strip()[:40]}); use --resume auto "
                                "to continue it or a new --run.name")
-        ckpt = load_checkpoint(latest) if latest is not None else None
+        ckpt = load_latest(run_dir)
         data = prepare_data(cfg)
+        if ckpt is not None:
+            check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
         backend = create_backend(args.backend, cfg.model, cfg.optim, cfg.train.seed)
+        backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
         controls = Controls()
         progress = make_progress(cfg.train.log_interval)
         trainer = Trainer(cfg, backend, args.backend, data, run_dir, listener=progress, controls=controls)
@@ -199,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return cmd_sample(args) if args.command == "sample" else cmd_eval(args)
     except TrainerError as exc:
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except HeliosError as exc:
         print(f"trainer: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

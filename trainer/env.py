@@ -29,6 +29,16 @@ def step_delay_s() -> float:
         raise ConfigError(f"HELIOS_STEP_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.2") from None
 
 
+def ckpt_delay_s() -> float:
+    """HELIOS_CKPT_DELAY_S: sleep this long between the phases of a checkpoint write (temp files written, renamed
+    into place, `latest` updated) -- a test hook that opens windows for killing a trainer mid-checkpoint."""
+    raw = os.environ.get("HELIOS_CKPT_DELAY_S", "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else 0.0
+    except ValueError:
+        raise ConfigError(f"HELIOS_CKPT_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.2") from None
+
+
 def torch_threads() -> int:
     """HELIOS_TORCH_THREADS: CPU threads for the torch backend (default: every core this process may use)."""
     raw = os.environ.get("HELIOS_TORCH_THREADS", "").strip()
@@ -41,3 +51,10 @@ def prefer_passive_omp() -> None:
     """Default OMP_WAIT_POLICY=PASSIVE (before torch loads OpenMP): spinning worker threads collapse throughput
     10x+ when the cores are shared with other processes, and cost little when idle."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def check_all() -> None:
+    """Validate every switch up front, so a typo fails before a run directory is touched."""
+    inject_nan_steps()
+    step_delay_s()
+    ckpt_delay_s()

@@ -32,6 +32,10 @@ class BackendUnavailableError(TrainerError):
     """The requested backend cannot be created on this machine (missing module or dependency)."""
 
 
+class ModelTooLargeError(TrainerError):
+    """The model or a micro-batch's activations exceed what the device can hold or bind."""
+
+
 class TrainingDivergedError(TrainerError):
     """nan_policy = "stop" met a NaN/Inf; a checkpoint of the last good state was written first."""
 

@@ -7,6 +7,7 @@ them between steps, so a checkpoint always holds a whole step.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,18 @@ SAMPLE_TOP_K = 50
 DEFAULT_PROMPT = "\n"
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_mb() -> float | None:
+    """This process's resident set size now, in MiB (from /proc/self/statm; None where there is no /proc)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class Controls:
     """Requests from outside the loop (signal handlers): save a checkpoint, or save and stop."""
@@ -43,6 +56,24 @@ def sample_text(backend: Backend, tokenizer: Any, prompt: str, n: int, temperatu
     out = backend.generate(np.asarray(ids, dtype=np.int32), n, temperature, top_k, rng)
     known = [int(i) for i in out if int(i) < tokenizer.get_vocab_size()]
     return tokenizer.decode(known)
+
+
+def check_checkpoint_matches(cfg: Config, data: PreparedData, ckpt: Checkpoint) -> None:
+    """Refuse a checkpoint trained with another tokenizer or model config (cheap: before any backend exists)."""
+    saved = ckpt.state
+    if saved.get("tokenizer_sha256") != data.tokenizer_hash:
+        raise CheckpointError(
+            f"checkpoint {ckpt.path.name} was trained with a different tokenizer "
+            f"(sha256 {str(saved.get('tokenizer_sha256'))[:12]}, "
+            f"the data now gives {data.tokenizer_hash[:12]}); "
+            "use a new [run] name or restore the original data"
+        )
+    want = model_signature(cfg.model)
+    have = (saved.get("config") or {}).get("model") or {}
+    diff = [f"{k} {have.get(k)!r} -> {v!r}" for k, v in want.items() if have.get(k) != v]
+    if diff:
+        raise CheckpointError(f"checkpoint {ckpt.path.name} is from a different model config "
+                              f"({'; '.join(diff)}); use a new [run] name or the original [model] settings")
 
 
 def eval_batches(cfg: Config, tokens: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -84,19 +115,7 @@ class Trainer:
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one."""
         saved = ckpt.state
-        if saved.get("tokenizer_sha256") != self.data.tokenizer_hash:
-            raise CheckpointError(
-                f"checkpoint {ckpt.path.name} was trained with a different tokenizer "
-                f"(sha256 {str(saved.get('tokenizer_sha256'))[:12]}, "
-                f"the data now gives {self.data.tokenizer_hash[:12]}); "
-                "use a new [run] name or restore the original data"
-            )
-        want = model_signature(self.cfg.model)
-        have = (saved.get("config") or {}).get("model") or {}
-        diff = [f"{k} {have.get(k)!r} -> {v!r}" for k, v in want.items() if have.get(k) != v]
-        if diff:
-            raise CheckpointError(f"checkpoint {ckpt.path.name} is from a different model config "
-                                  f"({'; '.join(diff)}); use a new [run] name or the original [model] settings")
+        check_checkpoint_matches(self.cfg, self.data, ckpt)
         try:
             self.backend.load_state_dict(ckpt.tensors)
         except (ValueError, KeyError) as exc:
@@ -173,7 +192,7 @@ class Trainer:
             self.emit("step", step=self.step, loss=res.loss, lr=lr, grad_norm=res.grad_norm, clip_coef=res.clip_coef,
                       skipped=res.skipped, tok_per_s=tok_s, step_ms=step_s * 1000, fwd_ms=res.fwd_ms,
                       bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, **counters,
-                      mfu=fpt * tok_s / peak if peak else None)
+                      mfu=fpt * tok_s / peak if peak else None, rss_mb=rss_mb())
             if res.skipped:
                 self.emit("skip", step=self.step, reason=res.skipped, loss=res.loss, grad_norm=res.grad_norm,
                           policy=t.nan_policy if res.skipped == "nan" else "skip")

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from trainer.backend import Backend, create_backend
-from trainer.checkpoint import latest_path, load_checkpoint
+from trainer.checkpoint import load_latest
 from trainer.config import Config, config_from_dict
 from trainer.data import write_text_atomic
 from trainer.errors import CheckpointError, ConfigError, TrainerError
-from trainer.loop import Trainer
+from trainer.loop import Trainer, check_checkpoint_matches
 from trainer.tokens import PreparedData, prepare_data
 
 RESOLVED = "resolved.json"
@@ -26,7 +26,7 @@ def prepare_run_dir(run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-probe-")
         os.close(fd)
-        os.unlink(probe)
+        Path(probe).unlink(missing_ok=True)  # the lock holder may be clearing stale temps right now
     except OSError as exc:
         raise TrainerError(f"run directory {run_dir} is not writable: {exc.strerror or exc}; "
                            "set [run] out_dir/name to a writable place") from None
@@ -71,15 +71,15 @@ def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
     """Config, data and the latest checkpoint of a run directory, in a fresh backend."""
     cfg, saved_kind = read_resolved(run_dir)
     kind = backend_kind or saved_kind
-    latest = latest_path(run_dir)
-    if latest is None:
+    ckpt = load_latest(run_dir)
+    if ckpt is None:
         raise CheckpointError(f"run {run_dir} has no checkpoint yet")
-    ckpt = load_checkpoint(latest)
     data = prepare_data(cfg)
+    check_checkpoint_matches(cfg, data, ckpt)
     backend = create_backend(kind, cfg.model, cfg.optim, cfg.train.seed)
     trainer = Trainer(cfg, backend, kind, data, run_dir)
     trainer.restore(ckpt)
-    return LoadedRun(cfg, backend, data, trainer, latest.name)
+    return LoadedRun(cfg, backend, data, trainer, ckpt.path.name)
 
 
 def describe_data(data: PreparedData) -> dict[str, Any]:

@@ -116,8 +116,12 @@ def prepare_data(cfg: Config) -> PreparedData:
     want = {"format": CACHE_FORMAT, "text_sha256": text_hash, "vocab_size": vocab,
             "val_fraction": cfg.data.val_fraction, "tokenizer": cfg.data.tokenizer}
     meta = _read_meta(meta_path)
-    if meta is None or any(meta.get(k) != v for k, v in want.items()):
-        meta = _build_cache(raw, cache, want)
+    if meta is None or any(meta.get(k) != v for k, v in want.items()) or not _cache_intact(cache, meta):
+        try:
+            meta = _build_cache(raw, cache, want)
+        except OSError as exc:
+            raise DataError(f"cannot write the data cache {cache}: {exc.strerror or exc}; it goes next to the "
+                            "text file (or under [data] root): make that place writable") from None
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(cache / "train.bin", dtype=dtype, mode="r", shape=(meta["train_tokens"],))
     val = np.memmap(cache / "val.bin", dtype=dtype, mode="r", shape=(meta["val_tokens"],))
@@ -126,6 +130,17 @@ def prepare_data(cfg: Config) -> PreparedData:
                         train, val)
     check_fits(cfg, data)
     return data
+
+
+def _cache_intact(cache: Path, meta: dict) -> bool:
+    """The token files have the sizes meta.json records and the tokenizer its hash (else the cache is rebuilt)."""
+    try:
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        sizes_ok = all((cache / f"{split}.bin").stat().st_size == int(meta[f"{split}_tokens"]) * itemsize
+                       for split in ("train", "val"))
+        return sizes_ok and sha256_bytes((cache / "tokenizer.json").read_bytes()) == meta["tokenizer_sha256"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
 
 
 def _read_meta(path: Path) -> dict | None:
@@ -156,9 +171,13 @@ def _build_cache(raw: str, cache: Path, want: dict) -> dict:
     counts = {}
     for split, part in (("train", train_text), ("val", val_text)):
         ids = encode(tok, part).astype(dtype)
-        tmp = cache / f".{split}.bin.tmp"
-        ids.tofile(tmp)
-        os.replace(tmp, cache / f"{split}.bin")
+        tmp = cache / f".{split}.bin.tmp{os.getpid()}"  # per process: two runs may prepare one dataset at once
+        try:
+            ids.tofile(tmp)
+            os.replace(tmp, cache / f"{split}.bin")
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise DataError(f"cannot write the token cache {cache / f'{split}.bin'}: {exc.strerror or exc}") from None
         counts[split] = int(ids.size)
     meta = dict(want, dtype=dtype.name, tokenizer_vocab=tok.get_vocab_size(), tokenizer_sha256=sha256_bytes(
         tok_json.encode("utf-8")), train_tokens=counts["train"], val_tokens=counts["val"])

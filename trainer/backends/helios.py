@@ -21,8 +21,11 @@ from autograd.nn.decode import KVCache
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
-from trainer.backend import COUNTER_KEYS, Backend, StepResult, flops_per_token, sample_logits
+from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
 from trainer.config import ModelConfig, OptimConfig
+from trainer.errors import ModelTooLargeError
+
+MiB = 1 << 20
 
 
 def _ms(t0: float) -> float:
@@ -38,6 +41,9 @@ class HeliosBackend(Backend):
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed
+        self.max_tensor = rt.get_runtime().pool.max_tensor
+        self._checked_batches: set[tuple[int, int]] = set()
+        self._check_params_fit()
         self.model = GPT(_gpt_config(model_cfg), seed=seed)
         self.model.train()
         self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
@@ -49,10 +55,46 @@ class HeliosBackend(Backend):
     def create(cls, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> HeliosBackend:
         return cls(model_cfg, optim_cfg, seed)
 
+    # -- device limits -------------------------------------------------------------------------
+    def _check_params_fit(self) -> None:
+        """The parameters (and each Adam moment) live in one buffer: refuse a model the device cannot bind."""
+        n = count_params(self.cfg)
+        if 4 * n > self.max_tensor:
+            m = self.cfg
+            raise ModelTooLargeError(
+                f"the model has {n:,} parameters ({4 * n / MiB:,.0f} MiB of fp32), but the device "
+                f"'{rt.get_runtime().info.name}' binds at most {self.max_tensor / MiB:,.0f} MiB in one buffer "
+                f"(maxStorageBufferRange), which helios needs for all parameters together; at most "
+                f"{self.max_tensor // 4:,} parameters fit: use a smaller [model] n_embd ({m.n_embd}), "
+                f"n_layer ({m.n_layer}) or vocab_size ({m.vocab_size})")
+
+    def check_batch(self, batch_size: int, block_size: int) -> None:
+        """The widest activation of a micro-batch (logits, MLP hidden, fused QKV) must fit one device buffer."""
+        B, T = batch_size, block_size
+        if (B, T) in self._checked_batches:
+            return
+        m = self.cfg
+        widths = {f"the logits over vocab_size {m.vocab_size}": m.vocab_size,
+                  f"the MLP hidden layer ({m.ffn_hidden} wide)": m.ffn_hidden,
+                  "the fused QKV projection": (m.n_head + 2 * m.n_kv_head) * m.head_dim}
+        what, width = max(widths.items(), key=lambda kv: kv[1])
+        nbytes = 4 * B * T * width
+        if nbytes > self.max_tensor:
+            fit = self.max_tensor // (4 * T * width)
+            hint = (f"use [train] batch_size <= {fit} (and grad_accum for the same tokens per step)" if fit
+                    else "use a smaller [model] block_size or vocab_size/n_embd")
+            raise ModelTooLargeError(
+                f"a micro-batch of {B} x {T} tokens needs {nbytes / MiB:,.0f} MiB for {what}, but the device "
+                f"'{rt.get_runtime().info.name}' binds at most {self.max_tensor / MiB:,.0f} MiB in one buffer "
+                f"(maxStorageBufferRange); {hint}")
+        self._checked_batches.add((B, T))
+
     # -- training ------------------------------------------------------------------------------
     def train_step(self, micro_batches, lr: float, grad_clip: float, spike_threshold: float | None,
                    inject_nan: bool = False) -> StepResult:
         n = len(micro_batches)
+        for x, _ in micro_batches:
+            self.check_batch(*x.shape)
         fwd_ms = bwd_ms = 0.0
         self.model.zero_grad()
         loss_sum = rt.zeros(1)
@@ -95,6 +137,7 @@ class HeliosBackend(Backend):
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
+        self.check_batch(*x.shape)
         self.model.eval()
         try:
             with autograd.no_grad():

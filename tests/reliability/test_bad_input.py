@@ -1,0 +1,215 @@
+"""Bad input matrix: every case runs `python -m trainer run` in a subprocess and must end with exit code 2, one
+line on stderr naming the problem and the fix, no traceback, and nothing the user had overwritten.
+
+The finer-grained variants of most rows live in tests/trainer (test_config.py, test_data.py,
+test_checkpoint.py, test_config_property.py); this matrix is the user's view of each, on the helios backend.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.conftest import TINY, child_env, snapshot, trainer_cli, write_config
+from trainer.runlock import RunLock
+
+TRAINED = {"train": {"max_iters": 4, "ckpt_interval": 2}}  # ckpt-2 and ckpt-4 (latest)
+BPE = dict(TRAINED, model=dict(TINY["model"], vocab_size=300))
+FAULTY = ("-m", "tests.reliability.faulty_trainer")
+
+
+@dataclass
+class Case:
+    """A directory for one case: config writer, the prepared run, and what the CLI call needs."""
+
+    root: Path
+    corpus: Path
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    entry: tuple[str, ...] = ("-m", "trainer")
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs/tiny"
+
+    def config(self, text: str | None = None, **sections: dict) -> Path:
+        path = self.root / "cfg.toml"
+        if text is not None:
+            path.write_text(text, encoding="utf-8")
+            return path
+        return write_config(path, self.corpus, self.root / "runs", "tiny", **sections)
+
+    def text_file(self, content: bytes) -> Path:
+        path = self.root / "text.txt"
+        path.write_bytes(content)
+        return path
+
+    def faults(self, spec: str) -> None:
+        self.entry, self.env["RELIABILITY_FAULTS"] = FAULTY, spec
+
+
+def flip_byte(path: Path, at: int) -> None:
+    blob = bytearray(path.read_bytes())
+    blob[at] ^= 0xFF
+    path.write_bytes(bytes(blob))
+
+
+# Each setup gets a Case (with a trained run at case.run_dir when `trained`) and returns the config path.
+@dataclass(frozen=True)
+class Row:
+    setup: Callable[[Case], Path]
+    needles: tuple[str, ...]
+    trained: bool | str = False  # True: a copy of `trained_run`; "bpe": of `trained_run_bpe`
+
+
+ROWS: dict[str, Row] = {
+    "malformed_toml": Row(lambda c: c.config("[train]\nmax_iters = = 3\n"), ("malformed TOML", "line 2, column")),
+    "unknown_section": Row(lambda c: c.config("[modle]\nn_layer = 2\n"), ("[modle]", "valid sections", "model")),
+    "unknown_key": Row(lambda c: c.config("[model]\nn_layers = 2\n"), ("n_layers", "valid keys", "n_layer")),
+    "unknown_override": Row(lambda c: (c.args.append("--model.n_layerz=3"), c.config())[1],
+                            ("n_layerz", "valid keys")),
+    "wrong_type": Row(lambda c: c.config('[model]\nn_layer = "two"\n'), ("n_layer", '"two"', "integer")),
+    "out_of_range": Row(lambda c: c.config("[optim]\nlr = -0.1\n"), ("lr", "-0.1", "positive")),
+    "inconsistent_values": Row(lambda c: c.config("[model]\nn_embd = 130\nn_head = 4\n"),
+                               ("n_embd", "130", "divisible by n_head (4)")),
+    "missing_config": Row(lambda c: c.root / "nowhere.toml", ("cannot read config", "nowhere.toml")),
+    "missing_data_file": Row(lambda c: c.config(data={"path": str(c.root / "gone.txt")}),
+                             ("gone.txt", "does not exist")),
+    "empty_data_file": Row(lambda c: c.config(data={"path": str(c.text_file(b" \n\n"))}), ("text.txt", "is empty")),
+    "binary_data_file": Row(lambda c: c.config(data={"path": str(c.text_file(bytes(range(256)) * 64))}),
+                            ("text.txt", "binary")),
+    "text_too_short": Row(lambda c: c.config(data={"path": str(c.text_file(b"To be, or not to be.\n" * 4))},
+                                             model={"block_size": 64}),
+                          ("block_size = 64", "at most", "longer text or a smaller block")),
+    # vocab 300, not the tiny model's 257: a byte-level vocabulary has no merges, so any text gives its tokenizer.
+    "tokenizer_mismatch": Row(lambda c: c.config(data={"path": str(c.text_file(
+        c.corpus.read_bytes().replace(b"king", b"duke")))}, **BPE), ("different tokenizer", "ckpt-4"),
+        trained="bpe"),
+    "model_config_mismatch": Row(lambda c: c.config(model={"n_embd": 32}, **TRAINED),
+                                 ("different model config", "n_embd 16 -> 32", "ckpt-4"), trained=True),
+    "truncated_safetensors": Row(lambda c: (c.run_dir.joinpath("ckpt-4/model.safetensors").write_bytes(
+        c.run_dir.joinpath("ckpt-4/model.safetensors").read_bytes()[:-100]), c.config(**TRAINED))[1],
+        ("ckpt-4/model.safetensors", "truncated"), trained=True),
+    "corrupt_safetensors": Row(lambda c: (flip_byte(c.run_dir / "ckpt-4/model.safetensors", 200),
+                                          c.config(**TRAINED))[1], ("ckpt-4/model.safetensors", "SHA-256"),
+                               trained=True),
+    "corrupt_state_json": Row(lambda c: (c.run_dir.joinpath("ckpt-4/state.json").write_text('{"step": '),
+                                         c.config(**TRAINED))[1], ("ckpt-4/state.json", "corrupt"), trained=True),
+    "dangling_latest": Row(lambda c: (c.run_dir.joinpath("latest").write_text("ckpt-9\n"), c.config(**TRAINED))[1],
+                           ("ckpt-9, which does not exist",), trained=True),
+    "resume_never": Row(lambda c: (c.args.extend(["--resume", "never"]), c.config(**TRAINED))[1],
+                        ("already holds a run", "--resume auto"), trained=True),
+    "run_dir_not_writable": Row(lambda c: c.config(run={"out_dir": str(c.text_file(b"a file") / "runs")}),
+                                ("not writable", "[run] out_dir")),
+    "bad_test_hook_value": Row(lambda c: (c.env.update(HELIOS_INJECT_NAN_STEPS="three"), c.config())[1],
+                               ("HELIOS_INJECT_NAN_STEPS", "three")),
+    "disk_full_during_checkpoint": Row(lambda c: (c.faults("enospc_after=0"), c.config(
+        train={"max_iters": 6, "ckpt_interval": 2}))[1], ("could not write checkpoint ckpt-6", "the disk is full",
+                                                          "latest still points at ckpt-4"), trained=True),
+    "no_vulkan_driver": Row(lambda c: (c.env.update(VK_DRIVER_FILES="/nonexistent.json",
+                                                    VK_ICD_FILENAMES="/nonexistent.json"), c.config())[1],
+                            ("No Vulkan driver was found", "mesa-vulkan-drivers")),
+    "no_timeline_semaphores": Row(lambda c: (c.faults("no_timeline"), c.config())[1],
+                                  ("does not support timeline semaphores", "HELIOS_DEVICE")),
+    # 8 layers x 512 wide: 25M parameters, 100 MB as one buffer (it binds), but parameters + gradients + Adam
+    # moments need ~400 MB of a device that has 160 MiB.
+    "out_of_device_memory": Row(lambda c: (c.faults("device_mb=160"), c.config(
+        model={"n_layer": 8, "n_embd": 512, "n_head": 8}))[1],
+        ("could not allocate", "bytes", "Pool state", "MiB reserved", "smaller batch size or model")),
+    "model_exceeds_buffer_limit": Row(lambda c: c.config(model={"n_layer": 4, "n_embd": 4096, "n_head": 8}),
+                                      ("parameters (", "MiB of fp32", "maxStorageBufferRange",
+                                       "smaller [model] n_embd (4096)")),
+    "batch_exceeds_buffer_limit": Row(lambda c: c.config(train={"batch_size": 20000}),
+                                      ("micro-batch of 20000 x 8 tokens", "logits over vocab_size 257",
+                                       "batch_size <=")),
+}
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, corpus) -> Path:
+    """A finished 4-step helios run (ckpt-2, ckpt-4) that the checkpoint cases copy and damage."""
+    root = tmp_path_factory.mktemp("trained")
+    cfg = write_config(root / "cfg.toml", corpus, root / "runs", "tiny", **TRAINED)
+    done = trainer_cli("run", str(cfg), "--backend", "helios")
+    assert done.returncode == 0, done.stderr
+    return root / "runs/tiny"
+
+
+@pytest.fixture(scope="module")
+def trained_run_bpe(tmp_path_factory, corpus) -> Path:
+    """The same with vocab 300, so its BPE tokenizer depends on the text."""
+    root = tmp_path_factory.mktemp("trained-bpe")
+    cfg = write_config(root / "cfg.toml", corpus, root / "runs", "tiny", **BPE)
+    done = trainer_cli("run", str(cfg), "--backend", "helios")
+    assert done.returncode == 0, done.stderr
+    return root / "runs/tiny"
+
+
+def _protected(case: Case, before: dict[str, str], after: dict[str, str], name: str) -> None:
+    """Nothing overwritten: every file is as it was. A run that trained before failing (disk full) may append
+    to its log and rewrite resolved.json, but its checkpoints and `latest` stay exactly as they were."""
+    unchanged = {path: digest for path, digest in after.items() if path in before}
+    created = sorted(path for path in after if path not in before and path.startswith("runs/"))
+    if name != "disk_full_during_checkpoint":
+        assert unchanged == before and created == []  # new files elsewhere: only a data cache for a new text
+        return
+    rel = "runs/tiny/"
+    for path, digest in before.items():
+        if path.startswith(rel + "ckpt-") or path == rel + "latest":
+            assert after.get(path) == digest, path
+    old_log = (case.root / "before-metrics.jsonl").read_bytes()
+    assert (case.run_dir / "metrics.jsonl").read_bytes().startswith(old_log)
+    assert not [p for p in case.run_dir.iterdir() if p.name.startswith(".ckpt-")], "temp checkpoint left behind"
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_bad_input_is_one_clear_line_exit_2_and_changes_nothing(name, tmp_path, corpus, request):
+    row = ROWS[name]
+    case = Case(tmp_path, corpus)
+    if row.trained:
+        fixture = "trained_run_bpe" if row.trained == "bpe" else "trained_run"
+        shutil.copytree(request.getfixturevalue(fixture), case.run_dir)
+        shutil.copy(case.run_dir / "metrics.jsonl", tmp_path / "before-metrics.jsonl")
+    cfg = row.setup(case)
+    before = snapshot(tmp_path)
+    proc = trainer_cli("run", str(cfg), "--backend", "helios", *case.args, entry=case.entry,
+                       env=child_env(**case.env))
+    err = proc.stderr.strip()
+    print(f"[{name}] exit {proc.returncode}: {err}")  # `pytest -s` lists what users see (docs/RELIABILITY.md)
+    assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr and err.count("\n") == 0, proc.stderr
+    assert err.startswith("trainer: error: ")
+    for needle in row.needles:
+        assert needle in err, f"{needle!r} not in: {err}"
+    _protected(case, before, snapshot(tmp_path), name)
+
+
+def test_locked_run_dir_is_refused_and_the_holder_undisturbed(tmp_path, corpus, trained_run):
+    # Two real trainer processes on one directory: tests/trainer/test_signals.py (the first goes on and finishes
+    # bitwise equal to an uninterrupted run). Here the holder is this process; the refused run must not touch
+    # anything, not even the lock file's pid.
+    case = Case(tmp_path, corpus)
+    shutil.copytree(trained_run, case.run_dir)
+    cfg = case.config(**TRAINED)
+    with RunLock(case.run_dir):
+        holder = (case.run_dir / ".lock").read_text()
+        before = snapshot(tmp_path)
+        proc = trainer_cli("run", str(cfg), "--backend", "helios")
+        assert (case.run_dir / ".lock").read_text() == holder == f"{os.getpid()}\n"
+        assert snapshot(tmp_path) == before
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"in use by another trainer (pid {os.getpid()})" in proc.stderr and "SIGTERM" in proc.stderr
+
+
+def test_the_matrix_covers_every_input_the_issue_names():
+    named = {"malformed_toml", "unknown_section", "unknown_key", "wrong_type", "out_of_range", "missing_data_file",
+             "empty_data_file", "binary_data_file", "text_too_short", "tokenizer_mismatch", "model_config_mismatch",
+             "truncated_safetensors", "corrupt_safetensors", "run_dir_not_writable", "disk_full_during_checkpoint",
+             "no_timeline_semaphores", "out_of_device_memory"}
+    assert named <= set(ROWS)
+    assert TINY["model"]["vocab_size"] == 257  # the needles above quote the tiny model's sizes

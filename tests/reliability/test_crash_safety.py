@@ -190,6 +190,7 @@ def kill_loop(backend: str, tiny_config, tmp_path: Path, kills: int, seed: int) 
     return hits
 
 
+@pytest.mark.slow
 def test_sigkill_anywhere_then_resume_is_bitwise_the_uninterrupted_run(tiny_config, tmp_path):
     kills = kill_count("helios")
     hits = kill_loop("helios", tiny_config, tmp_path, kills, seed=kills)

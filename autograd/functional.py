@@ -157,7 +157,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: T
 
 
 def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None) -> Tensor:
-    return N.Embedding.apply(ids, table, pos_table)
+    """Rows of `table` for int32 ids (+ learned positions). When the ids came from the host, the
+    backward scatter is the deterministic sorted one (bit-reproducible); otherwise float atomics."""
+    return N.Embedding.apply(ids, table, pos_table, host_ids=ids.host)
 
 
 def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:

@@ -73,8 +73,14 @@ class Embedding(Function):
     """Token rows (+ learned position rows) for int32 ids [B, T]; backward scatter-adds rows."""
 
     @staticmethod
-    def forward(ctx, ids, table, pos_table=None):
+    def forward(ctx, ids, table, pos_table=None, host_ids=None):
+        from helios.kernels.embedding import sorted_segments
+
         ctx.save_for_backward(ids)
+        # Planned on the host from ids the host already holds: the backward then sums each row's
+        # contributions in a fixed order, so training is bit-reproducible (resume == uninterrupted run).
+        ctx.plan = sorted_segments(host_ids, table.shape[0]) if host_ids is not None and ctx.needs_input_grad[1] \
+            else None
         ctx.table_shape = tuple(table.shape)
         ctx.pos_shape = tuple(pos_table.shape) if pos_table is not None else None
         out = ops.embedding(ids, table, pos_table)
@@ -93,12 +99,12 @@ class Embedding(Function):
             pos_grad = rt.zeros(ctx.pos_shape)
         if table_grad is None:  # only the position table needs a gradient: scatter into a scratch table
             table_grad = rt.zeros(ctx.table_shape)
-        ops.embedding_backward(ids, _rows(dy), table_grad, pos_grad, accumulate=True)
+        ops.embedding_backward(ids, _rows(dy), table_grad, pos_grad, accumulate=True, plan=ctx.plan)
         dtable = (table_grad if fresh_table else ACCUMULATED) if ctx.needs_input_grad[1] else None
         dpos = None
         if ctx.pos_shape is not None and ctx.needs_input_grad[2]:
             dpos = pos_grad if fresh_pos else ACCUMULATED
-        return None, dtable, dpos
+        return None, dtable, dpos, None
 
 
 class Rope(Function):

@@ -142,6 +142,29 @@ def _build_pos_grad(b: KernelBuilder, v: Variant) -> None:
         grad[i] = acc.value
 
 
+def _build_scatter_sorted(b: KernelBuilder, v: Variant) -> None:
+    """table_grad[uniq[s], c] += sum of dy[order[j], c] for j in [start[s], start[s+1]), in order.
+
+    One invocation per (segment, column): every gradient element has exactly one writer and a fixed
+    summation order, so the result is bit-reproducible (unlike float atomics) at O(N * D) work.
+    """
+    b.local_size(WG)
+    order = b.buffer(0, u32, "r")
+    start = b.buffer(1, u32, "r")
+    uniq = b.buffer(2, u32, "r")
+    dy = b.buffer(3, f32, "r").view(v.vec)
+    grad = b.buffer(4, f32, "rw").view(v.vec)
+    segments, dv = b.push("segments", u32), b.push("dv", u32)
+    i = _linear_id(b)
+    with b.if_(i < segments * dv):
+        s, c = i / dv, i % dv
+        target = uniq[s] * dv + c
+        acc = b.var(grad.elem, grad[target])  # always adds: the op zero-fills first when not accumulating
+        with b.for_range(start[s], start[s + 1]) as j:
+            acc += dy[order[j] * dv + c]
+        grad[target] = acc.value
+
+
 EMBEDDING = Kernel(
     "embedding", _build_lookup,
     variants={"scalar": {"vec": 1, "pos": False}, "vec4": {"vec": 4, "pos": False},
@@ -161,6 +184,12 @@ EMBEDDING_BACKWARD_SCAN = Kernel(
     variants={"scan": {"vec": 1}, "scan_vec4": {"vec": 4}},
     grid=lambda vocab, d, vec=1: _grid(vocab * d // vec),
     flops=lambda n, vocab, d: n * d, bytes=lambda n, vocab, d: 4 * n * vocab * d + 4 * n * d + 8 * vocab * d,
+)
+EMBEDDING_BACKWARD_SORTED = Kernel(
+    "embedding_backward_sorted", _build_scatter_sorted,
+    variants={"sorted": {"vec": 1}, "sorted_vec4": {"vec": 4}},
+    grid=lambda segments, d, vec=1: _grid(segments * d // vec),
+    flops=lambda n, d: n * d, bytes=lambda n, segments, d: 8 * n + 8 * segments + 4 * n * d + 8 * segments * d,
 )
 EMBEDDING_POS_BACKWARD = Kernel(
     "embedding_pos_backward", _build_pos_grad,
@@ -207,16 +236,42 @@ def scatter_variant() -> str:
     return "atomic" if get_device().info.float_atomic_add_buffer else "scan"
 
 
-def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, variant: str | None = None):
+def sorted_segments(host_ids: np.ndarray, vocab: int):
+    """The host-side plan of the deterministic scatter: (order, segment starts, segment ids) as device
+    tensors, from ids the host already has (token batches come from the host). Out-of-range ids are
+    dropped, as the other variants drop them."""
+    rt = _rt()
+    flat = np.asarray(host_ids).reshape(-1).astype(np.int64)
+    order = np.argsort(flat, kind="stable")
+    keep = order[(flat[order] >= 0) & (flat[order] < vocab)]
+    uniq, first = np.unique(flat[keep], return_index=True)
+    starts = np.append(first, keep.size).astype(np.uint32)
+    as_u32 = lambda a: rt.from_numpy(np.ascontiguousarray(a, dtype=np.uint32) if a.size else np.zeros(1, np.uint32))  # noqa: E731
+    return as_u32(keep), as_u32(starts), as_u32(uniq), int(uniq.size)
+
+
+def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, variant: str | None = None,
+                       plan=None):
     """Scatter-add dy [N, D] rows into table_grad [V, D] (and position rows into pos_grad); returns
-    (table_grad, pos_grad). Without accumulate the gradients are overwritten. `variant`: "atomic" or
-    "scan" (default: `scatter_variant()`)."""
+    (table_grad, pos_grad). Without accumulate the gradients are overwritten. `variant`: "sorted"
+    (deterministic; needs `plan` from `sorted_segments`, the default when one is given), "atomic" or
+    "scan" (default without a plan: `scatter_variant()`)."""
     rt = _rt()
     n, seq = _rows(ids)
     vocab, d = int(table_grad.shape[0]), int(table_grad.shape[1])
     vec = 4 if d % 4 == 0 else 1
-    variant = variant or scatter_variant()
-    if variant == "atomic":
+    variant = variant or ("sorted" if plan is not None else scatter_variant())
+    if variant == "sorted":
+        if plan is None:
+            raise ValueError("embedding_backward variant 'sorted' needs plan=sorted_segments(host_ids, vocab)")
+        order, starts, uniq, segments = plan
+        if not accumulate:
+            rt.fill(table_grad, 0.0)
+        if segments:
+            rt.launch(EMBEDDING_BACKWARD_SORTED, [order, starts, uniq, dy, table_grad],
+                      push={"segments": segments, "dv": d // vec},
+                      grid=_grid(segments * d // vec), variant="sorted_vec4" if vec == 4 else "sorted")
+    elif variant == "atomic":
         if not accumulate:
             rt.fill(table_grad, 0.0)
         rt.launch(EMBEDDING_BACKWARD_ATOMIC, [ids, dy, table_grad], push={"n_rows": n, "d": d, "vocab": vocab},
@@ -226,7 +281,7 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
                   push={"n_rows": n, "dv": d // vec, "vocab": vocab, "accumulate": int(accumulate)},
                   grid=_grid(vocab * d // vec), variant="scan_vec4" if vec == 4 else "scan")
     else:
-        raise ValueError(f"embedding_backward variant must be 'atomic' or 'scan', not {variant!r}")
+        raise ValueError(f"embedding_backward variant must be 'sorted', 'atomic' or 'scan', not {variant!r}")
     if pos_grad is not None:
         n_pos = int(pos_grad.shape[0])
         if n_pos < seq:

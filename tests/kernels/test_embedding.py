@@ -13,7 +13,8 @@ import helios.runtime as rt
 from helios.kernels import embedding as E
 from helios.spirv import validate
 
-KERNELS = [E.EMBEDDING, E.EMBEDDING_BACKWARD_ATOMIC, E.EMBEDDING_BACKWARD_SCAN, E.EMBEDDING_POS_BACKWARD]
+KERNELS = [E.EMBEDDING, E.EMBEDDING_BACKWARD_ATOMIC, E.EMBEDDING_BACKWARD_SCAN, E.EMBEDDING_BACKWARD_SORTED,
+           E.EMBEDDING_POS_BACKWARD]
 SHAPES = [  # (B, T, V, D): rows of 1, 7, 33, 513; widths that are and are not multiples of 4
     (1, 1, 5, 1), (1, 7, 11, 4), (3, 11, 33, 7), (1, 513, 70, 12), (2, 33, 513, 5),
 ]
@@ -54,13 +55,13 @@ def test_lookup_out_of_range_ids_give_zero_rows():
 def _variants():
     from helios.device import get_device
 
-    out = ["scan"]
+    out = ["scan", "sorted"]
     if get_device().info.float_atomic_add_buffer:
         out.append("atomic")
     return out
 
 
-@pytest.mark.parametrize("variant", ["atomic", "scan"])
+@pytest.mark.parametrize("variant", ["atomic", "scan", "sorted"])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_backward(variant, shape, accumulate):
@@ -72,7 +73,9 @@ def test_backward(variant, shape, accumulate):
     tg0 = rng.standard_normal((v, d)).astype(np.float32)
     pg0 = rng.standard_normal(pos.shape).astype(np.float32)
     tg, pg = rt.from_numpy(tg0), rt.from_numpy(pg0)
-    E.embedding_backward(rt.from_numpy(ids), rt.from_numpy(dy), tg, pg, accumulate=accumulate, variant=variant)
+    plan = E.sorted_segments(ids, v) if variant == "sorted" else None
+    E.embedding_backward(rt.from_numpy(ids), rt.from_numpy(dy), tg, pg, accumulate=accumulate, variant=variant,
+                         plan=plan)
     rtg, rpg = E.reference_backward(ids.astype(np.int64), dy.astype(np.float64), v, pos.shape[0])
     if accumulate:
         rtg, rpg = rtg + tg0, rpg + pg0
@@ -89,6 +92,21 @@ def test_backward_default_variant_and_skip_invalid_ids():
     expected = np.zeros((4, 3), dtype=np.float32)
     expected[1] = 2.0
     np.testing.assert_array_equal(tg.numpy(), expected)
+
+
+def test_sorted_is_bit_reproducible_and_skips_invalid_ids():
+    ids, _, _, dy = _data(8, 64, 4, 16, seed=5)  # few rows, many repeats: where atomics reorder sums
+    ids[0, :3] = (-1, 4, 99)  # out of range: dropped, as the other variants drop them
+    results = set()
+    for _ in range(5):
+        tg = rt.zeros((4, 16))
+        E.embedding_backward(rt.from_numpy(ids), rt.from_numpy(dy), tg, plan=E.sorted_segments(ids, 4))
+        results.add(tg.numpy().tobytes())
+    assert len(results) == 1
+    expected, _ = E.reference_backward(ids.astype(np.int64), dy.astype(np.float64), 4, 64)
+    # ~128 float32 terms per row: absolute rounding of the sum is ~1e-5 where terms cancel
+    np.testing.assert_allclose(np.frombuffer(results.pop(), np.float32).reshape(4, 16), expected, rtol=1e-5,
+                               atol=2e-5)
 
 
 def test_scan_is_deterministic():

@@ -21,3 +21,9 @@ class OutOfMemoryError(HeliosError):
     """A device allocation failed; the message names the size asked for and the pool's state."""
 
     exit_code = 2
+
+
+class TensorTooLargeError(HeliosError):
+    """One tensor is larger than the device can bind as a single storage buffer."""
+
+    exit_code = 2

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from helios.errors import HeliosError, OutOfMemoryError
+from helios.errors import HeliosError, OutOfMemoryError, TensorTooLargeError
 
 # Every region starts on a multiple of this. Vulkan caps minStorageBufferOffsetAlignment at 256, so any region
 # offset is a legal descriptor offset on every device, and views only have to respect the device's own limit.
@@ -154,7 +154,7 @@ class BufferPool:
     def acquire(self, nbytes: int) -> Storage:
         """A storage of at least `nbytes` that no pending device work touches."""
         if nbytes > self.max_tensor:
-            raise HeliosError(
+            raise TensorTooLargeError(
                 f"a tensor of {nbytes} bytes ({nbytes / MiB:.1f} MiB) exceeds this device's limit of "
                 f"{self.max_tensor} bytes ({self.max_tensor / MiB:.0f} MiB, maxStorageBufferRange) for one "
                 "bound buffer; split it into several tensors (for example per layer or per chunk of rows)."

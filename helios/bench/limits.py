@@ -47,4 +47,30 @@ def run(args) -> list[dict]:
     for variant in L.LIMITS_COPY.variants:
         records.append(compare("limits_copy", variant, f"{size}", lambda v=variant: L.copy_run(x, y, v), ref_fn,
                                ref_name, nbytes=8 * size, repeats=repeats, cuda_ref=cuda, device=dev))
+    store_peaks(info.name, records)
     return records
+
+
+def store_peaks(device: str, records: list[dict]) -> None:
+    """Keep this device's best FMA and copy figures in the cache dir: the trainer's MFU reads the FMA peak."""
+    import json
+
+    from helios.env import cache_dir
+
+    path = cache_dir() / "limits.json"
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    fma = [r["gflops"] for r in records if r["kernel"] == "limits_fma" and r.get("gflops")]
+    copy = [r["gbps"] for r in records if r["kernel"] == "limits_copy" and r.get("gbps")]
+    entry = table.get(device, {})
+    if fma:
+        entry["fma_gflops"] = max(fma + [entry.get("fma_gflops", 0.0)])
+    if copy:
+        entry["copy_gbps"] = max(copy + [entry.get("copy_gbps", 0.0)])
+    table[device] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    tmp.replace(path)

@@ -19,38 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autograd.nn.gpt import GPTConfig
 from trainer.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    """The network: GPT-2 style (learned positions, LayerNorm, GELU) or LLaMA style (RoPE, RMSNorm, SwiGLU, GQA)."""
+class ModelConfig(GPTConfig):
+    """The network: GPT-2 style (learned positions, LayerNorm, GELU) or LLaMA style (RoPE, RMSNorm, SwiGLU, GQA).
 
-    arch: str = "gpt2"
-    n_layer: int = 4
-    n_head: int = 4
-    n_kv_head: int | None = None  # None resolves to n_head (plain multi-head attention)
-    n_embd: int = 128
-    block_size: int = 128
-    vocab_size: int = 4096
-    dropout: float = 0.0
-    bias: bool = True
-    softcap: float = 0.0  # > 0: attention scores become softcap * tanh(scores / softcap)
-    tie_embeddings: bool = True
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
-
-    @property
-    def head_dim(self) -> int:
-        """Width of one attention head."""
-        return self.n_embd // self.n_head
-
-    @property
-    def ffn_hidden(self) -> int:
-        """MLP hidden width: 4*n_embd for gpt2; for llama 8/3*n_embd rounded up to a multiple of 64 (GPU-friendly)."""
-        if self.arch == "gpt2":
-            return 4 * self.n_embd
-        return 64 * math.ceil(8 * self.n_embd / 3 / 64)
+    Its fields, defaults and derived widths (head_dim, ffn_hidden) are autograd's GPTConfig: one definition,
+    so the helios model and the torch reference twin can never disagree on a shape.
+    """
 
 
 @dataclass(frozen=True)

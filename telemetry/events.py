@@ -81,18 +81,47 @@ def metrics_path(run_or_file: str | Path) -> Path:
     return p / METRICS_FILE if p.is_dir() else p
 
 
-def parse_lines(lines: Iterator[str] | list[str], source: str = "metrics") -> Iterator[dict[str, Any]]:
-    """Events from text lines; a malformed line, or one without event/t, is skipped with a warning."""
+class NotTelemetryError(ValueError):
+    """A file that is not a helios metrics log (its first line is not a JSON event)."""
+
+
+def check_telemetry(path: str | Path) -> None:
+    """Raise NotTelemetryError unless the file's first non-blank line is a helios event.
+
+    The trainer's first line is always a complete `config` event (the writer flushes whole lines), so a log
+    whose first line does not parse is some other file, not a run being written. An empty file passes.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    for raw in head.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            if len(raw) == len(head) and raw.startswith(b'{"event"'):  # a first line still being written
+                return
+            raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not a JSON event)")
+        if not isinstance(record, dict) or "event" not in record or "t" not in record:
+            raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not a JSON event)")
+        return
+
+
+def parse_lines(lines: Iterator[str] | list[str], source: str = "metrics", warn: bool = True) -> Iterator[dict[str, Any]]:
+    """Events from text lines; a malformed line, or one without event/t, is skipped (with a warning if warn)."""
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except ValueError:
-            warnings.warn(f"{source}:{lineno}: skipping malformed line", stacklevel=2)
+            if warn:
+                warnings.warn(f"{source}:{lineno}: skipping malformed line", stacklevel=2)
             continue
         if not isinstance(record, dict) or "event" not in record or "t" not in record:
-            warnings.warn(f"{source}:{lineno}: skipping a line that is not an event", stacklevel=2)
+            if warn:
+                warnings.warn(f"{source}:{lineno}: skipping a line that is not an event", stacklevel=2)
             continue
         yield record
 

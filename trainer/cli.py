@@ -140,6 +140,10 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
         controls = Controls()
         progress = make_progress(cfg.train.log_interval)
+        if cfg.telemetry.tensorboard:  # TensorBoard files too: the sink forwards each event to progress
+            from telemetry.tensorboard import TensorBoardSink
+
+            progress = TensorBoardSink(run_dir, forward=progress)
         trainer = Trainer(cfg, backend, args.backend, data, run_dir, listener=progress, controls=controls)
         if ckpt is not None:
             trainer.restore(ckpt)

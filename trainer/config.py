@@ -97,6 +97,13 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """Extra telemetry beside metrics.jsonl."""
+
+    tensorboard: bool = False  # also write TensorBoard event files into the run directory
+
+
+@dataclass(frozen=True)
 class Config:
     """A whole, validated training configuration."""
 
@@ -106,6 +113,7 @@ class Config:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain JSON-able form (tuples become lists); `config_from_dict` reads it back."""
@@ -115,6 +123,7 @@ class Config:
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "data": DataConfig, "optim": OptimConfig,
     "schedule": ScheduleConfig, "train": TrainConfig, "run": RunConfig,
+    "telemetry": TelemetryConfig,
 }
 
 _Rule = tuple[Callable[[Any], bool], str]

@@ -28,7 +28,7 @@ def resume_steps(events: list[dict[str, Any]]) -> list[int]:
             and e["start_step"] > 0]
 
 
-def _memory_note(events: list[dict[str, Any]]) -> str:
+def memory_note(events: list[dict[str, Any]]) -> str:
     """Why the memory panel is empty, without guessing a backend the log does not name."""
     if not any(e["event"] == "step" for e in events):
         return "no steps logged"
@@ -36,14 +36,8 @@ def _memory_note(events: list[dict[str, Any]]) -> str:
     return "no device memory counters" + (f"\n({backend} backend)" if backend else "")
 
 
-def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
-    """Render the dashboard figure to out (PNG) with matplotlib's Agg backend; returns out.
-
-    The image is rendered in memory and then written in one go, so an unwritable path raises OSError before
-    any file is touched and a failed write leaves no partial PNG.
-    """
-    import io
-
+def build_figure(events: list[dict[str, Any]], title: str = "") -> Any:
+    """The dashboard as a matplotlib Figure (Agg backend): 2x3 panels, resume points dotted on each."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: never needs a display
@@ -90,7 +84,7 @@ def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
             ax.plot(px, [y / 2**20 for y in py], color="tab:olive", label="peak in use")
         ax.legend(loc="upper left", fontsize="small")
     else:
-        ax.text(0.5, 0.5, _memory_note(events), ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, memory_note(events), ha="center", va="center", transform=ax.transAxes)
     ax.set(title="device memory (MiB)", xlabel="step")
     ax = axes[1, 2]
     for key in ("fwd_ms", "bwd_ms", "opt_ms", "wait_ms"):
@@ -103,6 +97,20 @@ def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
             ax.axvline(step, color="0.4", lw=0.8, ls=":", label="resumed" if i == 0 else None)
     if resumes:
         axes[0, 0].legend()
+    return fig
+
+
+def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
+    """Render the dashboard figure to out (PNG); returns out.
+
+    The image is rendered in memory and then written in one go, so an unwritable path raises OSError before
+    any file is touched and a failed write leaves no partial PNG.
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig = build_figure(events, title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)

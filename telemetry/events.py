@@ -102,13 +102,14 @@ def check_telemetry(path: str | Path) -> None:
         except ValueError:
             if len(raw) == len(head) and raw.startswith(b'{"event"'):  # a first line still being written
                 return
-            raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not a JSON event)")
+            raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not JSON)") from None
         if not isinstance(record, dict) or "event" not in record or "t" not in record:
             raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not a JSON event)")
         return
 
 
-def parse_lines(lines: Iterator[str] | list[str], source: str = "metrics", warn: bool = True) -> Iterator[dict[str, Any]]:
+def parse_lines(lines: Iterator[str] | list[str], source: str = "metrics",
+                warn: bool = True) -> Iterator[dict[str, Any]]:
     """Events from text lines; a malformed line, or one without event/t, is skipped (with a warning if warn)."""
     for lineno, line in enumerate(lines, 1):
         if not line.strip():

@@ -77,3 +77,31 @@ def test_resume_appends_without_duplicating_steps(tmp_path):
     assert [e.step for e in loss] == list(range(1, 21))  # every step once
     assert [e.value for e in loss[10:]] == [100.0 + i for i in range(11, 21)]  # steps 11-15: the resumed copy
     assert [e.value for e in loss[:10]] == [10.0 + i for i in range(1, 11)]
+
+
+def test_trainer_writes_event_files_when_configured_and_on_resume(tmp_path):
+    """`--telemetry.tensorboard=true` end to end (torch backend, tiny model): a run and its resume, read back."""
+    import json
+
+    from tests.trainer.conftest import TINY, make_corpus, to_toml  # also sets the OpenMP mode before torch loads
+    from trainer.cli import main as trainer_main
+
+    corpus = tmp_path / "verse.txt"
+    corpus.write_text(make_corpus(300), encoding="utf-8")
+    doc = {k: dict(v) for k, v in TINY.items()}
+    doc["data"] = {"path": str(corpus)}
+    doc["run"] = {"out_dir": str(tmp_path / "runs"), "name": "tb"}
+    doc["telemetry"] = {"tensorboard": True}
+    cfg = tmp_path / "tb.toml"
+    cfg.write_text(to_toml(doc), encoding="utf-8")
+    assert trainer_main(["run", str(cfg), "--backend", "torch"]) == 0
+    assert trainer_main(["run", str(cfg), "--backend", "torch", "--train.max_iters=12"]) == 0
+    run = tmp_path / "runs" / "tb"
+    assert len(list(run.glob("events.out.tfevents.*"))) == 2  # one file per process, in the run directory
+    logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [(e["step"], e["loss"]) for e in logged if e["event"] == "step"]
+    acc = _accumulate(run)
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(s, pytest.approx(v, rel=1e-6))
+                                                                     for s, v in losses]
+    assert [e.step for e in acc.Scalars("eval/val_loss")] == [4, 8, 12]
+    assert json.loads((run / "resolved.json").read_text())["config"]["telemetry"] == {"tensorboard": True}

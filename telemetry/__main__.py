@@ -69,7 +69,11 @@ def _plot(args: argparse.Namespace, events: list[dict], path: Path) -> int:
     try:
         plot_run(events, out, title=str(args.run_dir))
     except OSError as exc:
-        reason = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+        blocker = next((p for p in [out.parent, *out.parent.parents] if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            reason = f"{blocker} is a file, not a folder"
+        else:
+            reason = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
         raise UsageError(f"cannot write {out}: {reason}; choose a writable path with -o") from None
     print(out)
     return 0
@@ -104,7 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
-                         "pick another --port (0 picks a free one)") from None
+                         "pick another --host or --port (0 picks a free port)") from None
     try:
         server.serve_forever(poll_interval=0.25)
     except KeyboardInterrupt:

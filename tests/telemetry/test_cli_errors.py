@@ -91,7 +91,7 @@ def test_plot_output_errors(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file, not a folder")
     proc = run_python("-m", "telemetry", "plot", str(run), "-o", str(blocker / "plot.png"), timeout=60)
-    _one_error_line(proc, f"cannot write {blocker / 'plot.png'}")
+    _one_error_line(proc, f"cannot write {blocker / 'plot.png'}: {blocker} is a file, not a folder")
     if os.geteuid() != 0:  # root writes anywhere: permissions cannot be tested as root
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)

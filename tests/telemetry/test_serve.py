@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -168,6 +169,12 @@ def test_a_log_that_is_not_telemetry_is_refused(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "check the path" in proc.stderr
     proc = run_python("-m", "telemetry", "serve", str(good), "--port", "70000", timeout=30)
     assert proc.returncode == 2 and "--port 70000" in proc.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_python("-m", "telemetry", "serve", str(good), "--port", str(port), timeout=30)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr
 
 
 def test_cli_prints_the_url_and_waits_for_a_run(tmp_path):

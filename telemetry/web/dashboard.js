@@ -122,9 +122,10 @@ function layout(title, extra = {}) {
   }, extra);
 }
 
+// An empty chart says why instead of drawing bare axes.
 function note(text) {
   return {annotations: [{text, xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
-                         font: {color: "#888"}}]};
+                         font: {color: "#888"}}], xaxis: {visible: false}, yaxis: {visible: false}, shapes: []};
 }
 
 function chartLoss() {
@@ -225,9 +226,9 @@ function chartDispatches() {
     traces.push(line(r, r.steps, "submits", `${r.name} submits`,
                      {trace: {line: {color: r.color, dash: "dot", width: 1.5}}}));
   }
-  const extra = traces.some((t) => t.y.length) ? {} : note("no dispatch counters logged");
-  return [traces, layout("dispatches and submits per step", Object.assign(
-    {yaxis: {type: "log", tickformat: "~g", zeroline: false}}, extra))];
+  const extra = traces.some((t) => t.y.length) ? {yaxis: {type: "log", tickformat: "~g", zeroline: false}}
+    : note("no dispatch counters logged");
+  return [traces, layout("dispatches and submits per step", extra)];
 }
 
 const CHARTS = [["chart-loss", chartLoss], ["chart-lr", chartLr], ["chart-grad", chartGrad],
@@ -292,7 +293,7 @@ async function render() {
   let drawn = 0;
   for (const [id, make] of CHARTS) {
     const [traces, lay] = make();
-    await Plotly.react(id, traces, lay, {displaylogo: false, responsive: true, displayModeBar: "hover"});
+    await Plotly.react(id, traces, lay, {displaylogo: false, responsive: true, displayModeBar: false});
     drawn += 1;
   }
   const events = runs.reduce((n, r) => n + r.steps.length, 0);

@@ -201,6 +201,10 @@ class Module:
 
     def type_of(self, dtype: DType) -> int:
         """The type id of a DSL data type."""
+        from helios.spirv import coopmat  # cooperative matrices are rare: kept out of the common path
+
+        if isinstance(dtype, coopmat.CoopMatType):
+            return coopmat.type_id(self, dtype)
         if isinstance(dtype, VectorType):
             return self.type_vector(self.type_of(dtype.elem), dtype.count)
         if dtype.kind == "float":

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.utils.checkpoint
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from trainer.config import ModelConfig

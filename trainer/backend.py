@@ -23,7 +23,7 @@ from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
 COUNTER_KEYS = ("dispatches", "submits", "barriers", "host_waits", "pool_bytes", "pool_regions", "pool_classes",
-                "device_allocs")
+                "device_allocs", "pool_peak_in_use")
 # Counters that grow monotonically; the loop logs their per-step difference. The pool_* ones are gauges.
 CUMULATIVE_COUNTERS = ("dispatches", "submits", "barriers", "host_waits", "device_allocs")
 
@@ -102,6 +102,10 @@ class Backend(ABC):
     @abstractmethod
     def device_name(self) -> str:
         """Human-readable name of the device the model runs on."""
+
+    def set_activation_checkpointing(self, mode: str) -> None:
+        """"none" keeps every activation for backward; "block" recomputes each block's forward in backward."""
+        self.model.checkpoint_activations = mode
 
     @abstractmethod
     def peak_flops(self) -> float | None:

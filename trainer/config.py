@@ -81,6 +81,7 @@ class TrainConfig:
     spike_threshold: float | None = None  # grad norm above this skips the step
     sample_interval: int = 0  # 0: only at the end
     sample_tokens: int = 100
+    checkpoint_activations: str = "none"  # "block": recompute each block's forward in backward (less memory)
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "nan_policy"): (lambda v: v in ("skip", "stop"), 'one of "skip", "stop"'),
     ("train", "spike_threshold"): _pos, ("train", "sample_interval"): _nonneg,
     ("train", "sample_tokens"): _nonneg,
+    ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
     ("run", "name"): (lambda v: bool(_name_re.match(v)), "letters, digits, '_', '-', '.' (no slashes)"),
 }

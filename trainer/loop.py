@@ -98,6 +98,7 @@ class Trainer:
         self.writer: Any = None  # the MetricsWriter, set by run()
         self.controls = controls or Controls()
         t = cfg.train
+        backend.set_activation_checkpointing(t.checkpoint_activations)
         self.sampler = BatchSampler(data.train, cfg.model.block_size, t.batch_size, np.random.default_rng(t.seed))
         self.step = 0
         self.resumed_from: str | None = None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autograd import functional as F
+from autograd.checkpoint import checkpoint
 from autograd.nn.layers import (
     MLP,
     CausalSelfAttention,
@@ -97,6 +98,8 @@ class GPT(Module):
             cfg.n_embd, cfg.norm_eps, cfg.bias)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.n_embd, cfg.vocab_size, bias=False, rng=rng)
+        # "block": each block's activations are recomputed in backward from its input (train.checkpoint_activations).
+        self.checkpoint_activations = "none"
         if pack:
             self.pack_parameters()
 
@@ -110,7 +113,7 @@ class GPT(Module):
         x = self.wte(idx, self.wpe if self.cfg.arch == "gpt2" else None)
         x = self.drop(x)
         for block in self.h:
-            x = block(x)
+            x = checkpoint(block, x, rng=self.cursor) if self.checkpoint_activations == "block" else block(x)
         x = self.ln_f(x)
         head = self.wte.weight if self.cfg.tie_embeddings else self.lm_head.weight
         logits = F.linear(x, head)

@@ -96,6 +96,7 @@ class HeliosBackend(Backend):
         for x, _ in micro_batches:
             self.check_batch(*x.shape)
         fwd_ms = bwd_ms = 0.0
+        rt.get_runtime().pool.reset_peak()  # the step event's pool_peak_in_use is this step's peak
         self.model.zero_grad()
         loss_sum = rt.zeros(1)
         for x, y in micro_batches:

@@ -136,11 +136,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_WARNINGS = 10
+
+
+def _short_warnings():
+    """Malformed lines become one short stderr line each (not a Python warning with a source excerpt), and at
+    most MAX_WARNINGS of them: a log with many torn lines should not bury the output."""
+    shown = 0
+
+    def show(message: object, *_args: object, **_kwargs: object) -> None:
+        nonlocal shown
+        shown += 1
+        if shown <= MAX_WARNINGS:
+            print(f"telemetry: warning: {message}", file=sys.stderr)
+        elif shown == MAX_WARNINGS + 1:
+            print("telemetry: warning: more malformed lines skipped without a warning each", file=sys.stderr)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for bad input, after one error line)."""
     args = build_parser().parse_args(argv)
-    # Malformed lines become one short stderr line each, not a Python warning with a source excerpt.
-    warnings.showwarning = lambda msg, *a, **k: print(f"telemetry: warning: {msg}", file=sys.stderr)
+    warnings.showwarning = _short_warnings()
     try:
         return run(args)
     except UsageError as exc:

@@ -79,7 +79,7 @@ def build_figure(events: list[dict[str, Any]], title: str = "") -> Any:
     xs, ys = _series(events, "step", "pool_bytes")
     if any(ys):
         ax.plot(xs, [y / 2**20 for y in ys], color="tab:brown", label="pool reserved")
-        px, py = _series(events, "step", "pool_peak_bytes")
+        px, py = _series(events, "step", "pool_peak_in_use")
         if any(py):
             ax.plot(px, [y / 2**20 for y in py], color="tab:olive", label="peak in use")
         ax.legend(loc="upper left", fontsize="small")

@@ -7,7 +7,7 @@ const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 const DASHES = ["solid", "dash", "dot", "dashdot"];
 const TIME_PARTS = [["fwd_ms", "fwd", "#4c78a8"], ["bwd_ms", "bwd", "#f58518"], ["opt_ms", "opt", "#54a24b"],
                     ["wait_ms", "wait", "#b279a2"]];
-const PEAK_KEYS = ["pool_peak_bytes", "pool_peak_in_use_bytes", "pool_in_use_bytes"];  // whichever the log carries
+const PEAK_KEY = "pool_peak_in_use";  // the most bytes live tensors held during the step
 const KEEP_SAMPLES = 3;
 const MIB = 1048576;
 
@@ -209,9 +209,8 @@ function chartMemory() {
   const traces = [];
   for (const r of runs) {
     traces.push(line(r, r.steps, "pool_bytes", `${r.name} reserved`, {scale: 1 / MIB}));
-    const peak = PEAK_KEYS.find((k) => r.steps.some((e) => num(e[k])));
-    if (peak) {
-      traces.push(line(r, r.steps, peak, `${r.name} peak in use`,
+    if (r.steps.some((e) => num(e[PEAK_KEY]) && e[PEAK_KEY] > 0)) {  // the torch backend logs zeros
+      traces.push(line(r, r.steps, PEAK_KEY, `${r.name} peak in use`,
                        {scale: 1 / MIB, trace: {line: {color: r.color, dash: "dash", width: 1.5}}}));
     }
   }

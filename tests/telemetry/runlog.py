@@ -24,7 +24,8 @@ def step_event(i: int, lr: float = 2e-3, offset: float = 0.0) -> dict:
             "clip_coef": 0.4 if i % 13 == 0 else 1.0, "skipped": None, "tok_per_s": 2500.0 + 10 * (i % 7),
             "step_ms": 200.0, "fwd_ms": 3.2, "bwd_ms": 8.6, "opt_ms": 0.15, "wait_ms": 188.0,
             "dispatches": 145, "submits": 2, "barriers": 103, "host_waits": 1, "pool_bytes": 134217728,
-            "pool_regions": 292, "pool_classes": 32, "device_allocs": 0, "mfu": None, "rss_mb": 390.4}
+            "pool_regions": 292, "pool_classes": 32, "device_allocs": 0,
+            "pool_peak_in_use": 71303168 + 4096 * i, "mfu": None, "rss_mb": 390.4}
 
 
 def run_events(steps: int = 40, lr: float = 2e-3, offset: float = 0.0, skip_at: int | None = 17) -> list[dict]:

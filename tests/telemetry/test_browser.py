@@ -65,8 +65,9 @@ def test_charts_render_without_console_errors(dashboard, tmp_path):
     assert 'data-steps="70"' in body and 'data-offline=""' in body, body
     assert dom.count('class="main-svg"') >= CHARTS  # one Plotly SVG root (at least) per chart
     # Plotly draws one trace group per trace with data: loss 2x(train, val), lr 2, grad norm 2x(line, clipped) +
-    # the first run's skipped step, tok/s 2, MFU none (not logged), step time 2x4, memory 2, dispatches 2x2.
-    assert dom.count('class="trace scatter') == 4 + 2 + 5 + 2 + 0 + 8 + 2 + 4
+    # the first run's skipped step, tok/s 2, MFU none (not logged), step time 2x4, memory 2x(reserved, peak in
+    # use), dispatches 2x(dispatches, submits).
+    assert dom.count('class="trace scatter') == 4 + 2 + 5 + 2 + 0 + 8 + 4 + 4
     assert "lr2e-3" in dom and "lr1e-3" in dom and "resumed at 20" in dom
     assert "ROMEO: sample at step 40 &lt;b&gt;not html&lt;/b&gt;" in dom  # samples shown as text, not parsed
     assert '"n_embd": 128' in dom  # the resolved config

@@ -133,4 +133,14 @@ def test_plot_marks_resumes_reads_grad_norm_plainly_and_has_no_memory_twin_axis(
     assert all(float(t) > 0 for t in labels)
     mem = next(ax for ax in fig.axes if ax.get_title().startswith("device memory"))
     assert [line.get_label() for line in mem.lines if not line.get_label().startswith("_")] == [
-        "pool reserved", "resumed"]
+        "pool reserved", "peak in use", "resumed"]
+
+
+def test_many_malformed_lines_in_a_real_log_give_a_bounded_number_of_warnings(tmp_path):
+    events = run_events(30)
+    run = write_run(tmp_path / "run", events)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write("garbage\n" * 500)
+    proc = run_python("-m", "telemetry", "summary", str(run), timeout=30)
+    assert proc.returncode == 0 and "step 30 / 30" in proc.stdout
+    assert len(proc.stderr.splitlines()) == 11 and "more malformed lines skipped" in proc.stderr

@@ -214,7 +214,8 @@ function chartMemory() {
                        {scale: 1 / MIB, trace: {line: {color: r.color, dash: "dash", width: 1.5}}}));
     }
   }
-  const extra = traces.some((t) => t.y.length) ? {} : note("no device memory counters logged");
+  const extra = traces.some((t) => t.y.length) ? {yaxis: {rangemode: "tozero", zeroline: false}}
+    : note("no device memory counters logged");
   return [traces, layout("device memory pool (MiB)", extra)];
 }
 

@@ -85,11 +85,15 @@ class NotTelemetryError(ValueError):
     """A file that is not a helios metrics log (its first line is not a JSON event)."""
 
 
+EVENT_PREFIX = b'{"event"'  # how every line the writer emits begins (json.dumps keeps key order)
+
+
 def check_telemetry(path: str | Path) -> None:
     """Raise NotTelemetryError unless the file's first non-blank line is a helios event.
 
-    The trainer's first line is always a complete `config` event (the writer flushes whole lines), so a log
-    whose first line does not parse is some other file, not a run being written. An empty file passes.
+    The writer emits whole lines that begin with `{"event"`. A first line cut short (a trainer killed while
+    writing it, or one still being written) is tolerated when it begins that way; any other first line means
+    the file is something else. An empty file passes (a run that has not logged yet).
     """
     path = Path(path)
     with open(path, "rb") as f:
@@ -100,8 +104,8 @@ def check_telemetry(path: str | Path) -> None:
         try:
             record = json.loads(raw.decode("utf-8"))
         except ValueError:
-            if len(raw) == len(head) and raw.startswith(b'{"event"'):  # a first line still being written
-                return
+            if raw.startswith(EVENT_PREFIX):
+                continue  # a torn event: judge by the next line
             raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not JSON)") from None
         if not isinstance(record, dict) or "event" not in record or "t" not in record:
             raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not a JSON event)")

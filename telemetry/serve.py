@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -207,6 +208,8 @@ class DashboardServer(ThreadingHTTPServer):
     def __init__(self, runs: list[RunSource], host: str = "127.0.0.1", port: int = 0):
         self.runs = runs
         self.static = static_files()
+        if ":" in host:  # an IPv6 address such as ::1
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), DashboardHandler)
         self.bind_host = host
 

@@ -124,8 +124,9 @@ ROWS: dict[str, Row] = {
     "model_exceeds_buffer_limit": Row(lambda c: c.config(model={"n_layer": 4, "n_embd": 4096, "n_head": 8}),
                                       ("parameters (", "MiB of fp32", "maxStorageBufferRange",
                                        "smaller [model] n_embd (4096)")),
-    "batch_exceeds_buffer_limit": Row(lambda c: c.config(train={"batch_size": 20000}),
-                                      ("micro-batch of 20000 x 8 tokens", "logits over vocab_size 257",
+    # (Logits past the limit are chunked over rows; the MLP hidden layer is the widest activation left.)
+    "batch_exceeds_buffer_limit": Row(lambda c: c.config(train={"batch_size": 200000}),
+                                      ("micro-batch of 200000 x 8 tokens", "the MLP hidden layer",
                                        "batch_size <=")),
 }
 

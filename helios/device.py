@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -255,7 +256,12 @@ class Device:
                     + ", ".join(f"{k}: {n}" for k, n in enumerate(names))
                 )
             return devices[matches[0]], matches[0]
-        best = max(range(len(devices)), key=lambda k: (_TYPE_RANK.get(props[k].deviceType, 0), -k))
+        rank_of = [_TYPE_RANK.get(p.deviceType, 0) for p in props]
+        top = [k for k in range(len(devices)) if rank_of[k] == max(rank_of)]
+        # Data-parallel ranks on one machine (trainer.distributed sets HELIOS_LOCAL_RANK) take the best
+        # devices round-robin: rank r gets the (r mod n)-th of the n GPUs of the best type.
+        local = os.environ.get("HELIOS_LOCAL_RANK", "")
+        best = top[int(local) % len(top)] if local.isdigit() else top[0]
         return devices[best], best
 
     def _query(self, phys, index: int):

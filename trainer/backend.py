@@ -103,6 +103,10 @@ class Backend(ABC):
     def device_name(self) -> str:
         """Human-readable name of the device the model runs on."""
 
+    # Data parallelism: the trainer sets this to its trainer.distributed.World; with size > 1, train_step
+    # averages the gradients (and the loss) over the ranks between backward and the optimizer update.
+    world = None
+
     def set_activation_checkpointing(self, mode: str) -> None:
         """"none" keeps every activation for backward; "block" recomputes each block's forward in backward."""
         self.model.checkpoint_activations = mode

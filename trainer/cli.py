@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from helios.errors import HeliosError
+from trainer import distributed
 from trainer.errors import TrainerError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.toml"
@@ -44,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", choices=["auto", "never"], default="auto",
                      help="auto: continue from RUN_DIR's latest checkpoint if any (default); "
                           "never: refuse if one exists")
+    run.add_argument("--nproc", type=int, default=None, metavar="N",
+                     help="train data-parallel on N processes: runs `mpiexec -n N python -m trainer run ...` "
+                          "(each rank trains batch_size rows of an N x batch_size global batch)")
 
     sample = sub.add_parser("sample", help="generate text from a run's latest checkpoint",
                             description="Generate text from the latest checkpoint of a run directory.")
@@ -124,39 +128,73 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
 
     cfg = load_config(args.config, overrides)
     env.check_all()
+    world = distributed.world()
     run_dir = cfg.run.dir
-    prepare_run_dir(run_dir)
-    with RunLock(run_dir):
-        remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
+    if world.is_main:
+        prepare_run_dir(run_dir)
+    # Rank 0 alone holds the run directory's lock and writes in it; the others read checkpoints from it.
+    with RunLock(run_dir) if world.is_main else _nothing():
+        if world.is_main:
+            remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
+        world.barrier()
         if args.resume == "never" and (run_dir / LATEST).exists():
             raise TrainerError(f"{run_dir} already holds a run (latest checkpoint "
                                f"{(run_dir / LATEST).read_text().strip()[:40]}); use --resume auto "
                                "to continue it or a new --run.name")
         ckpt = load_latest(run_dir)
-        data = prepare_data(cfg)
+        data = _prepare_data_in_turn(cfg, world, prepare_data)
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
         backend = create_backend(args.backend, cfg.model, cfg.optim, cfg.train.seed)
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
         controls = Controls()
-        progress = make_progress(cfg.train.log_interval)
-        if cfg.telemetry.tensorboard:  # TensorBoard files too: the sink forwards each event to progress
+        progress = make_progress(cfg.train.log_interval) if world.is_main else _Quiet()
+        if cfg.telemetry.tensorboard and world.is_main:  # TensorBoard files too: the sink forwards to progress
             from telemetry.tensorboard import TensorBoardSink
 
             progress = TensorBoardSink(run_dir, forward=progress)
-        trainer = Trainer(cfg, backend, args.backend, data, run_dir, listener=progress, controls=controls)
+        trainer = Trainer(cfg, backend, args.backend, data, run_dir, listener=progress, controls=controls,
+                          world=world)
         if ckpt is not None:
             trainer.restore(ckpt)
-        write_resolved(run_dir, cfg, args.backend)
+        if world.is_main:
+            write_resolved(run_dir, cfg, args.backend)
         try:
-            with MetricsWriter(run_dir / METRICS_FILE) as writer, signal_controls(controls):
+            with (MetricsWriter(run_dir / METRICS_FILE) if world.is_main else _nothing()) as writer, \
+                    signal_controls(controls):
                 outcome = trainer.run(writer)
         finally:
             progress.close()
-    print(f"run directory: {run_dir}")
+    if world.is_main:
+        print(f"run directory: {run_dir}")
     if outcome == "stopped" and controls.stop_requested == "SIGINT":
         return 130
     return 0
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+class _Quiet:
+    """The progress display of ranks other than 0: they print nothing but errors."""
+
+    def __call__(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _prepare_data_in_turn(cfg, world, prepare_data):
+    """Rank 0 prepares (and caches) the tokens first; the other ranks then read its cache."""
+    if world.is_main:
+        data = prepare_data(cfg)
+        world.barrier()
+        return data
+    world.barrier()
+    return prepare_data(cfg)
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
@@ -203,20 +241,53 @@ def cmd_prepare(args: argparse.Namespace, overrides: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     parser = build_parser()
+    raw = list(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     try:
+        if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
+            return distributed.relaunch(args.nproc, _without_nproc(raw))
         if args.command in ("run", "prepare"):
             overrides = split_overrides(extra)
             return cmd_run(args, overrides) if args.command == "run" else cmd_prepare(args, overrides)
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return cmd_sample(args) if args.command == "sample" else cmd_eval(args)
-    except TrainerError as exc:
-        print(f"trainer: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except HeliosError as exc:
-        print(f"trainer: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except (TrainerError, HeliosError) as exc:
+        return _fail(f"trainer: error: {exc}", exc.exit_code)
     except KeyboardInterrupt:
-        print("trainer: interrupted", file=sys.stderr)
-        return 130
+        return _fail("trainer: interrupted", 130)
+    except BaseException:
+        if distributed.launched_size() > 1:  # never leave the other ranks waiting in a collective
+            import traceback
+
+            traceback.print_exc()
+            distributed.world().abort(1)
+        raise
+
+
+def _fail(message: str, code: int) -> int:
+    """Print the one-line error; in a data-parallel job, name the rank and end every rank with this code."""
+    size = distributed.launched_size()
+    try:
+        w = distributed.world() if size > 1 else None
+    except TrainerError:  # MPI itself is missing: each rank says so and exits
+        w = None
+    if w is not None:
+        message = f"{message} (rank {w.rank} of {size}; ending the job)"
+    print(message, file=sys.stderr)
+    if w is not None:
+        w.abort(code)
+    return code
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """argv with the --nproc option (either `--nproc N` or `--nproc=N`) taken out."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out

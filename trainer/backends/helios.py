@@ -109,6 +109,8 @@ class HeliosBackend(Backend):
             (loss if n == 1 else loss * (1.0 / n)).backward()
             ops.add_inplace(loss_sum, loss.data)
             bwd_ms += _ms(t0)
+        if self.world is not None and self.world.size > 1:
+            loss_sum = self._reduce_gradients(loss_sum)
         t0 = time.perf_counter()
         mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
         # The update is skipped on the device when this check is NaN/Inf or above the spike threshold;
@@ -136,6 +138,19 @@ class HeliosBackend(Backend):
         elif grad_clip <= 0:
             clip_coef = 1.0
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
+
+    def _reduce_gradients(self, loss_sum):
+        """Average the gradient arena and the loss over the data-parallel ranks through host memory (one
+        download, one MPI Allreduce, one upload); returns the averaged loss sum as a device tensor."""
+        t0 = time.perf_counter()
+        grads = self.model.arena.grads
+        host = np.empty(grads.numel + 1, np.float32)
+        host[:-1] = grads.numpy().reshape(-1)
+        host[-1] = loss_sum.numpy().reshape(-1)[0]
+        self.world.mean_(host)
+        rt.copy(rt.from_numpy(host[:-1]), grads)
+        self.world.reduce_ms = _ms(t0)
+        return rt.from_numpy(host[-1:])
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
         self.check_batch(*x.shape)

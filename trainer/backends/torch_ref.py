@@ -77,6 +77,8 @@ class TorchBackend(Backend):
             loss_sum += loss.detach()
         t0 = time.perf_counter()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        if self.world is not None and self.world.size > 1:
+            loss_sum = self._reduce_gradients(grads, loss_sum)
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         if inject_nan:
             norm, loss_sum = norm * float("nan"), loss_sum * float("nan")
@@ -98,6 +100,19 @@ class TorchBackend(Backend):
             p.grad = None
         opt_ms += _ms(t0)
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
+
+    @torch.no_grad()
+    def _reduce_gradients(self, grads: list[torch.Tensor], loss_sum: torch.Tensor) -> torch.Tensor:
+        """Average the gradients (in place) and the loss over the data-parallel ranks (one MPI Allreduce)."""
+        t0 = time.perf_counter()
+        flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.reshape(1)]).numpy()
+        self.world.mean_(flat)
+        at = 0
+        for g in grads:
+            g.copy_(torch.from_numpy(flat[at:at + g.numel()]).view_as(g))
+            at += g.numel()
+        self.world.reduce_ms = _ms(t0)
+        return torch.tensor(flat[-1])
 
     @torch.no_grad()
     def _adamw(self, grads: list[torch.Tensor], lr: float, clip_coef: float) -> None:

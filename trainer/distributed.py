@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +49,7 @@ class World:
     size: int = 1
     local_rank: int = 0
     comm: Any = field(default=None, repr=False)
-    reduce_ms: float = 0.0  # host time of the last gradient all-reduce (download, Allreduce, upload)
+    reduce_ms: float = 0.0  # time in the last Allreduce (the transfer, plus waiting for the slowest rank)
 
     @property
     def is_main(self) -> bool:
@@ -60,7 +61,9 @@ class World:
         if self.size > 1:
             from mpi4py import MPI
 
+            t0 = time.perf_counter()
             self.comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
+            self.reduce_ms = (time.perf_counter() - t0) * 1000.0
             flat *= np.float32(1.0 / self.size)
         return flat
 

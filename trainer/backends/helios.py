@@ -142,14 +142,12 @@ class HeliosBackend(Backend):
     def _reduce_gradients(self, loss_sum):
         """Average the gradient arena and the loss over the data-parallel ranks through host memory (one
         download, one MPI Allreduce, one upload); returns the averaged loss sum as a device tensor."""
-        t0 = time.perf_counter()
         grads = self.model.arena.grads
         host = np.empty(grads.numel + 1, np.float32)
-        host[:-1] = grads.numpy().reshape(-1)
+        host[:-1] = grads.numpy().reshape(-1)  # waits for this rank's backward
         host[-1] = loss_sum.numpy().reshape(-1)[0]
         self.world.mean_(host)
         rt.copy(rt.from_numpy(host[:-1]), grads)
-        self.world.reduce_ms = _ms(t0)
         return rt.from_numpy(host[-1:])
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:

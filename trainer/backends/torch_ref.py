@@ -104,14 +104,12 @@ class TorchBackend(Backend):
     @torch.no_grad()
     def _reduce_gradients(self, grads: list[torch.Tensor], loss_sum: torch.Tensor) -> torch.Tensor:
         """Average the gradients (in place) and the loss over the data-parallel ranks (one MPI Allreduce)."""
-        t0 = time.perf_counter()
         flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.reshape(1)]).numpy()
         self.world.mean_(flat)
         at = 0
         for g in grads:
             g.copy_(torch.from_numpy(flat[at:at + g.numel()]).view_as(g))
             at += g.numel()
-        self.world.reduce_ms = _ms(t0)
         return torch.tensor(flat[-1])
 
     @torch.no_grad()

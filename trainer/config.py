@@ -238,6 +238,12 @@ def _check_relations(cfg: Config, source: str) -> Config:
         raise bad("[model] n_head", m.n_head, f"must be divisible by n_kv_head ({m.n_kv_head})")
     if m.arch == "llama" and m.head_dim % 2:
         raise bad("[model] n_embd", m.n_embd, f"llama RoPE needs an even head dim; n_embd/n_head = {m.head_dim}")
+    if m.head_dim % 4 or m.head_dim > 256:
+        fits = [h for h in range(1, m.n_embd + 1) if m.n_embd % h == 0 and (m.n_embd // h) % 4 == 0
+                and m.n_embd // h <= 256]
+        hint = f"n_head in {fits[:8]}" if fits else "an n_embd that is a multiple of 4"
+        raise bad("[model] n_head", m.n_head, f"flash attention needs a head dim (n_embd/n_head = {m.head_dim}) that "
+                  f"is a multiple of 4 and at most 256; with n_embd = {m.n_embd} use {hint}")
     if d.dataset is not None and d.path is not None:
         raise bad("[data] path", d.path, "set either dataset or path, not both")
     if d.dataset is None and d.path is None:

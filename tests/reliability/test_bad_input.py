@@ -124,6 +124,11 @@ ROWS: dict[str, Row] = {
     "model_exceeds_buffer_limit": Row(lambda c: c.config(model={"n_layer": 4, "n_embd": 4096, "n_head": 8}),
                                       ("parameters (", "MiB of fp32", "maxStorageBufferRange",
                                        "smaller [model] n_embd (4096)")),
+    "head_dim_not_multiple_of_4": Row(lambda c: c.config(model={"n_embd": 60, "n_head": 10}),
+                                      ("[model] n_head = 10", "head dim (n_embd/n_head = 6)", "multiple of 4",
+                                       "n_head in [1, 3, 5, 15]")),
+    "head_dim_over_256": Row(lambda c: c.config(model={"n_embd": 520, "n_head": 2}),
+                             ("[model] n_head = 2", "(n_embd/n_head = 260)", "at most 256")),
     # (Logits past the limit are chunked over rows; the MLP hidden layer is the widest activation left.)
     "batch_exceeds_buffer_limit": Row(lambda c: c.config(train={"batch_size": 200000}),
                                       ("micro-batch of 200000 x 8 tokens", "the MLP hidden layer",

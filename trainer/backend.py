@@ -24,6 +24,9 @@ from trainer.errors import BackendUnavailableError
 
 COUNTER_KEYS = ("dispatches", "submits", "barriers", "host_waits", "pool_bytes", "pool_regions", "pool_classes",
                 "device_allocs", "pool_peak_in_use")
+# State a backend keeps beyond parameters and AdamW moments (helios: its dropout RNG's forward-pass count);
+# every backend loads a checkpoint that has or lacks these.
+OTHER_BACKENDS_STATE = frozenset({"rng_forwards"})
 # Counters that grow monotonically; the loop logs their per-step difference. The pool_* ones are gauges.
 CUMULATIVE_COUNTERS = ("dispatches", "submits", "barriers", "host_waits", "device_allocs")
 

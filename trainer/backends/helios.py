@@ -225,7 +225,8 @@ class HeliosBackend(Backend):
                 dst[off:off + p.numel()] = src.reshape(-1)
         rt.copy(rt.from_numpy(host["param"]), self.model.arena.data)
         self.opt.load_state({"m": host["adam_m"], "v": host["adam_v"], "step": state["adam_step"]})
-        self.forwards = int(np.asarray(state.get("rng_forwards", 0)).reshape(()))
+        # A checkpoint from another backend has no forward count: one forward per optimizer step is the guess.
+        self.forwards = int(np.asarray(state.get("rng_forwards", state["adam_step"])).reshape(()))
         rt.sync()
 
     # -- reporting -----------------------------------------------------------------------------

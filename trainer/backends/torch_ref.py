@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from trainer import env
-from trainer.backend import COUNTER_KEYS, Backend, StepResult, flops_per_token, sample_logits
+from trainer.backend import COUNTER_KEYS, OTHER_BACKENDS_STATE, Backend, StepResult, flops_per_token, sample_logits
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
@@ -174,7 +174,8 @@ class TorchBackend(Backend):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Copy a state_dict in; the key set and every shape must match this model exactly."""
         expected = set(self.state_dict_keys())
-        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+        keys = set(state) - OTHER_BACKENDS_STATE  # the helios backend's own extras: a checkpoint is a checkpoint
+        missing, extra = sorted(expected - keys), sorted(keys - expected)
         if missing or extra:
             raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")
         for name, p, m, v in zip(self.names, self.params, self.m, self.v, strict=True):

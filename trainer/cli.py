@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -129,6 +131,10 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     cfg = load_config(args.config, overrides)
     env.check_all()
     world = distributed.world()
+    if args.backend == "helios":  # device and memory settings fail here, before the run directory exists
+        from helios import runtime as rt
+
+        rt.get_runtime()
     run_dir = cfg.run.dir
     if world.is_main:
         prepare_run_dir(run_dir)
@@ -202,8 +208,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from trainer.loop import sample_text
     from trainer.session import load_run
 
-    if args.tokens < 0 or args.temperature < 0 or args.top_k < 0:
-        raise TrainerError("--tokens, --temperature and --top-k must not be negative")
+    if args.tokens < 0 or not math.isfinite(args.temperature) or args.temperature < 0 or args.top_k < 0:
+        raise TrainerError(f"--tokens, --temperature and --top-k must be finite and not negative (got --tokens "
+                           f"{args.tokens}, --temperature {args.temperature}, --top-k {args.top_k})")
     loaded = load_run(Path(args.run), args.backend)
     rng = np.random.default_rng(args.seed)
     text = sample_text(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens, args.temperature,
@@ -256,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"trainer: error: {exc}", exc.exit_code)
     except KeyboardInterrupt:
         return _fail("trainer: interrupted", 130)
+    except BrokenPipeError:
+        # stdout's reader went away (`... | head`): the work is done or saved; say nothing more, and keep
+        # Python's exit-time flush from reporting the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except BaseException:
         if distributed.launched_size() > 1:  # never leave the other ranks waiting in a collective
             import traceback

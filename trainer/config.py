@@ -159,7 +159,8 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "sample_tokens"): _nonneg,
     ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
-    ("run", "name"): (lambda v: bool(_name_re.match(v)), "letters, digits, '_', '-', '.' (no slashes)"),
+    ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
+                      "letters, digits, '_', '-', '.' (no slashes, not only dots)"),
 }
 
 

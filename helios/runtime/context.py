@@ -16,7 +16,7 @@ import numpy as np
 
 from helios import env
 from helios.device import get_device
-from helios.errors import HeliosError
+from helios.errors import HeliosError, SetupError
 from helios.runtime.counters import Counters
 from helios.runtime.memory import BufferPool, MiB, Storage
 from helios.runtime.pipelines import PipelineCache
@@ -57,6 +57,11 @@ class Runtime:
             order = sorted(types, key=lambda t: (not t.device_local, t.host_visible))
         if memory_budget is None:
             budget_mb = env.memory_budget_mb()
+            if budget_mb is not None and budget_mb * MiB < block_size:
+                # The pool reserves whole blocks: a smaller budget could not cap anything.
+                raise SetupError(f"HELIOS_MEMORY_BUDGET_MB={budget_mb} is below one memory block of this device "
+                                 f"({block_size // MiB} MiB), the least the pool reserves; use at least "
+                                 f"{block_size // MiB}")
             memory_budget = budget_mb * MiB if budget_mb is not None else _heap_budget(info, order[0])
         self.pool = BufferPool(device, self.recorder, memory_types=[t.index for t in order], mapped=zero_copy,
                                block_size=block_size, max_tensor=max_tensor, name="device", budget=memory_budget)

@@ -96,15 +96,21 @@ def split_overrides(extra: list[str]) -> list[str]:
 
 
 @contextmanager
-def signal_controls(controls) -> Iterator[None]:
-    """SIGTERM/SIGINT -> checkpoint and stop; SIGUSR1 -> checkpoint and go on. Restores old handlers after."""
+def signal_controls(controls, acknowledge=None) -> Iterator[None]:
+    """SIGTERM/SIGINT -> checkpoint and stop; SIGUSR1 -> checkpoint and go on. Restores old handlers after.
+    `acknowledge(line)`, if given, tells the user at once what will happen (the step in flight finishes first)."""
     def stop(signum, _frame):
         if controls.stop_requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C means now
         controls.stop_requested = signal.Signals(signum).name
+        if acknowledge is not None:
+            acknowledge(f"{controls.stop_requested}: stopping after this step with a checkpoint "
+                        "(Ctrl-C again to stop at once, without one)")
 
     def save(_signum, _frame):
         controls.save_requested = True
+        if acknowledge is not None:
+            acknowledge("SIGUSR1: writing a checkpoint after this step, then going on")
 
     wanted = {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGUSR1: save}
     old = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
@@ -155,6 +161,9 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
         controls = Controls()
         progress = make_progress(cfg.train.log_interval) if world.is_main else _Quiet()
+        console = progress
+        if args.backend == "helios":
+            rt.get_runtime().on_compile = console.compiling
         if cfg.telemetry.tensorboard and world.is_main:  # TensorBoard files too: the sink forwards to progress
             from telemetry.tensorboard import TensorBoardSink
 
@@ -167,12 +176,17 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
             write_resolved(run_dir, cfg, args.backend)
         try:
             with (MetricsWriter(run_dir / METRICS_FILE) if world.is_main else _nothing()) as writer, \
-                    signal_controls(controls):
+                    signal_controls(controls, console.say):
                 outcome = trainer.run(writer)
         finally:
             progress.close()
+            if args.backend == "helios":
+                rt.get_runtime().on_compile = None
     if world.is_main:
         print(f"run directory: {run_dir}")
+        if outcome == "stopped":
+            print(f"stopped at step {trainer.step} of {cfg.train.max_iters}; resume with: "
+                  f"{_resume_command(args, overrides)}")
     if outcome == "stopped" and controls.stop_requested == "SIGINT":
         return 130
     return 0
@@ -189,8 +203,26 @@ class _Quiet:
     def __call__(self, record: dict) -> None:
         pass
 
+    def compiling(self, kernel: str, count: int, ms: float) -> None:
+        pass
+
+    def say(self, line: str) -> None:
+        pass
+
     def close(self) -> None:
         pass
+
+
+def _resume_command(args: argparse.Namespace, overrides: list[str]) -> str:
+    """The command that continues this run (the same config, overrides and backend)."""
+    import shlex
+
+    parts = ["python", "-m", "trainer", "run", args.config, *(f"--{o}" for o in overrides)]
+    if args.backend != "helios":
+        parts += ["--backend", args.backend]
+    if args.nproc:
+        parts += ["--nproc", str(args.nproc)]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _prepare_data_in_turn(cfg, world, prepare_data):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import atexit
 import operator
 import struct
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,9 @@ class Runtime:
                                         push_descriptors=push_descriptors)
         self.pipelines = PipelineCache(device, push_descriptors=self.recorder.push_descriptors,
                                        persist=persist_pipelines)
+        # Called as on_compile(kernel, pipelines so far, ms) after each new pipeline (SPIR-V built and the
+        # driver's compile): a cold start compiles dozens, which front ends show as progress.
+        self.on_compile: Callable[[str, int, float], None] | None = None
         types = info.memory_types
         unified_types = [t for t in types if t.device_local and t.host_visible and t.host_coherent]
         if zero_copy is None:
@@ -104,9 +108,13 @@ class Runtime:
         key = (variant, tuple(sorted(spec.items()))) if spec else variant
         entry = per_kernel.get(key)
         if entry is None:
+            known, t0 = len(self.pipelines), time.perf_counter()
             module = self.module_of(kernel_or_module, variant)
             # The kernel object is kept in the entry so that its id(), the outer key, is never reused.
             entry = per_kernel[key] = (self.pipelines.get(module, spec), push_packer(module), kernel_or_module)
+            if self.on_compile is not None and len(self.pipelines) > known:
+                self.on_compile(f"{module.name}:{module.variant}", len(self.pipelines),
+                                (time.perf_counter() - t0) * 1000.0)
         return entry
 
     def launch(self, kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None,

@@ -67,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", choices=["helios", "torch"], default=None, help="default: the run's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
 
+    show = sub.add_parser("config", help="print the resolved config and the model's size, without training",
+                          formatter_class=fmt, epilog="Config keys can be overridden as --section.key=value.",
+                          description="The configuration a run would use, every default filled in, and the "
+                                      "model's parameters, FLOPs per token and memory floor.")
+    show.add_argument("config", metavar="CONFIG.toml", help="training configuration (see configs/)")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    sub.add_parser("configs", help="list the shipped configs", description="The configs in configs/, one line each.")
+
     prep = sub.add_parser("prepare", help="fetch the dataset and train the tokenizer (no training)",
                           formatter_class=fmt, epilog="Config keys can be overridden as --section.key=value.",
                           description="Download/read the text, train the BPE tokenizer, tokenize into memmaps.")
@@ -264,6 +272,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace, overrides: list[str]) -> int:
+    """Print the resolved config and the model's size."""
+    from trainer.config import load_config
+    from trainer.inspect_config import describe
+
+    print(describe(load_config(args.config, overrides), as_json=args.json))
+    return 0
+
+
+def cmd_configs() -> int:
+    """List the shipped configs."""
+    from trainer.inspect_config import shipped_configs
+
+    rows = shipped_configs()
+    width = max((len(path) for path, _ in rows), default=0)
+    for path, about in rows:
+        print(f"{path:<{width}}  {about}")
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace, overrides: list[str]) -> int:
     """Fetch and tokenize the configured dataset, then describe it."""
     from trainer.config import load_config
@@ -285,9 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
             return distributed.relaunch(args.nproc, _without_nproc(raw))
-        if args.command in ("run", "prepare"):
+        if args.command in ("run", "prepare", "config"):
             overrides = split_overrides(extra)
+            if args.command == "config":
+                return cmd_config(args, overrides)
             return cmd_run(args, overrides) if args.command == "run" else cmd_prepare(args, overrides)
+        if args.command == "configs":
+            return cmd_configs()
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return cmd_sample(args) if args.command == "sample" else cmd_eval(args)

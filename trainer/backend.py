@@ -76,8 +76,9 @@ class Backend(ABC):
 
     @abstractmethod
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None) -> np.ndarray:
         """n new token ids (int32, 1-D) continuing prompt_ids (1-D, non-empty); temperature 0 means greedy.
+        `on_token(id)` is called as each token is drawn (streaming); returning False stops early.
 
         The context is cropped to the last block_size tokens; sampling draws only from rng.
         """

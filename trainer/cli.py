@@ -8,6 +8,7 @@ without timeline semaphores, out of device memory), becomes one line on stderr a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -58,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--tokens", type=int, default=200, metavar="N", help="tokens to generate (default 200)")
     sample.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 = greedy (default 0.8)")
     sample.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the K likeliest; 0 = all")
-    sample.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (default 0)")
+    sample.add_argument("--seed", type=int, default=None, metavar="S",
+                        help="sampling seed (default: a new one each call, printed to stderr for reuse)")
+    sample.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples to draw (default 1)")
+    sample.add_argument("--ignore-eot", action="store_true",
+                        help="keep generating past the end-of-text token (default: stop there)")
     sample.add_argument("--backend", choices=["helios", "torch"], default=None, help="default: the run's own")
 
     ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint on its validation split",
@@ -66,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
     ev.add_argument("--backend", choices=["helios", "torch"], default=None, help="default: the run's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--split", choices=["val", "train", "both"], default="val",
+                    help="which split (default val; train needs the run's training text)")
+    ev.add_argument("--eval-iters", type=int, default=None, metavar="N",
+                    help="batches per split (default: the run's train.eval_iters)")
 
     show = sub.add_parser("config", help="print the resolved config and the model's size, without training",
                           formatter_class=fmt, epilog="Config keys can be overridden as --section.key=value.",
@@ -180,8 +189,11 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
                           world=world)
         if ckpt is not None:
             trainer.restore(ckpt)
-        if world.is_main:
+        if world.is_main:  # every check has passed: now the run directory is written
+            from trainer import run_artifacts
+
             write_resolved(run_dir, cfg, args.backend)
+            run_artifacts.save(run_dir, data)
         try:
             with (MetricsWriter(run_dir / METRICS_FILE) if world.is_main else _nothing()) as writer, \
                     signal_controls(controls, console.say):
@@ -244,31 +256,61 @@ def _prepare_data_in_turn(cfg, world, prepare_data):
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    """Print a sample from a run's latest checkpoint."""
-    from trainer.loop import sample_text
+    """Stream samples from a run's latest checkpoint."""
+    from trainer.sampling import stream_sample
     from trainer.session import load_run
 
     if args.tokens < 0 or not math.isfinite(args.temperature) or args.temperature < 0 or args.top_k < 0:
         raise TrainerError(f"--tokens, --temperature and --top-k must be finite and not negative (got --tokens "
                            f"{args.tokens}, --temperature {args.temperature}, --top-k {args.top_k})")
+    if args.num_samples < 1:
+        raise TrainerError(f"--num-samples must be at least 1, got {args.num_samples}")
     loaded = load_run(Path(args.run), args.backend)
-    rng = np.random.default_rng(args.seed)
-    text = sample_text(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens, args.temperature,
-                       args.top_k or None, rng)
-    print(args.prompt + text)
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    if args.seed is None:
+        print(f"seed {seed} (pass --seed {seed} to draw the same samples again)", file=sys.stderr)
+    rng = np.random.default_rng(seed)
+
+    def write(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    try:
+        for k in range(args.num_samples):
+            if k:
+                write("\n---\n")
+            write(args.prompt)
+            stream_sample(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens, args.temperature,
+                          args.top_k or None, rng, write, stop_at_eot=not args.ignore_eot)
+        write("\n")
+    except KeyboardInterrupt:  # what was printed stays; no traceback
+        write("\n")
+        return 130
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Print the validation loss of a run's latest checkpoint."""
+    """Print the loss and perplexity of a run's latest checkpoint on its validation (and/or training) split."""
     from trainer.loop import evaluate
-    from trainer.session import load_run
+    from trainer.session import load_run, training_tokens
 
+    if args.eval_iters is not None and args.eval_iters < 1:
+        raise TrainerError(f"--eval-iters must be at least 1, got {args.eval_iters}")
     loaded = load_run(Path(args.run), args.backend)
-    loss = evaluate(loaded.cfg, loaded.backend, loaded.data.val)
-    result = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step, "val_loss": loss,
-              "eval_iters": loaded.cfg.train.eval_iters}
-    print(json.dumps(result) if args.json else f"{loaded.checkpoint} (step {loaded.trainer.step}): val loss {loss:.4f}")
+    cfg = loaded.cfg
+    if args.eval_iters is not None:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_iters=args.eval_iters))
+    splits = ["val", "train"] if args.split == "both" else [args.split]
+    result: dict = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step, "eval_iters": cfg.train.eval_iters}
+    for split in splits:
+        tokens = loaded.data.val if split == "val" else training_tokens(loaded)
+        loss = evaluate(cfg, loaded.backend, tokens)
+        result[f"{split}_loss"], result[f"{split}_perplexity"] = loss, math.exp(min(loss, 700.0))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        parts = [f"{s} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f})" for s in splits]
+        print(f"{loaded.checkpoint} (step {loaded.trainer.step}): " + ", ".join(parts))
     return 0
 
 

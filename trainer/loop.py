@@ -122,12 +122,13 @@ class Trainer:
             self.listener(record)
         return record
 
-    def restore(self, ckpt: Checkpoint) -> None:
-        """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one."""
+    def restore(self, ckpt: Checkpoint, for_training: bool = True) -> None:
+        """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one.
+        (`for_training=False`: a read-only load for sample/eval, which any number of ranks may have written.)"""
         saved = ckpt.state
         check_checkpoint_matches(self.cfg, self.data, ckpt)
         ranks = int(saved.get("world_size", 1))
-        if ranks != self.world.size:
+        if for_training and ranks != self.world.size:
             raise CheckpointError(
                 f"checkpoint {ckpt.path.name} was written by a run of {ranks} data-parallel rank(s), this run has "
                 f"{self.world.size}; resume with the same number (mpiexec -n {ranks} ... or --nproc {ranks}), or "
@@ -148,7 +149,8 @@ class Trainer:
         t0 = time.perf_counter()
         state = {"config": self.cfg.to_dict(), "backend": self.backend_kind,
                  "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
-                 "data_rng": self.sampler.state(), "world_size": self.world.size}
+                 "data_rng": self.sampler.state(), "world_size": self.world.size,
+                 "tokenizer_json": self.data.tokenizer_path.read_text(encoding="utf-8")}
         path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts)
         self.emit("ckpt", step=self.step, path=path.name, reason=reason, ms=(time.perf_counter() - t0) * 1000)
         return path

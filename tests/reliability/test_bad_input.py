@@ -121,7 +121,7 @@ ROWS: dict[str, Row] = {
     "out_of_device_memory": Row(lambda c: (c.faults("device_mb=160"), c.config(
         model={"n_layer": 8, "n_embd": 512, "n_head": 8}))[1],
         ("could not allocate", "bytes", "Pool state", "MiB reserved", "smaller batch size or model")),
-    "model_exceeds_buffer_limit": Row(lambda c: c.config(model={"n_layer": 4, "n_embd": 4096, "n_head": 8}),
+    "model_exceeds_buffer_limit": Row(lambda c: c.config(model={"n_layer": 4, "n_embd": 4096, "n_head": 16}),
                                       ("parameters (", "MiB of fp32", "maxStorageBufferRange",
                                        "smaller [model] n_embd (4096)")),
     "memory_budget_not_a_number": Row(lambda c: (c.env.update(HELIOS_MEMORY_BUDGET_MB="abc"), c.config())[1],

@@ -161,7 +161,7 @@ class HeliosBackend(Backend):
             self.model.train()
 
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None) -> np.ndarray:
         ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
         if not ids:
             raise ValueError("generate needs a non-empty prompt")
@@ -186,6 +186,8 @@ class HeliosBackend(Backend):
                     token = sample_logits(last, temperature, top_k, rng)
                     ids.append(token)
                     out.append(token)
+                    if on_token is not None and on_token(token) is False:
+                        break
         finally:
             self.model.train()
         return np.asarray(out, dtype=np.int32)

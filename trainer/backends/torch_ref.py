@@ -142,7 +142,7 @@ class TorchBackend(Backend):
 
     @torch.no_grad()
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None) -> np.ndarray:
         """n sampled tokens after prompt_ids (full recompute per token: this is the reference, not the fast path)."""
         ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
         if not ids:
@@ -156,6 +156,8 @@ class TorchBackend(Backend):
                 nxt = sample_logits(logits, temperature, top_k, rng)
                 ids.append(nxt)
                 out.append(nxt)
+                if on_token is not None and on_token(nxt) is False:
+                    break
         finally:
             self.model.train()
         return np.asarray(out, dtype=np.int32)

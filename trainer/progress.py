@@ -88,8 +88,9 @@ class PlainProgress:
             if step % self.log_interval and step != self.total and step != self.start + 1:
                 return
             loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
+            mfu = f" | MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
             line = (f"step {step}/{self.total} | loss {loss} | lr {record['lr']:.2e} | "
-                    f"{record['tok_per_s']:,.0f} tok/s | {record['step_ms']:.0f} ms | ETA {eta}")
+                    f"{record['tok_per_s']:,.0f} tok/s{mfu} | {record['step_ms']:.0f} ms | ETA {eta}")
         else:
             line = describe(record)
         self._print(line)
@@ -138,8 +139,9 @@ class RichProgress:
         if ev == "step" and self.task is not None:
             loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
             eta = self.clock.eta(record["step"], int(self.progress.tasks[0].total or 0))
+            mfu = f"MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
             self.progress.update(self.task, completed=record["step"], loss=loss, tok_s=f"{record['tok_per_s']:,.0f}",
-                                 eta=eta, status="")
+                                 eta=eta, status=mfu)
             return
         line = describe(record)
         if line:

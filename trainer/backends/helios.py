@@ -9,7 +9,6 @@ folded in, so a NaN loss counts) is not finite or is above the spike threshold.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 
@@ -253,12 +252,8 @@ class HeliosBackend(Backend):
         return rt.get_runtime().info.name
 
     def peak_flops(self) -> float | None:
-        """The FMA peak `python -m helios.bench limits` measured and stored for this device, if any."""
-        from helios.env import cache_dir
+        """The device's FMA peak: stored by `python -m helios.bench limits` or an earlier run, else measured
+        now (about a second, once per device) and stored."""
+        from helios.peak import peak_flops
 
-        path = cache_dir() / "limits.json"
-        try:
-            entry = json.loads(path.read_text()).get(self.device_name())
-        except (OSError, ValueError):
-            return None
-        return float(entry["fma_gflops"]) * 1e9 if entry and "fma_gflops" in entry else None
+        return peak_flops(self.device_name())

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--eval-iters", type=int, default=None, metavar="N",
                     help="batches per split (default: the run's train.eval_iters)")
 
+    exp = sub.add_parser("export", help="write a run's latest checkpoint as a Hugging Face model directory",
+                         description="config.json + model.safetensors (+ tokenizer.json) that "
+                                     "transformers.AutoModelForCausalLM.from_pretrained loads.")
+    exp.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
+    exp.add_argument("--out", required=True, metavar="DIR", help="directory to write the model into")
+
     show = sub.add_parser("config", help="print the resolved config and the model's size, without training",
                           formatter_class=fmt, epilog="Config keys can be overridden as --section.key=value.",
                           description="The configuration a run would use, every default filled in, and the "
@@ -362,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, overrides) if args.command == "run" else cmd_prepare(args, overrides)
         if args.command == "configs":
             return cmd_configs()
+        if args.command == "export":
+            from trainer.export import export_run
+
+            print(f"exported to {export_run(Path(args.run), Path(args.out))}")
+            return 0
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return cmd_sample(args) if args.command == "sample" else cmd_eval(args)

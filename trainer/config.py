@@ -82,6 +82,7 @@ class TrainConfig:
     sample_interval: int = 0  # 0: only at the end
     sample_tokens: int = 100
     checkpoint_activations: str = "none"  # "block": recompute each block's forward in backward (less memory)
+    init_from: str | None = None  # a run, checkpoint or Hugging Face directory to start from (fine-tuning)
 
 
 @dataclass(frozen=True)

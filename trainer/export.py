@@ -116,3 +116,48 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     except OSError as exc:
         raise TrainerError(f"cannot write the export to {out_dir}: {exc.strerror or exc}") from None
     return out_dir
+
+
+def params_from_hf(m: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inverse of `hf_state`: our `param.*` tensors from Hugging Face GPT-2 / LLaMA weights."""
+    w = {k: np.asarray(v, np.float32) for k, v in weights.items()}
+
+    def take(name: str) -> np.ndarray:
+        if name not in w:
+            raise TrainerError(f"the Hugging Face weights have no '{name}': not a {m.arch} model of this shape")
+        return w[name]
+
+    out: dict[str, np.ndarray] = {}
+    if m.arch == "gpt2":
+        out["wte.weight"], out["wpe.weight"] = take("transformer.wte.weight"), take("transformer.wpe.weight")
+        out["ln_f.weight"] = take("transformer.ln_f.weight")
+        if m.bias:
+            out["ln_f.bias"] = take("transformer.ln_f.bias")
+        for i in range(m.n_layer):
+            h, o = f"h.{i}.", f"transformer.h.{i}."
+            for ln in ("ln_1", "ln_2"):
+                out[h + ln + ".weight"] = take(o + ln + ".weight")
+                if m.bias:
+                    out[h + ln + ".bias"] = take(o + ln + ".bias")
+            for name in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+                out[h + name + ".weight"] = np.ascontiguousarray(take(o + name + ".weight").T)
+                if m.bias:
+                    out[h + name + ".bias"] = take(o + name + ".bias")
+    else:
+        out["wte.weight"], out["ln_f.weight"] = take("model.embed_tokens.weight"), take("model.norm.weight")
+        for i in range(m.n_layer):
+            h, o = f"h.{i}.", f"model.layers.{i}."
+            out[h + "ln_1.weight"] = take(o + "input_layernorm.weight")
+            out[h + "ln_2.weight"] = take(o + "post_attention_layernorm.weight")
+            qkv = [take(o + f"self_attn.{x}_proj.weight") for x in "qkv"]
+            out[h + "attn.c_attn.weight"] = np.concatenate(qkv)
+            if m.bias:
+                out[h + "attn.c_attn.bias"] = np.concatenate([take(o + f"self_attn.{x}_proj.bias") for x in "qkv"])
+            for ours, theirs in (("attn.c_proj", "self_attn.o_proj"), ("mlp.w_gate", "mlp.gate_proj"),
+                                 ("mlp.w_up", "mlp.up_proj"), ("mlp.w_down", "mlp.down_proj")):
+                out[h + ours + ".weight"] = take(o + theirs + ".weight")
+                if m.bias:
+                    out[h + ours + ".bias"] = take(o + theirs + ".bias")
+    if not m.tie_embeddings:
+        out["lm_head.weight"] = take("lm_head.weight")
+    return out

@@ -181,6 +181,9 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
+            if world.is_main:
+                for line in resume_warnings(cfg, ckpt):
+                    print(line, file=sys.stderr)
         backend = create_backend(args.backend, cfg.model, cfg.optim, cfg.train.seed)
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
         if source is not None:  # fine-tuning: the source's weights, a fresh optimizer, step 0
@@ -255,6 +258,23 @@ def _resume_command(args: argparse.Namespace, overrides: list[str]) -> str:
     if args.nproc:
         parts += ["--nproc", str(args.nproc)]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def resume_warnings(cfg, ckpt) -> list[str]:
+    """Lines that tell a user resuming with changed training settings what changed (it is allowed)."""
+    saved = (ckpt.state.get("config") or {})
+    out = []
+    for section, key in (("optim", "lr"), ("train", "batch_size"), ("train", "grad_accum"), ("optim", "weight_decay"),
+                         ("schedule", "lr_decay_iters")):
+        was = (saved.get(section) or {}).get(key)
+        now = getattr(getattr(cfg, section), key)
+        if was is not None and was != now:
+            out.append(f"trainer: warning: resuming {ckpt.path.name} with [{section}] {key} = {now} (it was trained "
+                       f"with {was})")
+    if ckpt.step >= cfg.train.max_iters:
+        out.append(f"trainer: note: the run is already at step {ckpt.step}, at or past [train] max_iters = "
+                   f"{cfg.train.max_iters}: nothing to train (raise --train.max_iters to continue)")
+    return out
 
 
 def _init_source(cfg, run_dir: Path, ckpt):

@@ -40,7 +40,8 @@ class DataConfig:
     path: str | None = None  # any local UTF-8 text file
     tokenizer: str = "bpe"
     val_fraction: float = 0.1
-    root: str = "data"  # cache directory for named datasets
+    root: str = "data"  # where named datasets are downloaded (and their token caches kept)
+    cache_dir: str | None = None  # token caches here instead of next to the text (for read-only data folders)
 
 
 @dataclass(frozen=True)
@@ -306,14 +307,32 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
     return merged
 
 
+# Paths a config file names are relative to the file (so a run resumes, and finds its data, from any working
+# directory); paths given as command-line overrides stay relative to the working directory, as typed.
+FILE_RELATIVE_PATHS = (("data", "path"), ("data", "root"), ("data", "cache_dir"), ("run", "out_dir"),
+                       ("train", "init_from"))
+
+
+def _anchor_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+    for section, key in FILE_RELATIVE_PATHS:
+        table = out.get(section)
+        value = table.get(key) if isinstance(table, dict) else None
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            table[key] = str(base / value)
+    return out
+
+
 def load_config_text(text: str, source: str = "config", overrides: Sequence[str] = (),
-                     default_name: str | None = None) -> Config:
-    """Parse TOML text (plus CLI overrides) into a validated Config."""
+                     default_name: str | None = None, base_dir: Path | None = None) -> Config:
+    """Parse TOML text (plus CLI overrides) into a validated Config; `base_dir` anchors relative paths."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # The message carries "(at line L, column C)".
         raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    if base_dir is not None:
+        raw = _anchor_paths(raw, base_dir)
     return config_from_dict(apply_overrides(raw, overrides), source, default_name)
 
 
@@ -330,7 +349,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Confi
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    return load_config_text(text, str(path), overrides, default_name=path.stem)
+    return load_config_text(text, str(path), overrides, default_name=path.stem, base_dir=path.resolve().parent)
 
 
 def model_signature(model: ModelConfig) -> dict[str, Any]:

@@ -94,8 +94,10 @@ def text_source(cfg: Config) -> tuple[Path, Path]:
     d = cfg.data
     if d.path is not None:
         path = Path(d.path)
-        return path, path.parent / f"{path.name}.helios"
-    return fetch_shakespeare(Path(d.root)), Path(d.root) / "shakespeare"
+        base = Path(d.cache_dir) if d.cache_dir else path.parent
+        return path, base / f"{path.name}.helios"
+    base = Path(d.cache_dir) if d.cache_dir else Path(d.root)
+    return fetch_shakespeare(Path(d.root)), base / "shakespeare"
 
 
 def _split_point(text: str, val_fraction: float) -> int:
@@ -124,8 +126,9 @@ def prepare_data(cfg: Config, tokenizer_json: str | None = None) -> PreparedData
         try:
             meta = _build_cache(raw, cache, want, tokenizer_json)
         except OSError as exc:
-            raise DataError(f"cannot write the data cache {cache}: {exc.strerror or exc}; it goes next to the "
-                            "text file (or under [data] root): make that place writable") from None
+            raise DataError(f"cannot write the data cache {cache}: {exc.strerror or exc}; set [data] cache_dir to a "
+                            "writable folder (by default the cache goes next to the text file, or under [data] "
+                            "root)") from None
     dtype = np.dtype(meta["dtype"])
     train = np.memmap(cache / "train.bin", dtype=dtype, mode="r", shape=(meta["train_tokens"],))
     val = np.memmap(cache / "val.bin", dtype=dtype, mode="r", shape=(meta["val_tokens"],))

@@ -166,3 +166,18 @@ def test_nproc_must_be_positive(make_config):
     done = _run(make_config("bad"), "--nproc", "0", timeout=60)
     assert done.returncode == 2
     assert "--nproc must be at least 1" in done.stderr
+
+
+def test_each_rank_draws_its_own_dropout_masks():
+    from trainer.backends.helios import HeliosBackend
+    from trainer.distributed import World
+
+    backend = HeliosBackend.__new__(HeliosBackend)
+    backend.forwards = 7
+    backend.world = None
+    assert backend._dropout_index() == 7  # one process: the pass count, as before data parallelism
+    indices = set()
+    for rank in range(2):
+        backend.world = World(rank=rank, size=2)
+        indices.add(backend._dropout_index())
+    assert indices == {14, 15}

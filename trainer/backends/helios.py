@@ -101,7 +101,7 @@ class HeliosBackend(Backend):
         for x, y in micro_batches:
             t0 = time.perf_counter()
             loss = self.model(autograd.tensor(np.ascontiguousarray(x, np.int32)),
-                              autograd.tensor(np.ascontiguousarray(y, np.int32)), forward_index=self.forwards)
+                              autograd.tensor(np.ascontiguousarray(y, np.int32)), forward_index=self._dropout_index())
             self.forwards += 1
             fwd_ms += _ms(t0)
             t0 = time.perf_counter()
@@ -137,6 +137,12 @@ class HeliosBackend(Backend):
         elif grad_clip <= 0:
             clip_coef = 1.0
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
+
+    def _dropout_index(self) -> int:
+        """This pass's dropout seed index: the pass count, and under data parallelism the rank too, so every
+        rank draws its own masks for its own rows (one process: just the pass count, as always)."""
+        size, rank = (self.world.size, self.world.rank) if self.world is not None else (1, 0)
+        return self.forwards * size + rank
 
     def _reduce_gradients(self, loss_sum):
         """Average the gradient arena and the loss over the data-parallel ranks through host memory (one

@@ -61,7 +61,8 @@ class TorchBackend(Backend):
         """Forward/backward over micro_batches, one global-norm clip and one AdamW update (or a skip)."""
         if self.cfg.dropout > 0:
             # Dropout masks come from the step number, so a resumed run draws the same masks without saving RNGs.
-            torch.manual_seed(self.seed * 1_000_003 + self.step)
+            size, rank = (self.world.size, self.world.rank) if self.world is not None else (1, 0)
+            torch.manual_seed(self.seed * 1_000_003 + self.step * size + rank)  # each rank its own masks
         for p in self.params:
             p.grad = None
         n = len(micro_batches)

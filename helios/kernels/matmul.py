@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels import matmul_select
-from helios.kernels.matmul_common import LAYOUTS
+from helios.kernels.matmul_common import LAYOUTS, launch_params
 from helios.kernels.matmul_reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul_tiled import TILED_TILINGS, build_tiled, tiled_grid
 from helios.runtime import Tensor, empty, launch
@@ -145,12 +145,7 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
     kernel = KERNELS[layout]
     name = variant_name(layout, M, N, K, batch)
-    push = {"M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
-            "sa": M * K if a.ndim == 3 else 0, "sb": K * N if b.ndim == 3 else 0, "sc": M * N,
-            "alpha": float(alpha), "beta": float(beta)}
-    flags = {"HAS_BIAS": bias is not None, "GELU": bool(gelu), "STORE_PREACT": preact_out is not None,
-             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0}
-    spec = {k: True for k, on in flags.items() if on} or None
+    push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
     # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
                preact_out if preact_out is not None else c]

@@ -76,6 +76,17 @@ class Vec4Loader:
         return self.b.bitcast(self.view[index4], vec(f32, 4))
 
 
+def launch_params(a, b, M: int, N: int, K: int, bias, gelu: bool, residual, preact_out, beta: float,
+                  alpha: float) -> tuple[dict, dict | None]:
+    """(push constants, epilogue spec constants) of one matmul dispatch, whichever kernel family runs it."""
+    push = {"M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
+            "sa": M * K if a.ndim == 3 else 0, "sb": K * N if b.ndim == 3 else 0, "sc": M * N,
+            "alpha": float(alpha), "beta": float(beta)}
+    flags = {"HAS_BIAS": bias is not None, "GELU": bool(gelu), "STORE_PREACT": preact_out is not None,
+             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0}
+    return push, ({k: True for k, on in flags.items() if on} or None)
+
+
 def contiguous(layout: str) -> tuple[str, str]:
     """(A's contiguous dimension, B's contiguous dimension), each "m", "n" or "k"."""
     return ("m" if layout[0] == "t" else "k"), ("k" if layout[1] == "t" else "n")
@@ -133,4 +144,4 @@ def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: V
 
 
 __all__ = ["LAYOUTS", "PUSH_FIELDS", "EPILOGUE_SPECS", "Operands", "declare", "contiguous", "a_index", "b_index",
-           "epilogue", "store_block", "u32", "f32"]
+           "epilogue", "store_block", "launch_params", "u32", "f32"]

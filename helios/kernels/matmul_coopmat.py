@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels.matmul_common import LAYOUTS, PUSH_FIELDS, Operands, a_index, b_index, epilogue
+from helios.kernels.matmul_common import LAYOUTS, PUSH_FIELDS, Operands, a_index, b_index, epilogue, launch_params
 from helios.spirv import Kernel, KernelBuilder, Variant, boolean, ceil_div, f16, f32, u32
 from helios.spirv.coopmat import coopmat
 
@@ -169,12 +169,7 @@ def matmul_half(a, b, trans_a: bool = False, trans_b: bool = False, bias=None, g
         return c
     layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
     kernel = KERNELS[layout]
-    push = {"M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
-            "sa": M * K if a.ndim == 3 else 0, "sb": K * N if b.ndim == 3 else 0, "sc": M * N,
-            "alpha": float(alpha), "beta": float(beta)}
-    flags = {"HAS_BIAS": bias is not None, "GELU": bool(gelu), "STORE_PREACT": preact_out is not None,
-             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0}
-    spec = {k: True for k, on in flags.items() if on} or None
+    push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
     buffers = [a, b, c, bias if bias is not None else c, residual if residual is not None else c,
                preact_out if preact_out is not None else c]
     launch(kernel, buffers=buffers, push=push, grid=grid(M, N, batch, kernel.variant(tiling)), spec=spec,

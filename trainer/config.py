@@ -81,6 +81,7 @@ class TrainConfig:
     spike_threshold: float | None = None  # grad norm above this skips the step
     sample_interval: int = 0  # 0: only at the end
     sample_tokens: int = 100
+    replay: bool = True  # capture the optimizer step once and replay it (false: record every step; debugging)
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,13 @@ def _model(arch: str) -> ModelConfig:
 
 
 def _steps(backend, first: int, last: int):
-    """Steps first..last-1 of a fixed schedule: grad_accum 2 from step 10, a spike setting at 5, a NaN at 7."""
+    """Steps first..last-1 of a fixed schedule: grad_accum 2 from step 10, a spike setting at 5, a NaN at 7, a
+    partial batch (B=1) at 15."""
     out = []
     for s in range(first, last):
         rng = np.random.default_rng(s)
-        x, y = rng.integers(0, 64, (2, 16)), rng.integers(0, 64, (2, 16))
+        b = 1 if s == 15 else 2
+        x, y = rng.integers(0, 64, (b, 16)), rng.integers(0, 64, (b, 16))
         micro = [(x, y), (y, x)] if s >= 10 else [(x, y)]
         r = backend.train_step(micro, 1e-3 * (1 + s % 3), 1.0, 3.0 if s == 5 else None, inject_nan=(s == 7))
         out.append(r)
@@ -83,3 +85,32 @@ def test_resume_under_replay_is_bit_exact():
     rest = _steps(resumed, 12, STEPS)
     _assert_same(full_res[12:], rest, full.state_dict(), resumed.state_dict())
     assert rest[0].replayed is False and all(r.replayed for r in rest[1:])
+
+
+VALIDATED = """
+import numpy as np
+from helios.device import get_device
+from trainer.backends.helios import HeliosBackend
+from trainer.config import ModelConfig, OptimConfig
+cfg = ModelConfig(arch="llama", vocab_size=64, block_size=8, n_layer=1, n_head=2, n_embd=16, n_kv_head=1, dropout=0.1)
+backend = HeliosBackend.create(cfg, OptimConfig(), 0)
+x = np.arange(16).reshape(2, 8) % 64
+flags = [backend.train_step([(x, x), (x, x)], 1e-3, 1.0, None).replayed for _ in range(3)]
+assert flags == [False, True, True], flags
+assert get_device()._debug_messenger is not None, "the validation layer is not on"
+get_device().check_validation()
+print("validation clean")
+"""
+
+
+def test_captured_and_replayed_steps_are_validation_layer_clean():
+    from tests.reliability.conftest import child_env, trainer_cli
+    from tests.reliability.test_validation_layer import _has_validation_layer
+
+    if not _has_validation_layer():
+        pytest.skip("vulkan-validationlayers is not installed")
+    env = child_env(HELIOS_VALIDATE="1",
+                    VK_LAYER_ENABLES="VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")
+    proc = trainer_cli(entry=("-c", VALIDATED), env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
+    assert "validation clean" in proc.stdout

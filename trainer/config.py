@@ -40,7 +40,8 @@ class DataConfig:
     path: str | None = None  # any local UTF-8 text file
     tokenizer: str = "bpe"
     val_fraction: float = 0.1
-    root: str = "data"  # cache directory for named datasets
+    root: str = "data"  # where named datasets are downloaded (and their token caches kept)
+    cache_dir: str | None = None  # token caches here instead of next to the text (for read-only data folders)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class TrainConfig:
     sample_interval: int = 0  # 0: only at the end
     sample_tokens: int = 100
     replay: bool = True  # capture the optimizer step once and replay it (false: record every step; debugging)
+    checkpoint_activations: str = "none"  # "block": recompute each block's forward in backward (less memory)
+    init_from: str | None = None  # a run, checkpoint or Hugging Face directory to start from (fine-tuning)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,13 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """Extra telemetry beside metrics.jsonl."""
+
+    tensorboard: bool = False  # also write TensorBoard event files into the run directory
+
+
+@dataclass(frozen=True)
 class Config:
     """A whole, validated training configuration."""
 
@@ -107,6 +117,7 @@ class Config:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain JSON-able form (tuples become lists); `config_from_dict` reads it back."""
@@ -116,6 +127,7 @@ class Config:
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "data": DataConfig, "optim": OptimConfig,
     "schedule": ScheduleConfig, "train": TrainConfig, "run": RunConfig,
+    "telemetry": TelemetryConfig,
 }
 
 _Rule = tuple[Callable[[Any], bool], str]
@@ -148,8 +160,10 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "nan_policy"): (lambda v: v in ("skip", "stop"), 'one of "skip", "stop"'),
     ("train", "spike_threshold"): _pos, ("train", "sample_interval"): _nonneg,
     ("train", "sample_tokens"): _nonneg,
+    ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
-    ("run", "name"): (lambda v: bool(_name_re.match(v)), "letters, digits, '_', '-', '.' (no slashes)"),
+    ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
+                      "letters, digits, '_', '-', '.' (no slashes, not only dots)"),
 }
 
 
@@ -228,6 +242,12 @@ def _check_relations(cfg: Config, source: str) -> Config:
         raise bad("[model] n_head", m.n_head, f"must be divisible by n_kv_head ({m.n_kv_head})")
     if m.arch == "llama" and m.head_dim % 2:
         raise bad("[model] n_embd", m.n_embd, f"llama RoPE needs an even head dim; n_embd/n_head = {m.head_dim}")
+    if m.head_dim % 4 or m.head_dim > 256:
+        fits = [h for h in range(1, m.n_embd + 1) if m.n_embd % h == 0 and (m.n_embd // h) % 4 == 0
+                and m.n_embd // h <= 256]
+        hint = f"n_head in {fits[:8]}" if fits else "an n_embd that is a multiple of 4"
+        raise bad("[model] n_head", m.n_head, f"flash attention needs a head dim (n_embd/n_head = {m.head_dim}) that "
+                  f"is a multiple of 4 and at most 256; with n_embd = {m.n_embd} use {hint}")
     if d.dataset is not None and d.path is not None:
         raise bad("[data] path", d.path, "set either dataset or path, not both")
     if d.dataset is None and d.path is None:
@@ -288,14 +308,32 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
     return merged
 
 
+# Paths a config file names are relative to the file (so a run resumes, and finds its data, from any working
+# directory); paths given as command-line overrides stay relative to the working directory, as typed.
+FILE_RELATIVE_PATHS = (("data", "path"), ("data", "root"), ("data", "cache_dir"), ("run", "out_dir"),
+                       ("train", "init_from"))
+
+
+def _anchor_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+    for section, key in FILE_RELATIVE_PATHS:
+        table = out.get(section)
+        value = table.get(key) if isinstance(table, dict) else None
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            table[key] = str(base / value)
+    return out
+
+
 def load_config_text(text: str, source: str = "config", overrides: Sequence[str] = (),
-                     default_name: str | None = None) -> Config:
-    """Parse TOML text (plus CLI overrides) into a validated Config."""
+                     default_name: str | None = None, base_dir: Path | None = None) -> Config:
+    """Parse TOML text (plus CLI overrides) into a validated Config; `base_dir` anchors relative paths."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # The message carries "(at line L, column C)".
         raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    if base_dir is not None:
+        raw = _anchor_paths(raw, base_dir)
     return config_from_dict(apply_overrides(raw, overrides), source, default_name)
 
 
@@ -312,7 +350,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Confi
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    return load_config_text(text, str(path), overrides, default_name=path.stem)
+    return load_config_text(text, str(path), overrides, default_name=path.stem, base_dir=path.resolve().parent)
 
 
 def model_signature(model: ModelConfig) -> dict[str, Any]:

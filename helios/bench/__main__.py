@@ -23,7 +23,8 @@ BENCHMARKS: dict[str, str] = {
     "elementwise": "helios.bench.elementwise",
     "adamw": "helios.bench.adamw",
     "cross_entropy": "helios.bench.cross_entropy",
-    "matmul": "helios.bench.matmul", "limits": "helios.bench.limits", "tune": "helios.bench.tune",
+    "matmul": "helios.bench.matmul", "matmul_half": "helios.bench.matmul_half",
+    "limits": "helios.bench.limits", "tune": "helios.bench.tune",
     "softmax": "helios.bench.softmax", "layernorm": "helios.bench.layernorm", "attention": "helios.bench.attention",
 }
 

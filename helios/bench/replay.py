@@ -46,8 +46,9 @@ def run(args):
         cfg = load_config(args.config)
         shapes = [("config", cfg.model, cfg.optim, cfg.train.batch_size, cfg.train.grad_accum)]
     else:
-        shapes = [(f"{n} layers", ModelConfig(n_layer=n, n_head=2, n_kv_head=2, n_embd=32, block_size=32, vocab_size=256),
-                   OptimConfig(), 2, 1) for n in (int(v) for v in args.layers.split(","))]
+        depths = [int(v) for v in args.layers.split(",")]
+        shapes = [(f"{n} layers", ModelConfig(n_layer=n, n_head=2, n_kv_head=2, n_embd=32, block_size=32,
+                                              vocab_size=256), OptimConfig(), 2, 1) for n in depths]
     for name, model_cfg, optim_cfg, bsz, accum in shapes:
         backend = _backend(model_cfg, optim_cfg)
         T, V = model_cfg.block_size, model_cfg.vocab_size

@@ -130,8 +130,10 @@ class HeliosBackend(Backend):
             self.opt.step(lr=lr, skip_extra=poison)
         opt_ms = _ms(t0)
         t0 = time.perf_counter()
-        loss_val = float(mean_loss.numpy()[0])  # the step's one host wait; the reads below find it done
+        # The step's one host wait: the norm is written by the optimizer step, the last submit (a replay is a
+        # submit of its own after the forward/backward batch), so the reads after it find everything done.
         raw_norm = float(self.opt.last_raw_norm.numpy()[0])
+        loss_val = float(mean_loss.numpy()[0])
         check = float(self.opt.last_check.numpy()[0])
         clip_coef = float(self.opt.last_clip.numpy()[0])
         wait_ms = _ms(t0)

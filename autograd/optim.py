@@ -31,6 +31,8 @@ class AdamW:
         self.m = rt.zeros(arena.size)
         self.v = rt.zeros(arena.size)
         self.step_count = 0
+        # A fixed 4-float device tensor of the per-step scalars (set for a captured step), else one per step.
+        self.step_buffer = None
         # (1,) device tensors of the last step: the gradient norm, the value the skip test read, the clip coefficient
         self.last_raw_norm = self.last_check = self.last_clip = None
 
@@ -50,10 +52,26 @@ class AdamW:
                 lr=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps, weight_decay=self.weight_decay,
                 step=self.step_count, clip_coef=coef,
                 norm=check if self.skip_nonfinite else None, skip_above=self.skip_above,
+                step_buffer=self.step_buffer,
             )
+        self._bump_versions()
+        self.last_raw_norm, self.last_check, self.last_clip = norm, check, coef
+
+    def step_values(self, lr: float) -> np.ndarray:
+        """The step buffer's values for the next step at `lr` (write them before a captured step runs)."""
+        from helios.kernels.adamw import step_scalars
+
+        return step_scalars(lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=self.weight_decay,
+                            step=self.step_count + 1)
+
+    def replayed(self) -> None:
+        """Account for a step the device ran from a captured command buffer (no recording on the host)."""
+        self.step_count += 1
+        self._bump_versions()
+
+    def _bump_versions(self) -> None:
         for p in self.arena.params:
             p._version.value += 1
-        self.last_raw_norm, self.last_check, self.last_clip = norm, check, coef
 
     def unstep(self) -> None:
         """Undo the step counter after a step the device skipped (bias correction must not advance)."""

@@ -37,6 +37,7 @@ class StepResult:
 
     skipped: None (applied), "nan" (NaN/Inf loss or grad norm) or "spike" (grad_norm > spike_threshold).
     clip_coef: the factor gradients were scaled by (1.0 when not clipped).
+    replayed / record_ms: whether the optimizer step was a replay, and the host recording time.
     wait_ms: time the host spent blocked waiting on the device (the step's one host read).
     """
 
@@ -48,6 +49,8 @@ class StepResult:
     bwd_ms: float
     opt_ms: float
     wait_ms: float
+    replayed: bool = False  # the optimizer step ran from a captured command buffer (no host recording)
+    record_ms: float = 0.0  # host time spent recording commands (fwd + bwd + opt; 0 for replayed parts)
 
 
 class Backend(ABC):

@@ -98,6 +98,8 @@ class Trainer:
                  listener: Callable[[dict], None] | None = None, controls: Controls | None = None,
                  world: World | None = None):
         self.cfg, self.backend, self.backend_kind, self.data = cfg, backend, backend_kind, data
+        if hasattr(backend, "replay"):  # the helios backend captures its optimizer step unless train.replay = false
+            backend.replay = cfg.train.replay
         self.run_dir, self.listener = run_dir, listener
         self.writer: Any = None  # the MetricsWriter, set by run()
         self.controls = controls or Controls()
@@ -216,7 +218,8 @@ class Trainer:
             tok_s = tokens_per_step / step_s if step_s > 0 else 0.0
             self.emit("step", step=self.step, loss=res.loss, lr=lr, grad_norm=res.grad_norm, clip_coef=res.clip_coef,
                       skipped=res.skipped, tok_per_s=tok_s, step_ms=step_s * 1000, fwd_ms=res.fwd_ms,
-                      bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, **counters,
+                      bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, replayed=res.replayed,
+                      record_ms=res.record_ms, **counters,
                       mfu=fpt * tok_s / peak if peak else None, rss_mb=rss_mb(),
                       **({"world_size": self.world.size, "allreduce_ms": self.world.reduce_ms}
                          if self.world.size > 1 else {}))

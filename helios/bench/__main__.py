@@ -19,7 +19,7 @@ import sys
 from helios.bench import harness  # first: it sets BLAS thread policies before numpy loads BLAS
 
 BENCHMARKS: dict[str, str] = {
-    "dispatch": "helios.bench.dispatch",
+    "dispatch": "helios.bench.dispatch", "replay": "helios.bench.replay",
     "elementwise": "helios.bench.elementwise",
     "adamw": "helios.bench.adamw",
     "cross_entropy": "helios.bench.cross_entropy",

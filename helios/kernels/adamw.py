@@ -13,7 +13,8 @@ workgroup) sums the partials in a fixed order and writes `norm` and `clip_coef =
     v = beta2 * v + (1 - beta2) * g * g
     p = p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)     bc1 = 1 - beta1^step, bc2 = 1 - beta2^step
 
-Bias corrections are computed on the host into push constants. The decay mask is a float32 0/1 tensor
+Bias corrections are computed on the host into a 4-float step buffer (not push constants: see
+capture/replay). The decay mask is a float32 0/1 tensor
 shaped like the arena (1 = decay), chosen over a per-tensor segment table because it costs one coalesced
 read per element and no search; `decay_mask=None` decays everything. When `norm` is given, every invocation
 reads it and the whole step is skipped (params, m and v untouched) if it is NaN/Inf or above `skip_above`,
@@ -111,9 +112,12 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
     b.local_size(WG)
     bufs = [b.buffer(k, f32, acc) for k, acc in enumerate(("rw", "r", "rw", "rw", "r"))]
     clip_buf, norm_buf = b.buffer(5, f32, "r"), b.buffer(6, f32, "r")
+    # The values that change every step (they depend on lr and the step count) come from a buffer, not push
+    # constants, so that a captured step can be replayed with new ones (helios.runtime.capture).
+    step_buf = b.buffer(7, f32, "r")
     count = b.push("n", u32)
-    beta1, beta2, eps, wd_lr, step_size, sqrt_bc2, skip_above = (
-        b.push(k, f32) for k in ("beta1", "beta2", "eps", "wd_lr", "step_size", "sqrt_bc2", "skip_above"))
+    beta1, beta2, eps, skip_above = (b.push(k, f32) for k in ("beta1", "beta2", "eps", "skip_above"))
+    wd_lr, step_size, sqrt_bc2 = step_buf[0], step_buf[1], step_buf[2]
     masked = b.push("masked", u32)
     norm = norm_buf[0]
     bits = b.bitcast(norm, u32)
@@ -222,24 +226,35 @@ def grad_norm(grads, max_norm: float, layout: tuple[int, bool] | None = None):
     return norm, clip
 
 
+def step_scalars(*, lr: float, beta1: float, beta2: float, weight_decay: float, step: int) -> np.ndarray:
+    """The per-step values the update reads from its step buffer: (lr * wd, lr / bc1, sqrt(bc2), 0) as float32."""
+    if step < 1:
+        raise ValueError(f"adamw_step: step counts from 1, got {step}")
+    bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+    return np.array([lr * weight_decay, lr / bc1, math.sqrt(bc2), 0.0], dtype=np.float32)
+
+
 def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta2: float, eps: float,
-               weight_decay: float, step: int, clip_coef=None, norm=None, skip_above: float = math.inf):
-    """One fused AdamW step over a flat arena (one dispatch); returns params. See the module docstring."""
+               weight_decay: float, step: int, clip_coef=None, norm=None, skip_above: float = math.inf,
+               step_buffer=None):
+    """One fused AdamW step over a flat arena (one dispatch); returns params. See the module docstring.
+
+    `step_buffer`: a 4-float device tensor that already holds `step_scalars(...)` (a captured step's fixed
+    input); by default a fresh one is uploaded from lr and step."""
     rt = _rt()
     n = int(params.numel)
     for name, t in (("grads", grads), ("m", m), ("v", v), ("decay_mask", decay_mask)):
         if t is not None and int(t.numel) != n:
             raise ValueError(f"adamw_step: {name} has {t.numel} elements, params {n}")
-    if step < 1:
-        raise ValueError(f"adamw_step: step counts from 1, got {step}")
+    scalars = step_scalars(lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, step=step)
+    if step_buffer is None:
+        step_buffer = rt.from_numpy(scalars)
     vec = 4 if n >= 4 else 1
     one = _constant(1.0)
-    bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
-    push = {"n": n, "beta1": beta1, "beta2": beta2, "eps": eps, "wd_lr": lr * weight_decay,
-            "step_size": lr / bc1, "sqrt_bc2": math.sqrt(bc2),
+    push = {"n": n, "beta1": beta1, "beta2": beta2, "eps": eps,
             "skip_above": skip_above if norm is not None else math.inf, "masked": int(decay_mask is not None)}
     buffers = [params, grads, m, v, decay_mask if decay_mask is not None else one,
-               clip_coef if clip_coef is not None else one, norm if norm is not None else _constant(0.0)]
+               clip_coef if clip_coef is not None else one, norm if norm is not None else _constant(0.0), step_buffer]
     items = n // vec + (1 if n % vec else 0)
     rt.launch(ADAMW, buffers, push=push, grid=_grid(items, WG), variant="vec4" if vec == 4 else "scalar")
     return params

@@ -238,6 +238,57 @@ class CommandRecorder:
         if len(self._writes) + len(self._reads) > 4096:
             self._barrier_next = True
 
+    # -- capture (helios.runtime.capture) ----------------------------------------------------------
+    def begin_capture(self):
+        """Submit the open batch, then record into a reusable command buffer of its own (not in the ring).
+
+        It starts with a full barrier, so whatever ran before a replay is visible to it."""
+        self.flush()
+        slot = self._new_slot()
+        self._slot_count -= 1  # owned by the capture, never recycled by the ring
+        self._slot = slot
+        info = self.ffi.new("VkCommandBufferBeginInfo*")
+        info.sType = self.vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO  # no ONE_TIME_SUBMIT: it is replayed
+        self._check(self.lib.vkBeginCommandBuffer(slot.cb, info), "vkBeginCommandBuffer")
+        self._cb = slot.cb
+        self._barrier_next = False
+        self._record_barrier(slot.cb)
+        return slot
+
+    def end_capture(self) -> None:
+        """Close the capture's command buffer (with the host-visibility barrier every batch ends with)."""
+        cb = self._cb
+        self.lib.vkCmdPipelineBarrier(cb, self._stages, self.vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                                      self._host_barrier, 0, self._null, 0, self._null)
+        self._check(self.lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
+        self._cb = self._slot = self._bound = None
+        self._desc_layout = self._desc_data = self._push_layout = self._push_bytes = None
+        self.pending = 0
+        self._check_at = self._first_check()
+        # The replayed commands are not in the hazard tables: the next batch starts with a full barrier.
+        self._barrier_next = True
+
+    def submit_captured(self, cb) -> int:
+        """Submit a captured command buffer after the open batch, signalling the next timeline value."""
+        self.flush()
+        value = self.open_value
+        self._signal_value[0] = value
+        self._cbs[0] = cb
+        self._check(self.lib.vkQueueSubmit(self.device.queue, 1, self._submit, self._null), "vkQueueSubmit")
+        self.submitted = value
+        self.open_value = value + 1
+        self._barrier_next = True
+        self.counters.submits += 1
+        return value
+
+    def destroy_slot(self, slot) -> None:
+        """Free a capture's command pool and descriptor pools (the caller has waited for its last submit)."""
+        dev = self.device.device
+        self.vk.vkDestroyCommandPool(dev, slot.pool, None)
+        if slot.arena is not None:
+            for pool in slot.arena.pools:
+                self.vk.vkDestroyDescriptorPool(dev, pool, None)
+
     def _first_check(self) -> int:
         if self.eager_flush > 0:
             return min(self.eager_flush, self.flush_threshold)

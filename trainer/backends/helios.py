@@ -20,6 +20,7 @@ from autograd.nn.decode import KVCache
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
+from helios.runtime.capture import Capture
 from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import ModelTooLargeError
@@ -48,6 +49,11 @@ class HeliosBackend(Backend):
         self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                          weight_decay=optim_cfg.weight_decay, grad_clip=0.0)
         self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
+        # Optimizer-step capture: replayed while (grad_clip, spike_threshold) stay the same; see docs/REPLAY.md.
+        self.replay = True
+        self._opt_capture = None
+        self._opt_key = self._opt_fixed = None
+        self._opt_loss = rt.zeros(1)  # fixed input of the captured step: the step's mean loss is copied here
         self._base_counters = self._raw_counters()
 
     @classmethod
@@ -114,14 +120,20 @@ class HeliosBackend(Backend):
         mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
         # The update is skipped on the device when this check is NaN/Inf or above the spike threshold;
         # adding 0 * loss makes a NaN loss poison it too.
-        poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
         self.opt.grad_clip = grad_clip
         self.opt.skip_above = spike_threshold if spike_threshold is not None else math.inf
-        self.opt.step(lr=lr, skip_extra=poison)
+        replayed = False
+        if self.replay and not inject_nan:
+            replayed = self._optimizer_step_captured(mean_loss, lr, grad_clip, spike_threshold)
+        else:
+            poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
+            self.opt.step(lr=lr, skip_extra=poison)
         opt_ms = _ms(t0)
         t0 = time.perf_counter()
-        loss_val = float(mean_loss.numpy()[0])  # the step's one host wait; the reads below find it done
+        # The step's one host wait: the norm is written by the optimizer step, the last submit (a replay is a
+        # submit of its own after the forward/backward batch), so the reads after it find everything done.
         raw_norm = float(self.opt.last_raw_norm.numpy()[0])
+        loss_val = float(mean_loss.numpy()[0])
         check = float(self.opt.last_check.numpy()[0])
         clip_coef = float(self.opt.last_clip.numpy()[0])
         wait_ms = _ms(t0)
@@ -136,7 +148,44 @@ class HeliosBackend(Backend):
             clip_coef = 1.0
         elif grad_clip <= 0:
             clip_coef = 1.0
-        return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
+        record_ms = fwd_ms + bwd_ms + (0.0 if replayed else opt_ms)
+        return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms)
+
+    def _optimizer_step_captured(self, mean_loss, lr: float, grad_clip: float, spike_threshold) -> bool:
+        """The optimizer step from a captured command buffer: capture it on the first call (or when the clip
+        or spike setting, baked into its push constants, changes), replay it after. True when replayed.
+
+        Its inputs are fixed buffers: the grad arena, `_opt_loss` (the mean loss, copied in) and the
+        optimizer's step buffer (lr and step count, written before each run). A host step such as a
+        data-parallel gradient reduce can run between the last backward and this call."""
+        rt.copy(mean_loss, self._opt_loss)
+        values = self.opt.step_values(lr)
+        key = (grad_clip, spike_threshold)
+        if self._opt_capture is not None and self._opt_key == key:
+            step_buffer, outputs = self._opt_fixed
+            self._opt_capture.write_input(step_buffer, values)
+            self.opt.replayed()
+            self._opt_capture.replay()
+            # A lazy step in between (an injected NaN) left its own result tensors: point back at the captured ones.
+            self.opt.last_raw_norm, self.opt.last_check, self.opt.last_clip = outputs
+            return True
+        self.invalidate_capture()
+        step_buffer = self.opt.step_buffer = rt.from_numpy(values)
+        try:
+            with Capture() as cap:
+                poison = ops.scale(self._opt_loss, 0.0)
+                self.opt.step(lr=lr, skip_extra=poison)
+        finally:
+            self.opt.step_buffer = None  # lazy steps upload their own
+        self._opt_capture, self._opt_key = cap, key
+        self._opt_fixed = (step_buffer, (self.opt.last_raw_norm, self.opt.last_check, self.opt.last_clip))
+        return False
+
+    def invalidate_capture(self) -> None:
+        """Drop the captured optimizer step (the next step records lazily and captures again)."""
+        if self._opt_capture is not None:
+            self._opt_capture.close()
+        self._opt_capture = self._opt_key = self._opt_fixed = None
 
     def _dropout_index(self) -> int:
         """This pass's dropout seed index: the pass count, and under data parallelism the rank too, so every
@@ -234,6 +283,7 @@ class HeliosBackend(Backend):
         self.opt.load_state({"m": host["adam_m"], "v": host["adam_v"], "step": state["adam_step"]})
         # A checkpoint from another backend has no forward count: one forward per optimizer step is the guess.
         self.forwards = int(np.asarray(state.get("rng_forwards", state["adam_step"])).reshape(()))
+        self.invalidate_capture()  # a resume recaptures: nothing recorded before it is trusted after it
         rt.sync()
 
     # -- reporting -----------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""Capture a sequence of dispatches once and replay it with no host recording (Vulkan's CUDA graphs).
+
+    with Capture() as step:          # records (and then runs) the work once, into a reusable command buffer
+        run_step(inputs)
+    inputs_buffer.write(next_batch)  # per-step values live in fixed device buffers, written before a replay
+    step.replay()                    # one vkQueueSubmit, one timeline signal, 0 dispatches recorded
+
+What a capture holds: its command buffer (barriers, pipelines, descriptors and push constants as recorded)
+and a reference to every storage a captured dispatch bound, so no captured region returns to the pool and
+the descriptors stay valid. A replay re-runs exactly those commands on exactly those bytes: any scalar baked
+into a push constant, any grid and any buffer binding is frozen at capture. Values that vary per replay must
+be read by the kernels from a device buffer (see `write_input`). A host read inside the scope is an error,
+since it would submit half the capture.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helios.errors import HeliosError
+from helios.runtime.context import Runtime, get_runtime
+
+_NO_FLUSH = 1 << 62
+
+
+class Capture:
+    """A captured command buffer and the storages it pins; `replay()` resubmits it."""
+
+    def __init__(self, runtime: Runtime | None = None):
+        self.runtime = runtime or get_runtime()
+        self._slot = None
+        self._pins: dict[int, object] = {}  # storage key -> storage, for every region a dispatch bound
+        self._last_value = 0
+        self.dispatches = 0
+        self.replays = 0
+        self._saved = None
+
+    # -- capture ---------------------------------------------------------------------------------
+    def __enter__(self) -> Capture:
+        if self._slot is not None:
+            raise HeliosError("this Capture already holds a recording; make a new one to capture again")
+        rec = self.runtime.recorder
+        if "dispatch" in vars(rec):
+            raise HeliosError("a capture is already open on this runtime; captures do not nest")
+        self._saved = (rec.flush_threshold, rec.eager_flush)
+        self._slot = rec.begin_capture()
+        rec.configure(flush_threshold=_NO_FLUSH, eager_flush=0)
+        counters = self.runtime.counters
+        start = counters.dispatches
+        pins, dispatch = self._pins, rec.dispatch
+
+        def capturing_dispatch(pipe, buffers, push, gx, gy, gz):
+            for t in buffers:
+                s = getattr(t, "_storage", None)
+                if s is not None:
+                    pins[s.key] = s
+            dispatch(pipe, buffers, push, gx, gy, gz)
+
+        def no_flush():
+            raise HeliosError("a host read or sync inside a capture scope: a captured step must not read "
+                              "device data on the host; move the read after the scope")
+
+        fill, copy = rec.fill, rec.copy
+
+        def capturing_fill(storage, lo, nbytes, word):
+            pins[storage.key] = storage
+            fill(storage, lo, nbytes, word)
+
+        def capturing_copy(src, src_lo, dst, dst_lo, nbytes):
+            pins[src.key], pins[dst.key] = src, dst
+            copy(src, src_lo, dst, dst_lo, nbytes)
+
+        self._start = start
+        rec.fill, rec.copy = capturing_fill, capturing_copy
+        rec.dispatch = capturing_dispatch  # instance attributes shadow the methods for the scope only
+        rec.flush = no_flush
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        rec = self.runtime.recorder
+        del rec.dispatch, rec.flush, rec.fill, rec.copy
+        self.dispatches = self.runtime.counters.dispatches - self._start
+        try:
+            rec.end_capture()
+        finally:
+            rec.configure(flush_threshold=self._saved[0], eager_flush=self._saved[1])
+        if exc_type is not None:
+            self.close()
+            return
+        self._submit()  # the captured step runs once now, like the lazily recorded step it replaces
+
+    # -- replay ----------------------------------------------------------------------------------
+    def replay(self) -> int:
+        """Resubmit the captured commands after everything recorded so far; returns the timeline value."""
+        if self._slot is None:
+            raise HeliosError("nothing is captured (the capture failed or was closed)")
+        self.replays += 1
+        return self._submit()
+
+    def _submit(self) -> int:
+        value = self.runtime.recorder.submit_captured(self._slot.cb)
+        for s in self._pins.values():
+            s.last_use = s.last_write = value
+        self._last_value = value
+        return value
+
+    def write_input(self, tensor, data: np.ndarray) -> None:
+        """Write host values into a captured input tensor once the device is done with its previous use."""
+        storage = tensor._storage
+        if storage is None:
+            raise HeliosError("write_input: the tensor was released")
+        self.runtime.recorder.wait(storage.last_use)
+        self.runtime.upload(storage, tensor._offset, np.ascontiguousarray(data))
+
+    @property
+    def pinned(self) -> int:
+        """How many pool regions the capture keeps alive."""
+        return len(self._pins)
+
+    def close(self) -> None:
+        """Wait for the last replay, free the command buffer and unpin the regions."""
+        if self._slot is None:
+            return
+        rec = self.runtime.recorder
+        rec.wait(self._last_value)
+        rec.destroy_slot(self._slot)
+        self._slot = None
+        self._pins.clear()

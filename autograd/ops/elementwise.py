@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autograd.function import Context, Function
 from helios import ops
+from helios.kernels.spec import specs
 
 
 def broadcast_kind(a, b) -> str:
@@ -131,12 +132,10 @@ def _unary(name: str, forward_op, backward_op, saves: str):
     return type(name, (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
-Exp = _unary("Exp", ops.exp, ops.exp_backward, "y")
-Log = _unary("Log", ops.log, ops.log_backward, "x")
-Sqrt = _unary("Sqrt", ops.sqrt, ops.sqrt_backward, "y")
-Relu = _unary("Relu", ops.relu, ops.relu_backward, "x")
-Gelu = _unary("Gelu", ops.gelu, ops.gelu_backward, "x")
-Silu = _unary("Silu", ops.silu, ops.silu_backward, "x")
+# One Function per op spec (helios.kernels.spec), named after it: Exp, Gelu, ... A new spec needs no edit here.
+POINTWISE = {spec.name: _unary(spec.name.capitalize(), spec.forward, spec.backward, spec.saves)
+             for spec in specs() if spec.backward is not None}
+globals().update({fn.__name__: fn for fn in POINTWISE.values()})
 
 
 class Clamp(Function):

@@ -10,7 +10,6 @@ GB/s columns compare the same useful traffic.
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 
@@ -29,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _numpy_gelu(x, out, t):
     """0.5 x (1 + tanh(k0 (x + k1 x^3))) with two temporaries, float32."""
-    k0, k1 = np.float32(math.sqrt(2 / math.pi)), np.float32(0.044715)
+    from helios.kernels.activations import GELU_K0, GELU_K1
+
+    k0, k1 = np.float32(GELU_K0), np.float32(GELU_K1)
 
     def run():
         np.multiply(x, x, out=t)
@@ -46,7 +47,9 @@ def _numpy_gelu(x, out, t):
 
 
 def _numpy_gelu_backward(x, dy, out, t, u):
-    k0, k1 = np.float32(math.sqrt(2 / math.pi)), np.float32(0.044715)
+    from helios.kernels.activations import GELU_K0, GELU_K1
+
+    k0, k1 = np.float32(GELU_K0), np.float32(GELU_K1)
 
     def run():
         np.multiply(x, x, out=u)  # x^2

@@ -44,7 +44,8 @@ def __getattr__(name: str):
     module = _WHERE.get(name) or _spec_ops().get(name)
     if module is None:
         raise AttributeError(f"helios.ops has no op {name!r}; the ops are listed in docs/OPS.md")
-    value = getattr(importlib.import_module(module), name)
+    kernels = importlib.import_module(module)
+    value = getattr(kernels, "OP_NAMES", {}).get(name) or getattr(kernels, name)
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -51,6 +51,24 @@ def run(args) -> list[dict]:
     return records
 
 
+def _table() -> dict:
+    """limits.json from the cache dir ({device name: {"fma_gflops": ..., "copy_gbps": ...}}); {} if absent."""
+    import json
+
+    from helios.env import cache_dir
+
+    try:
+        return json.loads((cache_dir() / "limits.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def peak_flops(device: str) -> float | None:
+    """The FMA peak (FLOP/s) `python -m helios.bench limits` stored for this device, or None."""
+    entry = _table().get(device)
+    return float(entry["fma_gflops"]) * 1e9 if entry and "fma_gflops" in entry else None
+
+
 def store_peaks(device: str, records: list[dict]) -> None:
     """Keep this device's best FMA and copy figures in the cache dir: the trainer's MFU reads the FMA peak."""
     import json
@@ -58,10 +76,7 @@ def store_peaks(device: str, records: list[dict]) -> None:
     from helios.env import cache_dir
 
     path = cache_dir() / "limits.json"
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        table = {}
+    table = _table()
     fma = [r["gflops"] for r in records if r["kernel"] == "limits_fma" and r.get("gflops")]
     copy = [r["gbps"] for r in records if r["kernel"] == "limits_copy" and r.get("gbps")]
     entry = table.get(device, {})

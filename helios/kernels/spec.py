@@ -3,19 +3,18 @@ generator, awkward test shapes and FLOP/byte counts; tests, autograd Functions, 
 docs/OPS.md's table are derived from the registry (`specs()`), not written again.
 
 A pointwise op with its backward is one `pointwise(...)` call in one kernel file (docs/OPS.md has a worked
-example). Kernel discovery (importing every kernel module so that its specs register) lives here, in
-helios.kernels, not in the SPIR-V layer.
+example). Kernel discovery (importing every kernel module so that its specs register) is
+helios.kernels.discover, not the SPIR-V layer's.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from helios.kernels import discover
 from helios.spirv import Kernel
 
 AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12))
@@ -67,14 +66,6 @@ def register(spec: OpSpec) -> OpSpec:
 def spec_of(name: str) -> OpSpec:
     """The registered spec of op `name` (its module must be imported already)."""
     return _REGISTRY[name]
-
-
-def discover() -> None:
-    """Import every module of helios.kernels so that each registers its specs."""
-    import helios.kernels as package
-
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"helios.kernels.{info.name}")
 
 
 def specs() -> list[OpSpec]:

@@ -9,7 +9,6 @@ folded in, so a NaN loss counts) is not finite or is above the spike threshold.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 
@@ -237,11 +236,6 @@ class HeliosBackend(Backend):
 
     def peak_flops(self) -> float | None:
         """The FMA peak `python -m helios.bench limits` measured and stored for this device, if any."""
-        from helios.env import cache_dir
+        from helios.bench.limits import peak_flops
 
-        path = cache_dir() / "limits.json"
-        try:
-            entry = json.loads(path.read_text()).get(self.device_name())
-        except (OSError, ValueError):
-            return None
-        return float(entry["fma_gflops"]) * 1e9 if entry and "fma_gflops" in entry else None
+        return peak_flops(self.device_name())

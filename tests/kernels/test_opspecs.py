@@ -69,3 +69,10 @@ def test_helios_ops_exports_every_spec():
 def test_ops_table_is_current():
     assert optable.DOC.read_text() == optable.render(optable.DOC.read_text()), \
         "docs/OPS.md's op table is stale: run python -m helios.kernels.optable"
+
+
+def test_bench_has_every_spec():
+    from helios.bench import elementwise
+
+    names = {r["kernel"] for r in elementwise._records(1 << 10, 1, None)}
+    assert {n for s in SPECS for n in (s.name, f"{s.name}_backward")} <= names

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from helios.errors import HeliosError
+from trainer.backend import BACKENDS
 from trainer.errors import TrainerError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.toml"
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Train a GPT from CONFIG.toml; logs go to RUN_DIR/metrics.jsonl.",
                          epilog=EPILOG_OVERRIDES)
     run.add_argument("config", metavar="CONFIG.toml", help="training configuration (see configs/)")
-    run.add_argument("--backend", choices=["helios", "torch"], default="helios",
+    run.add_argument("--backend", choices=list(BACKENDS), default="helios",
                      help="helios: Vulkan compute (default); torch: the PyTorch CPU reference")
     run.add_argument("--resume", choices=["auto", "never"], default="auto",
                      help="auto: continue from RUN_DIR's latest checkpoint if any (default); "
@@ -53,12 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 = greedy (default 0.8)")
     sample.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the K likeliest; 0 = all")
     sample.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (default 0)")
-    sample.add_argument("--backend", choices=["helios", "torch"], default=None, help="default: the run's own")
+    sample.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
 
     ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint on its validation split",
                         description="Mean loss of the latest checkpoint over the fixed eval batches.")
     ev.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
-    ev.add_argument("--backend", choices=["helios", "torch"], default=None, help="default: the run's own")
+    ev.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
 
     prep = sub.add_parser("prepare", help="fetch the dataset and train the tokenizer (no training)",

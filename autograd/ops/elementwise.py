@@ -30,11 +30,18 @@ def reduce_to(grad, kind: str, shape):
     return ops.sum(grad, axis=-1).reshape(*shape)
 
 
+def broadcast_forward(ctx: Context, op, a, b, save: bool = False):
+    """op(a, b), noting how b broadcasts (for reduce_to in the VJP) and saving (a, b) when the VJP needs them."""
+    ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
+    if save:
+        ctx.save_for_backward(a, b)
+    return op(a, b)
+
+
 class Add(Function):
     @staticmethod
     def forward(ctx: Context, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        return ops.add(a, b)
+        return broadcast_forward(ctx, ops.add, a, b)
 
     @staticmethod
     def backward(ctx, dy):
@@ -45,8 +52,7 @@ class Add(Function):
 class Sub(Function):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        return ops.sub(a, b)
+        return broadcast_forward(ctx, ops.sub, a, b)
 
     @staticmethod
     def backward(ctx, dy):
@@ -57,9 +63,7 @@ class Sub(Function):
 class Mul(Function):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        ctx.save_for_backward(a, b)
-        return ops.mul(a, b)
+        return broadcast_forward(ctx, ops.mul, a, b, save=True)
 
     @staticmethod
     def backward(ctx, dy):
@@ -72,9 +76,7 @@ class Mul(Function):
 class Div(Function):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        ctx.save_for_backward(a, b)
-        return ops.div(a, b)
+        return broadcast_forward(ctx, ops.div, a, b, save=True)
 
     @staticmethod
     def backward(ctx, dy):

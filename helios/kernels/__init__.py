@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import pkgutil
 
 
@@ -12,12 +11,8 @@ def discover(errors: list[tuple[str, BaseException]] | None = None) -> list[str]
     A module that fails to import raises, unless `errors` is given: then (module name, exception) is
     appended to it and discovery goes on (the `python -m helios.spirv` CLI reports them).
     """
+    from helios.spirv.registry import load_all
+
     names = sorted(i.name for i in pkgutil.iter_modules(__path__, f"{__name__}."))
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            if errors is None:
-                raise
-            errors.append((name, exc))
+    load_all(errors, modules=names)
     return names

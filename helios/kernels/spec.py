@@ -10,7 +10,7 @@ helios.kernels.discover, not the SPIR-V layer's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,9 +39,7 @@ class OpSpec:
     reference: Callable                  # numpy, float64-capable
     reference_grad: Callable | None      # d op / dx as a function of the saved tensor
     inputs: Callable = normal_inputs     # (rng, shape) -> float32 array in the op's domain
-    shapes: tuple = AWKWARD_SHAPES
-    select: Callable | None = None       # (device info, n, dtype) -> variant name; None: the family's rule
-    extra: dict = field(default_factory=dict)
+    shapes: tuple = AWKWARD_SHAPES       # the kernel tests' shapes (1, 7, 33 x 513, ...)
 
     def flops(self, n: int) -> int:
         """FLOPs of the forward over n elements."""

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 def __getattr__(name: str):
     """helios.X is helios.runtime.X for every name of the runtime's __all__ (derived, not listed here)."""
-    if name.startswith("__") and name != "__all__":  # probes for dunders (inspect, pickle) load nothing
-        raise AttributeError(f"module 'helios' has no attribute {name!r}")
     import importlib
+    import importlib.util
+
+    # Dunder probes (inspect, pickle) and submodules (`from helios import env` asks here first, then imports
+    # helios.env) must not load the runtime.
+    if (name.startswith("__") and name != "__all__") or importlib.util.find_spec(f"helios.{name}") is not None:
+        raise AttributeError(f"module 'helios' has no attribute {name!r}")
 
     runtime = importlib.import_module("helios.runtime")
     if name == "__all__":

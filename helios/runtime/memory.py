@@ -86,8 +86,8 @@ class Storage:
     for `last_write` only, and the region goes back to the pool tagged with `last_use`.
     """
 
-    __slots__ = ("pool", "runtime", "region", "buffer", "handle", "base", "size", "nbytes", "key", "last_use", "last_write",
-                 "__weakref__")
+    __slots__ = ("pool", "region", "buffer", "handle", "base", "size", "nbytes", "key", "last_use", "last_write",
+                 "runtime", "__weakref__")
 
     def __init__(self, pool: BufferPool, region: Region, nbytes: int):
         self.pool, self.region = pool, region

@@ -4,7 +4,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := libvulkan1 mesa-vulkan-drivers spirv-tools spirv-headers vulkan-tools vulkan-validationlayers
+# chromium: the headless browser test of `telemetry serve`'s page (tests/telemetry/test_browser.py).
+APT_PACKAGES := libvulkan1 mesa-vulkan-drivers spirv-tools spirv-headers vulkan-tools vulkan-validationlayers chromium
 # Mesa >= 25 lavapipe is 2-2.5x faster than Debian 12's 22.3. On Debian 12 it comes from Debian's own
 # bookworm-backports suite (added as one sources file, only when no backports entry exists yet).
 # `make MESA_BACKPORTS=0 ...` keeps the distribution's Mesa and touches no apt source.
@@ -26,6 +27,8 @@ train: $(VENV)/.installed
 	$(PY) -m trainer sample --run $(RUN_DIR) --prompt "ROMEO:" --tokens 120
 	$(PY) -m telemetry plot $(RUN_DIR) -o $(RUN_DIR)/plot.png
 	$(PY) -m telemetry summary $(RUN_DIR)
+	@echo "plot: $(RUN_DIR)/plot.png"
+	@echo "live dashboard in the browser (also while training): $(PY) -m telemetry serve $(RUN_DIR)"
 
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -53,11 +53,12 @@ class _GradSlot:
 
 
 def run_backward(roots, root_grads, *, retain_graph: bool, capture=None,
-                 unit_seed: bool = False) -> dict[int, object] | None:
+                 unit_seed: bool = False, accumulate_leaves: bool = False) -> dict[int, object] | None:
     """Propagate `root_grads` from `roots` through the tape.
 
     Without `capture`, leaf gradients accumulate into `.grad`. With `capture` (a list of tensors), their
-    gradients are returned as {id(tensor): raw gradient} and no `.grad` is touched (`autograd.grad`).
+    gradients are returned as {id(tensor): raw gradient} and no `.grad` is touched (`autograd.grad`),
+    unless `accumulate_leaves`: then other leaves still accumulate (activation checkpointing's recompute).
     """
     nodes = _reachable(roots)
     pending: dict[int, list[_GradSlot | None]] = {}
@@ -79,14 +80,15 @@ def run_backward(roots, root_grads, *, retain_graph: bool, capture=None,
                 slots[tensor.output_index] = _GradSlot(raw)
             else:
                 slot.add(raw)
-        elif tensor.requires_grad and capture_ids is None:
+        elif tensor.requires_grad and (capture_ids is None or accumulate_leaves):
             tensor._accumulate_grad(raw)
 
     seed_ids = {id(g) for g in root_grads} if unit_seed else set()
     _unit_seeds.update(seed_ids)
     try:
         with no_grad():
-            _propagate(nodes, roots, root_grads, pending, route, capture_ids, retain_graph)
+            _propagate(nodes, roots, root_grads, pending, route, None if accumulate_leaves else capture_ids,
+                       retain_graph)
     finally:
         _unit_seeds.difference_update(seed_ids)
     if capture_ids is None:

@@ -48,6 +48,8 @@ def format_report(info: dict) -> str:
             for t in info["memory_types"]
         ),
         f"unified mem   {yes(info['unified_memory'])}",
+        "matrix units  " + ("; ".join(f"{m}x{n}x{k} {a}*{b}+{c}" for m, n, k, a, b, c, _ in info["cooperative_matrix"])
+                            or "none (no VK_KHR_cooperative_matrix)"),
         "features      " + ", ".join(f"{f}={yes(info[f])}" for f in features),
     ]
     return "\n".join(lines)
@@ -61,12 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         from helios.device import get_device
+        from helios.driver import slow_driver_note
 
-        info = get_device().info.to_dict()
+        device_info = get_device().info
+        info = device_info.to_dict()
     except HeliosError as exc:
         print(f"helios: {exc}", file=sys.stderr)
         return exc.exit_code
     print(json.dumps(info) if args.json else format_report(info))
+    note = slow_driver_note(device_info)
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,12 @@ _TYPE_NAMES = {0: "other", 1: "integrated_gpu", 2: "discrete_gpu", 3: "virtual_g
 _TYPE_RANK = {2: 4, 1: 3, 3: 2, 4: 1, 0: 0}
 _SUBGROUP_OPS = ["basic", "vote", "arithmetic", "ballot", "shuffle", "shuffle_relative", "clustered", "quad"]
 _VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
-_WANTED_EXTENSIONS = ("VK_KHR_push_descriptor", "VK_EXT_shader_atomic_float")
+_WANTED_EXTENSIONS = ("VK_KHR_push_descriptor", "VK_EXT_shader_atomic_float", "VK_KHR_cooperative_matrix")
+_COOPMAT_EXT = "VK_KHR_cooperative_matrix"
+# VkComponentTypeKHR -> the DSL's type names (bf16 is VK_KHR_shader_bfloat16's value).
+_COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "i8", 4: "i16", 5: "i32", 6: "i64", 7: "u8", 8: "u16",
+                    9: "u32", 10: "u64", 1000141000: "bf16"}
+_SCOPE_SUBGROUP = 3
 _LOADER_HELP = (
     "helios could not load the Vulkan loader (libvulkan.so.1). Install it with "
     "`apt-get install libvulkan1`; on a machine without a GPU also install `mesa-vulkan-drivers`, "
@@ -92,6 +98,9 @@ class DeviceInfo:
     memory_heaps: tuple[tuple[int, bool], ...]  # (size in bytes, device local)
     memory_types: tuple[MemoryType, ...]
     unified_memory: bool = field(default=False)  # a memory type that is device-local and host-visible
+    # Subgroup matrix shapes the matrix units run (VK_KHR_cooperative_matrix), each
+    # (M, N, K, A type, B type, C type, result type), e.g. (16, 16, 16, "f16", "f16", "f32", "f32").
+    cooperative_matrix: tuple[tuple[int, int, int, str, str, str, str], ...] = field(default=())
 
     @property
     def is_cpu(self) -> bool:
@@ -247,7 +256,12 @@ class Device:
                     + ", ".join(f"{k}: {n}" for k, n in enumerate(names))
                 )
             return devices[matches[0]], matches[0]
-        best = max(range(len(devices)), key=lambda k: (_TYPE_RANK.get(props[k].deviceType, 0), -k))
+        rank_of = [_TYPE_RANK.get(p.deviceType, 0) for p in props]
+        top = [k for k in range(len(devices)) if rank_of[k] == max(rank_of)]
+        # Data-parallel ranks on one machine (trainer.distributed sets HELIOS_LOCAL_RANK) take the best
+        # devices round-robin: rank r gets the (r mod n)-th of the n GPUs of the best type.
+        local = os.environ.get("HELIOS_LOCAL_RANK", "")
+        best = top[int(local) % len(top)] if local.isdigit() else top[0]
         return devices[best], best
 
     def _query(self, phys, index: int):
@@ -306,6 +320,7 @@ class Device:
                 host_cached=bool(flags & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT),
             ))
         unified = any(t.device_local and t.host_visible for t in types) and len(heaps) == 1
+        coopmat = self._cooperative_matrix_shapes(phys) if _COOPMAT_EXT in ext_names else ()
         info = DeviceInfo(
             index=index,
             name=_decode(ffi, p.properties.deviceName),
@@ -348,8 +363,35 @@ class Device:
             memory_heaps=heaps,
             memory_types=tuple(types),
             unified_memory=unified,
+            cooperative_matrix=coopmat,
         )
         return info, {"f2": f2, "f11": f11, "f12": f12, "f13": f13, "atomic": fat, "extensions": ext_names}
+
+    def _cooperative_matrix_shapes(self, phys) -> tuple:
+        """The subgroup-scope shapes vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR lists ((): none or
+        unreadable, in which case the matrix-unit kernels are simply never chosen)."""
+        vk, ffi = self.vk, self.ffi
+        try:
+            name = b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"
+            fn = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
+                          vk.lib.vkGetInstanceProcAddr(self.instance, name))
+            if fn == ffi.NULL:
+                return ()
+            count = ffi.new("uint32_t*")
+            fn(phys, count, ffi.NULL)
+            props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", count[0])
+            for k in range(count[0]):
+                props[k].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
+            fn(phys, count, props)
+        except Exception:  # an old loader or binding: no matrix units rather than no device
+            return ()
+        names = [_COMPONENT_TYPES.get(int(x), str(int(x))) for p in props for x in
+                 (p.AType, p.BType, p.CType, p.ResultType)]
+        shapes = []
+        for k, p in enumerate(props):
+            if int(p.scope) == _SCOPE_SUBGROUP:
+                shapes.append((int(p.MSize), int(p.NSize), int(p.KSize), *names[4 * k:4 * k + 4]))
+        return tuple(shapes)
 
     def _compute_queue_family(self) -> int:
         vk = self.vk
@@ -378,7 +420,15 @@ class Device:
                 "VkPhysicalDeviceShaderAtomicFloatFeaturesEXT",
                 vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,
             ))
+        if info.cooperative_matrix:
+            entries.append(("VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
+                            vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR))
         chain = _make_chain(vk, ffi, entries)
+        # Last in the chain; taken off the list (so chain[-1] stays the atomics struct) but kept alive here,
+        # since cffi frees a struct with its last Python reference.
+        coopmat_features = chain.pop() if info.cooperative_matrix else None
+        if coopmat_features is not None:
+            coopmat_features.cooperativeMatrix = vk.VK_TRUE
         f2, f11, f12 = chain[0], chain[1], chain[2]
         # Enable only what kernels use, and only where offered (robustBufferAccess stays off: it costs speed).
         for name in ("shaderInt16", "shaderInt64", "shaderFloat64"):
@@ -399,7 +449,8 @@ class Device:
             for name in ("shaderBufferFloat32AtomicAdd", "shaderSharedFloat32AtomicAdd",
                          "shaderBufferFloat32Atomics", "shaderSharedFloat32Atomics"):
                 setattr(fat, name, getattr(have["atomic"], name))
-        extensions = [e for e in _WANTED_EXTENSIONS if e in have["extensions"]]
+        extensions = [e for e in _WANTED_EXTENSIONS if e in have["extensions"]
+                      and (e != _COOPMAT_EXT or info.cooperative_matrix)]
         priorities = ffi.new("float[]", [1.0])
         queue_info = ffi.new("VkDeviceQueueCreateInfo*")
         queue_info.sType = vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO

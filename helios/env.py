@@ -32,8 +32,8 @@ def memory_budget_mb() -> int | None:
     value = os.environ.get("HELIOS_MEMORY_BUDGET_MB", "").strip()
     if not value:
         return None
-    if not value.isdigit() or int(value) == 0:
-        from helios.errors import HeliosError
+    from helios.errors import SetupError
 
-        raise HeliosError(f"HELIOS_MEMORY_BUDGET_MB={value!r}: expected a positive whole number of MiB")
+    if not value.isdigit() or int(value) == 0:
+        raise SetupError(f"HELIOS_MEMORY_BUDGET_MB={value!r}: expected a positive whole number of MiB, e.g. 2048")
     return int(value)

@@ -1,4 +1,5 @@
-"""Run telemetry: the metrics.jsonl event log, and tools that read it (watch, plot, summary)."""
+"""Run telemetry: the metrics.jsonl event log, tools that read it (watch, plot, summary, the `serve` browser
+dashboard) and an optional TensorBoard sink (telemetry.tensorboard)."""
 
 from telemetry.events import MetricsWriter, read_events
 

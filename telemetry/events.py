@@ -81,18 +81,52 @@ def metrics_path(run_or_file: str | Path) -> Path:
     return p / METRICS_FILE if p.is_dir() else p
 
 
-def parse_lines(lines: Iterator[str] | list[str], source: str = "metrics") -> Iterator[dict[str, Any]]:
-    """Events from text lines; a malformed line, or one without event/t, is skipped with a warning."""
+class NotTelemetryError(ValueError):
+    """A file that is not a helios metrics log (its first line is not a JSON event)."""
+
+
+EVENT_PREFIX = b'{"event"'  # how every line the writer emits begins (json.dumps keeps key order)
+
+
+def check_telemetry(path: str | Path) -> None:
+    """Raise NotTelemetryError unless the file's first non-blank line is a helios event.
+
+    The writer emits whole lines that begin with `{"event"`. A first line cut short (a trainer killed while
+    writing it, or one still being written) is tolerated when it begins that way; any other first line means
+    the file is something else. An empty file passes (a run that has not logged yet).
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    for raw in head.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            if raw.startswith(EVENT_PREFIX):
+                continue  # a torn event: judge by the next line
+            raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not JSON)") from None
+        if not isinstance(record, dict) or "event" not in record or "t" not in record:
+            raise NotTelemetryError(f"{path} is not a helios metrics log (its first line is not a JSON event)")
+        return
+
+
+def parse_lines(lines: Iterator[str] | list[str], source: str = "metrics",
+                warn: bool = True) -> Iterator[dict[str, Any]]:
+    """Events from text lines; a malformed line, or one without event/t, is skipped (with a warning if warn)."""
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except ValueError:
-            warnings.warn(f"{source}:{lineno}: skipping malformed line", stacklevel=2)
+            if warn:
+                warnings.warn(f"{source}:{lineno}: skipping malformed line", stacklevel=2)
             continue
         if not isinstance(record, dict) or "event" not in record or "t" not in record:
-            warnings.warn(f"{source}:{lineno}: skipping a line that is not an event", stacklevel=2)
+            if warn:
+                warnings.warn(f"{source}:{lineno}: skipping a line that is not an event", stacklevel=2)
             continue
         yield record
 

@@ -17,12 +17,32 @@ def _series(events: list[dict[str, Any]], kind: str, key: str) -> tuple[list[flo
     return xs, ys
 
 
-def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
-    """Render the dashboard figure to out (PNG) with matplotlib's Agg backend; returns out."""
+def _plain_number(value: float, _pos: Any = None) -> str:
+    """Tick label as a plain number (0.5, 2, 30), not 10^x: grad norms sit within a decade or two."""
+    return f"{value:g}"
+
+
+def resume_steps(events: list[dict[str, Any]]) -> list[int]:
+    """Steps where the run was resumed (a `config` event with start_step > 0)."""
+    return [e["start_step"] for e in events if e["event"] == "config" and isinstance(e.get("start_step"), int)
+            and e["start_step"] > 0]
+
+
+def memory_note(events: list[dict[str, Any]]) -> str:
+    """Why the memory panel is empty, without guessing a backend the log does not name."""
+    if not any(e["event"] == "step" for e in events):
+        return "no steps logged"
+    backend = next((e.get("backend") for e in reversed(events) if e["event"] == "config" and e.get("backend")), None)
+    return "no device memory counters" + (f"\n({backend} backend)" if backend else "")
+
+
+def build_figure(events: list[dict[str, Any]], title: str = "") -> Any:
+    """The dashboard as a matplotlib Figure (Agg backend): 2x3 panels, resume points dotted on each."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: never needs a display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
     fig.suptitle(title or "helios run")
@@ -46,6 +66,10 @@ def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
         ax.axvline(e.get("step", 0), color="tab:red", lw=0.8, ls="--", label="skipped" if i == 0 else None)
     if ys and min(ys) > 0:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
+        # Within about a decade the log axis has no major tick inside the data: label the minor ones plainly.
+        few_decades = max(ys) / min(ys) < 30
+        ax.yaxis.set_minor_formatter(FuncFormatter(_plain_number) if few_decades else NullFormatter())
     ax.set(title="gradient norm", xlabel="step")
     ax.legend(fontsize="small")
     ax = axes[1, 0]
@@ -54,21 +78,47 @@ def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
     ax = axes[1, 1]
     xs, ys = _series(events, "step", "pool_bytes")
     if any(ys):
-        ax.plot(xs, [y / 2**20 for y in ys], color="tab:brown", label="pool MiB")
-        ax2 = ax.twinx()
-        ax2.plot(*_series(events, "step", "device_allocs"), lw=0.8, color="tab:gray", label="device allocs")
-        ax2.set_ylabel("device allocs / step")
+        ax.plot(xs, [y / 2**20 for y in ys], color="tab:brown", label="pool reserved")
+        px, py = _series(events, "step", "pool_peak_in_use")
+        if any(py):
+            ax.plot(px, [y / 2**20 for y in py], color="tab:olive", label="peak in use")
         ax.legend(loc="upper left", fontsize="small")
     else:
-        ax.text(0.5, 0.5, "no device memory counters\n(torch backend)", ha="center", va="center",
-                transform=ax.transAxes)
-    ax.set(title="device memory", xlabel="step")
+        ax.text(0.5, 0.5, memory_note(events), ha="center", va="center", transform=ax.transAxes)
+    ax.set(title="device memory (MiB)", xlabel="step")
     ax = axes[1, 2]
     for key in ("fwd_ms", "bwd_ms", "opt_ms", "wait_ms"):
         ax.plot(*_series(events, "step", key), lw=0.8, label=key[:-3])
     ax.set(title="step time (ms)", xlabel="step")
     ax.legend(fontsize="small")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    resumes = resume_steps(events)
+    for ax in axes.flat:
+        for i, step in enumerate(resumes):
+            ax.axvline(step, color="0.4", lw=0.8, ls=":", label="resumed" if i == 0 else None)
+    if resumes:
+        axes[0, 0].legend()
+    return fig
+
+
+def plot_run(events: list[dict[str, Any]], out: Path, title: str = "") -> Path:
+    """Render the dashboard figure to out (PNG); returns out.
+
+    The image is rendered in memory and then written in one go, so an unwritable path raises OSError before
+    any file is touched and a failed write leaves no partial PNG.
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig = build_figure(events, title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out

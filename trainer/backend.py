@@ -23,7 +23,10 @@ from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
 COUNTER_KEYS = ("dispatches", "submits", "barriers", "host_waits", "pool_bytes", "pool_regions", "pool_classes",
-                "device_allocs")
+                "device_allocs", "pool_peak_in_use")
+# State a backend keeps beyond parameters and AdamW moments (helios: its dropout RNG's forward-pass count);
+# every backend loads a checkpoint that has or lacks these.
+OTHER_BACKENDS_STATE = frozenset({"rng_forwards"})
 # Counters that grow monotonically; the loop logs their per-step difference. The pool_* ones are gauges.
 CUMULATIVE_COUNTERS = ("dispatches", "submits", "barriers", "host_waits", "device_allocs")
 
@@ -73,8 +76,9 @@ class Backend(ABC):
 
     @abstractmethod
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None) -> np.ndarray:
         """n new token ids (int32, 1-D) continuing prompt_ids (1-D, non-empty); temperature 0 means greedy.
+        `on_token(id)` is called as each token is drawn (streaming); returning False stops early.
 
         The context is cropped to the last block_size tokens; sampling draws only from rng.
         """
@@ -102,6 +106,14 @@ class Backend(ABC):
     @abstractmethod
     def device_name(self) -> str:
         """Human-readable name of the device the model runs on."""
+
+    # Data parallelism: the trainer sets this to its trainer.distributed.World; with size > 1, train_step
+    # averages the gradients (and the loss) over the ranks between backward and the optimizer update.
+    world = None
+
+    def set_activation_checkpointing(self, mode: str) -> None:
+        """"none" keeps every activation for backward; "block" recomputes each block's forward in backward."""
+        self.model.checkpoint_activations = mode
 
     @abstractmethod
     def peak_flops(self) -> float | None:

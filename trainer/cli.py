@@ -8,7 +8,10 @@ without timeline semaphores, out of device memory), becomes one line on stderr a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -18,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from helios.errors import HeliosError
+from trainer import distributed
 from trainer.backend import BACKENDS
 from trainer.errors import TrainerError
 
@@ -45,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", choices=["auto", "never"], default="auto",
                      help="auto: continue from RUN_DIR's latest checkpoint if any (default); "
                           "never: refuse if one exists")
+    run.add_argument("--nproc", type=int, default=None, metavar="N",
+                     help="train data-parallel on N processes: runs `mpiexec -n N python -m trainer run ...` "
+                          "(each rank trains batch_size rows of an N x batch_size global batch)")
 
     sample = sub.add_parser("sample", help="generate text from a run's latest checkpoint",
                             description="Generate text from the latest checkpoint of a run directory.")
@@ -53,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--tokens", type=int, default=200, metavar="N", help="tokens to generate (default 200)")
     sample.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 = greedy (default 0.8)")
     sample.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the K likeliest; 0 = all")
-    sample.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (default 0)")
+    sample.add_argument("--seed", type=int, default=None, metavar="S",
+                        help="sampling seed (default: a new one each call, printed to stderr for reuse)")
+    sample.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples to draw (default 1)")
+    sample.add_argument("--ignore-eot", action="store_true",
+                        help="keep generating past the end-of-text token (default: stop there)")
     sample.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
 
     ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint on its validation split",
@@ -61,6 +72,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
     ev.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--split", choices=["val", "train", "both"], default="val",
+                    help="which split (default val; train needs the run's training text)")
+    ev.add_argument("--eval-iters", type=int, default=None, metavar="N",
+                    help="batches per split (default: the run's train.eval_iters)")
+
+    exp = sub.add_parser("export", help="write a run's latest checkpoint as a Hugging Face model directory",
+                         description="config.json + model.safetensors (+ tokenizer.json) that "
+                                     "transformers.AutoModelForCausalLM.from_pretrained loads.")
+    exp.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
+    exp.add_argument("--out", required=True, metavar="DIR", help="directory to write the model into")
+
+    show = sub.add_parser("config", help="print the resolved config and the model's size, without training",
+                          formatter_class=fmt, epilog="Config keys can be overridden as --section.key=value.",
+                          description="The configuration a run would use, every default filled in, and the "
+                                      "model's parameters, FLOPs per token and memory floor.")
+    show.add_argument("config", metavar="CONFIG.toml", help="training configuration (see configs/)")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    sub.add_parser("configs", help="list the shipped configs", description="The configs in configs/, one line each.")
 
     prep = sub.add_parser("prepare", help="fetch the dataset and train the tokenizer (no training)",
                           formatter_class=fmt, epilog="Config keys can be overridden as --section.key=value.",
@@ -91,15 +120,21 @@ def split_overrides(extra: list[str]) -> list[str]:
 
 
 @contextmanager
-def signal_controls(controls) -> Iterator[None]:
-    """SIGTERM/SIGINT -> checkpoint and stop; SIGUSR1 -> checkpoint and go on. Restores old handlers after."""
+def signal_controls(controls, acknowledge=None) -> Iterator[None]:
+    """SIGTERM/SIGINT -> checkpoint and stop; SIGUSR1 -> checkpoint and go on. Restores old handlers after.
+    `acknowledge(line)`, if given, tells the user at once what will happen (the step in flight finishes first)."""
     def stop(signum, _frame):
         if controls.stop_requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C means now
         controls.stop_requested = signal.Signals(signum).name
+        if acknowledge is not None:
+            acknowledge(f"{controls.stop_requested}: stopping after this step with a checkpoint "
+                        "(Ctrl-C again to stop at once, without one)")
 
     def save(_signum, _frame):
         controls.save_requested = True
+        if acknowledge is not None:
+            acknowledge("SIGUSR1: writing a checkpoint after this step, then going on")
 
     wanted = {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGUSR1: save}
     old = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
@@ -125,62 +160,205 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
 
     cfg = load_config(args.config, overrides)
     env.check_all()
+    world = distributed.world()
+    if args.backend == "helios":  # device and memory settings fail here, before the run directory exists
+        from helios import runtime as rt
+
+        rt.get_runtime()
     run_dir = cfg.run.dir
-    prepare_run_dir(run_dir)
-    with RunLock(run_dir):
-        remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
+    if world.is_main:
+        prepare_run_dir(run_dir)
+    # Rank 0 alone holds the run directory's lock and writes in it; the others read checkpoints from it.
+    with RunLock(run_dir) if world.is_main else _nothing():
+        if world.is_main:
+            remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
+        world.barrier()
         if args.resume == "never" and (run_dir / LATEST).exists():
             raise TrainerError(f"{run_dir} already holds a run (latest checkpoint "
                                f"{(run_dir / LATEST).read_text().strip()[:40]}); use --resume auto "
                                "to continue it or a new --run.name")
         ckpt = load_latest(run_dir)
-        data = prepare_data(cfg)
+        source, tokenizer_json = _init_source(cfg, run_dir, ckpt)
+        data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
         backend = create_backend(args.backend, cfg.model, cfg.optim, cfg.train.seed)
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
+        if source is not None:  # fine-tuning: the source's weights, a fresh optimizer, step 0
+            from trainer.backend import param_shapes
+            from trainer.init_from import initial_state
+
+            backend.load_state_dict(initial_state(source, param_shapes(cfg.model)))
         controls = Controls()
-        progress = make_progress(cfg.train.log_interval)
-        trainer = Trainer(cfg, backend, args.backend, data, run_dir, listener=progress, controls=controls)
+        progress = make_progress(cfg.train.log_interval) if world.is_main else _Quiet()
+        console = progress
+        if args.backend == "helios":
+            rt.get_runtime().on_compile = console.compiling
+        if cfg.telemetry.tensorboard and world.is_main:  # TensorBoard files too: the sink forwards to progress
+            from telemetry.tensorboard import TensorBoardSink
+
+            progress = TensorBoardSink(run_dir, forward=progress)
+        trainer = Trainer(cfg, backend, args.backend, data, run_dir, listener=progress, controls=controls,
+                          world=world)
         if ckpt is not None:
             trainer.restore(ckpt)
-        write_resolved(run_dir, cfg, args.backend)
+        if world.is_main:  # every check has passed: now the run directory is written
+            from trainer import run_artifacts
+
+            write_resolved(run_dir, cfg, args.backend)
+            run_artifacts.save(run_dir, data)
         try:
-            with MetricsWriter(run_dir / METRICS_FILE) as writer, signal_controls(controls):
+            with (MetricsWriter(run_dir / METRICS_FILE) if world.is_main else _nothing()) as writer, \
+                    signal_controls(controls, console.say):
                 outcome = trainer.run(writer)
         finally:
             progress.close()
-    print(f"run directory: {run_dir}")
+            if args.backend == "helios":
+                rt.get_runtime().on_compile = None
+    if world.is_main:
+        print(f"run directory: {run_dir}")
+        if outcome == "stopped":
+            print(f"stopped at step {trainer.step} of {cfg.train.max_iters}; resume with: "
+                  f"{_resume_command(args, overrides)}")
     if outcome == "stopped" and controls.stop_requested == "SIGINT":
         return 130
     return 0
 
 
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+class _Quiet:
+    """The progress display of ranks other than 0: they print nothing but errors."""
+
+    def __call__(self, record: dict) -> None:
+        pass
+
+    def compiling(self, kernel: str, count: int, ms: float) -> None:
+        pass
+
+    def say(self, line: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _resume_command(args: argparse.Namespace, overrides: list[str]) -> str:
+    """The command that continues this run (the same config, overrides and backend)."""
+    import shlex
+
+    parts = ["python", "-m", "trainer", "run", args.config, *(f"--{o}" for o in overrides)]
+    if args.backend != "helios":
+        parts += ["--backend", args.backend]
+    if args.nproc:
+        parts += ["--nproc", str(args.nproc)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _init_source(cfg, run_dir: Path, ckpt):
+    """(init_from source or None, tokenizer JSON the data must use or None) for `trainer run`."""
+    if not cfg.train.init_from:
+        return None, None
+    from trainer import run_artifacts
+    from trainer.init_from import load_source
+
+    own = run_dir / run_artifacts.TOKENIZER
+    if ckpt is not None:  # resuming a fine-tuning run: its own copy of the source's tokenizer
+        return None, own.read_text(encoding="utf-8") if own.exists() else ckpt.state.get("tokenizer_json")
+    path = Path(cfg.train.init_from).expanduser()
+    source = load_source(path, cfg.model)
+    return source, source.tokenizer_json
+
+
+def _prepare_data_in_turn(cfg, world, prepare_data):
+    """Rank 0 prepares (and caches) the tokens first; the other ranks then read its cache."""
+    if world.is_main:
+        data = prepare_data(cfg)
+        world.barrier()
+        return data
+    world.barrier()
+    return prepare_data(cfg)
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
-    """Print a sample from a run's latest checkpoint."""
-    from trainer.loop import sample_text
+    """Stream samples from a run's latest checkpoint."""
+    from trainer.sampling import stream_sample
     from trainer.session import load_run
 
-    if args.tokens < 0 or args.temperature < 0 or args.top_k < 0:
-        raise TrainerError("--tokens, --temperature and --top-k must not be negative")
+    if args.tokens < 0 or not math.isfinite(args.temperature) or args.temperature < 0 or args.top_k < 0:
+        raise TrainerError(f"--tokens, --temperature and --top-k must be finite and not negative (got --tokens "
+                           f"{args.tokens}, --temperature {args.temperature}, --top-k {args.top_k})")
+    if args.num_samples < 1:
+        raise TrainerError(f"--num-samples must be at least 1, got {args.num_samples}")
     loaded = load_run(Path(args.run), args.backend)
-    rng = np.random.default_rng(args.seed)
-    text = sample_text(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens, args.temperature,
-                       args.top_k or None, rng)
-    print(args.prompt + text)
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    if args.seed is None:
+        print(f"seed {seed} (pass --seed {seed} to draw the same samples again)", file=sys.stderr)
+    rng = np.random.default_rng(seed)
+
+    def write(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    try:
+        for k in range(args.num_samples):
+            if k:
+                write("\n---\n")
+            write(args.prompt)
+            stream_sample(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens, args.temperature,
+                          args.top_k or None, rng, write, stop_at_eot=not args.ignore_eot)
+        write("\n")
+    except KeyboardInterrupt:  # what was printed stays; no traceback
+        write("\n")
+        return 130
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Print the validation loss of a run's latest checkpoint."""
+    """Print the loss and perplexity of a run's latest checkpoint on its validation (and/or training) split."""
     from trainer.loop import evaluate
-    from trainer.session import load_run
+    from trainer.session import load_run, training_tokens
 
+    if args.eval_iters is not None and args.eval_iters < 1:
+        raise TrainerError(f"--eval-iters must be at least 1, got {args.eval_iters}")
     loaded = load_run(Path(args.run), args.backend)
-    loss = evaluate(loaded.cfg, loaded.backend, loaded.data.val)
-    result = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step, "val_loss": loss,
-              "eval_iters": loaded.cfg.train.eval_iters}
-    print(json.dumps(result) if args.json else f"{loaded.checkpoint} (step {loaded.trainer.step}): val loss {loss:.4f}")
+    cfg = loaded.cfg
+    if args.eval_iters is not None:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_iters=args.eval_iters))
+    splits = ["val", "train"] if args.split == "both" else [args.split]
+    result: dict = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step, "eval_iters": cfg.train.eval_iters}
+    for split in splits:
+        tokens = loaded.data.val if split == "val" else training_tokens(loaded)
+        loss = evaluate(cfg, loaded.backend, tokens)
+        result[f"{split}_loss"], result[f"{split}_perplexity"] = loss, math.exp(min(loss, 700.0))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        parts = [f"{s} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f})" for s in splits]
+        print(f"{loaded.checkpoint} (step {loaded.trainer.step}): " + ", ".join(parts))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, overrides: list[str]) -> int:
+    """Print the resolved config and the model's size."""
+    from trainer.config import load_config
+    from trainer.inspect_config import describe
+
+    print(describe(load_config(args.config, overrides), as_json=args.json))
+    return 0
+
+
+def cmd_configs() -> int:
+    """List the shipped configs."""
+    from trainer.inspect_config import shipped_configs
+
+    rows = shipped_configs()
+    width = max((len(path) for path, _ in rows), default=0)
+    for path, about in rows:
+        print(f"{path:<{width}}  {about}")
     return 0
 
 
@@ -200,20 +378,67 @@ def cmd_prepare(args: argparse.Namespace, overrides: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     parser = build_parser()
+    raw = list(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     try:
-        if args.command in ("run", "prepare"):
+        if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
+            return distributed.relaunch(args.nproc, _without_nproc(raw))
+        if args.command in ("run", "prepare", "config"):
             overrides = split_overrides(extra)
+            if args.command == "config":
+                return cmd_config(args, overrides)
             return cmd_run(args, overrides) if args.command == "run" else cmd_prepare(args, overrides)
+        if args.command == "configs":
+            return cmd_configs()
+        if args.command == "export":
+            from trainer.export import export_run
+
+            print(f"exported to {export_run(Path(args.run), Path(args.out))}")
+            return 0
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return cmd_sample(args) if args.command == "sample" else cmd_eval(args)
-    except TrainerError as exc:
-        print(f"trainer: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except HeliosError as exc:
-        print(f"trainer: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except (TrainerError, HeliosError) as exc:
+        return _fail(f"trainer: error: {exc}", exc.exit_code)
     except KeyboardInterrupt:
-        print("trainer: interrupted", file=sys.stderr)
-        return 130
+        return _fail("trainer: interrupted", 130)
+    except BrokenPipeError:
+        # stdout's reader went away (`... | head`): the work is done or saved; say nothing more, and keep
+        # Python's exit-time flush from reporting the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except BaseException:
+        if distributed.launched_size() > 1:  # never leave the other ranks waiting in a collective
+            import traceback
+
+            traceback.print_exc()
+            distributed.world().abort(1)
+        raise
+
+
+def _fail(message: str, code: int) -> int:
+    """Print the one-line error; in a data-parallel job, name the rank and end every rank with this code."""
+    size = distributed.launched_size()
+    try:
+        w = distributed.world() if size > 1 else None
+    except TrainerError:  # MPI itself is missing: each rank says so and exits
+        w = None
+    if w is not None:
+        message = f"{message} (rank {w.rank} of {size}; ending the job)"
+    print(message, file=sys.stderr)
+    if w is not None:
+        w.abort(code)
+    return code
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """argv with the --nproc option (either `--nproc N` or `--nproc=N`) taken out."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out

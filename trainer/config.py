@@ -81,6 +81,8 @@ class TrainConfig:
     spike_threshold: float | None = None  # grad norm above this skips the step
     sample_interval: int = 0  # 0: only at the end
     sample_tokens: int = 100
+    checkpoint_activations: str = "none"  # "block": recompute each block's forward in backward (less memory)
+    init_from: str | None = None  # a run, checkpoint or Hugging Face directory to start from (fine-tuning)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,13 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """Extra telemetry beside metrics.jsonl."""
+
+    tensorboard: bool = False  # also write TensorBoard event files into the run directory
+
+
+@dataclass(frozen=True)
 class Config:
     """A whole, validated training configuration."""
 
@@ -106,6 +115,7 @@ class Config:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain JSON-able form (tuples become lists); `config_from_dict` reads it back."""
@@ -115,6 +125,7 @@ class Config:
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "data": DataConfig, "optim": OptimConfig,
     "schedule": ScheduleConfig, "train": TrainConfig, "run": RunConfig,
+    "telemetry": TelemetryConfig,
 }
 
 _Rule = tuple[Callable[[Any], bool], str]
@@ -147,8 +158,10 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "nan_policy"): (lambda v: v in ("skip", "stop"), 'one of "skip", "stop"'),
     ("train", "spike_threshold"): _pos, ("train", "sample_interval"): _nonneg,
     ("train", "sample_tokens"): _nonneg,
+    ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
-    ("run", "name"): (lambda v: bool(_name_re.match(v)), "letters, digits, '_', '-', '.' (no slashes)"),
+    ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
+                      "letters, digits, '_', '-', '.' (no slashes, not only dots)"),
 }
 
 
@@ -227,6 +240,12 @@ def _check_relations(cfg: Config, source: str) -> Config:
         raise bad("[model] n_head", m.n_head, f"must be divisible by n_kv_head ({m.n_kv_head})")
     if m.arch == "llama" and m.head_dim % 2:
         raise bad("[model] n_embd", m.n_embd, f"llama RoPE needs an even head dim; n_embd/n_head = {m.head_dim}")
+    if m.head_dim % 4 or m.head_dim > 256:
+        fits = [h for h in range(1, m.n_embd + 1) if m.n_embd % h == 0 and (m.n_embd // h) % 4 == 0
+                and m.n_embd // h <= 256]
+        hint = f"n_head in {fits[:8]}" if fits else "an n_embd that is a multiple of 4"
+        raise bad("[model] n_head", m.n_head, f"flash attention needs a head dim (n_embd/n_head = {m.head_dim}) that "
+                  f"is a multiple of 4 and at most 256; with n_embd = {m.n_embd} use {hint}")
     if d.dataset is not None and d.path is not None:
         raise bad("[data] path", d.path, "set either dataset or path, not both")
     if d.dataset is None and d.path is None:

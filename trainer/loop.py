@@ -20,6 +20,7 @@ from trainer import env
 from trainer.backend import CUMULATIVE_COUNTERS, Backend
 from trainer.checkpoint import Checkpoint, save_checkpoint
 from trainer.config import Config, model_signature
+from trainer.distributed import World, shard
 from trainer.errors import CheckpointError, TrainingDivergedError
 from trainer.schedule import lr_at
 from trainer.tokens import BatchSampler, PreparedData
@@ -76,29 +77,38 @@ def check_checkpoint_matches(cfg: Config, data: PreparedData, ckpt: Checkpoint) 
                               f"({'; '.join(diff)}); use a new [run] name or the original [model] settings")
 
 
-def eval_batches(cfg: Config, tokens: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The fixed evaluation batches: the same every time (seeded by train.seed), so evals are comparable."""
+def eval_batches(cfg: Config, tokens: np.ndarray, batch_size: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The fixed evaluation batches: the same every time (seeded by train.seed), so evals are comparable.
+    `batch_size` defaults to train.batch_size (data-parallel runs pass the global batch)."""
     t = cfg.train
-    sampler = BatchSampler(tokens, cfg.model.block_size, t.batch_size, np.random.default_rng([t.seed, 0xE7A1]))
+    sampler = BatchSampler(tokens, cfg.model.block_size, batch_size or t.batch_size,
+                           np.random.default_rng([t.seed, 0xE7A1]))
     return [sampler.next() for _ in range(t.eval_iters)]
 
 
-def evaluate(cfg: Config, backend: Backend, tokens: np.ndarray) -> float:
+def evaluate(cfg: Config, backend: Backend, tokens: np.ndarray, batch_size: int | None = None) -> float:
     """Mean loss over the fixed evaluation batches of a split."""
-    return float(np.mean([backend.eval_loss(x, y) for x, y in eval_batches(cfg, tokens)]))
+    return float(np.mean([backend.eval_loss(x, y) for x, y in eval_batches(cfg, tokens, batch_size)]))
 
 
 class Trainer:
     """Runs `train.max_iters` steps of a backend over prepared data, logging to a MetricsWriter."""
 
     def __init__(self, cfg: Config, backend: Backend, backend_kind: str, data: PreparedData, run_dir: Path,
-                 listener: Callable[[dict], None] | None = None, controls: Controls | None = None):
+                 listener: Callable[[dict], None] | None = None, controls: Controls | None = None,
+                 world: World | None = None):
         self.cfg, self.backend, self.backend_kind, self.data = cfg, backend, backend_kind, data
         self.run_dir, self.listener = run_dir, listener
         self.writer: Any = None  # the MetricsWriter, set by run()
         self.controls = controls or Controls()
+        self.world = world or World()
+        backend.world = self.world
         t = cfg.train
-        self.sampler = BatchSampler(data.train, cfg.model.block_size, t.batch_size, np.random.default_rng(t.seed))
+        backend.set_activation_checkpointing(t.checkpoint_activations)
+        # Every rank draws the same global batch (world x batch_size windows) and trains on its own slice.
+        self.global_batch = t.batch_size * self.world.size
+        self.sampler = BatchSampler(data.train, cfg.model.block_size, self.global_batch,
+                                    np.random.default_rng(t.seed))
         self.step = 0
         self.resumed_from: str | None = None
         self._tokenizer: Any = None
@@ -112,10 +122,17 @@ class Trainer:
             self.listener(record)
         return record
 
-    def restore(self, ckpt: Checkpoint) -> None:
-        """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one."""
+    def restore(self, ckpt: Checkpoint, for_training: bool = True) -> None:
+        """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one.
+        (`for_training=False`: a read-only load for sample/eval, which any number of ranks may have written.)"""
         saved = ckpt.state
         check_checkpoint_matches(self.cfg, self.data, ckpt)
+        ranks = int(saved.get("world_size", 1))
+        if for_training and ranks != self.world.size:
+            raise CheckpointError(
+                f"checkpoint {ckpt.path.name} was written by a run of {ranks} data-parallel rank(s), this run has "
+                f"{self.world.size}; resume with the same number (mpiexec -n {ranks} ... or --nproc {ranks}), or "
+                f"start a new --run.name")
         try:
             self.backend.load_state_dict(ckpt.tensors)
         except (ValueError, KeyError) as exc:
@@ -125,11 +142,15 @@ class Trainer:
         self.resumed_from = ckpt.path.name
 
     def save(self, reason: str) -> Path:
-        """Write a checkpoint of the current step and log a `ckpt` event."""
+        """Write a checkpoint of the current step and log a `ckpt` event (rank 0 only: every rank holds the
+        same parameters, optimizer state and sampler state)."""
+        if not self.world.is_main:
+            return self.run_dir
         t0 = time.perf_counter()
         state = {"config": self.cfg.to_dict(), "backend": self.backend_kind,
                  "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
-                 "data_rng": self.sampler.state()}
+                 "data_rng": self.sampler.state(), "world_size": self.world.size,
+                 "tokenizer_json": self.data.tokenizer_path.read_text(encoding="utf-8")}
         path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts)
         self.emit("ckpt", step=self.step, path=path.name, reason=reason, ms=(time.perf_counter() - t0) * 1000)
         return path
@@ -143,13 +164,17 @@ class Trainer:
 
     def do_eval(self) -> float:
         """Evaluate on the validation split and log an `eval` event."""
+        if not self.world.is_main:
+            return float("nan")
         t0 = time.perf_counter()
-        loss = evaluate(self.cfg, self.backend, self.data.val)
+        loss = evaluate(self.cfg, self.backend, self.data.val, self.global_batch)
         self.emit("eval", step=self.step, val_loss=loss, ms=(time.perf_counter() - t0) * 1000)
         return loss
 
     def do_sample(self) -> str:
         """Generate a short sample (seeded by the step, so resumed runs sample the same) and log it."""
+        if not self.world.is_main:
+            return ""
         rng = np.random.default_rng([self.cfg.train.seed, self.step])
         text = sample_text(self.backend, self.tokenizer, DEFAULT_PROMPT, self.cfg.train.sample_tokens,
                            SAMPLE_TEMPERATURE, SAMPLE_TOP_K, rng)
@@ -174,13 +199,13 @@ class Trainer:
             self.emit("end", step=self.step, status="done")
             return "done"
         inject, delay = env.inject_nan_steps(), env.step_delay_s()
-        tokens_per_step = t.batch_size * t.grad_accum * cfg.model.block_size
+        tokens_per_step = self.global_batch * t.grad_accum * cfg.model.block_size
         fpt, peak = b.flops_per_token(), b.peak_flops()
         prev = b.counters()
         last_eval = last_sample = last_ckpt = -1
         while self.step < t.max_iters:
             lr = lr_at(self.step, cfg.schedule, cfg.optim.lr)
-            micro = [self.sampler.next() for _ in range(t.grad_accum)]
+            micro = [shard(self.sampler.next(), self.world) for _ in range(t.grad_accum)]
             t0 = time.perf_counter()
             res = b.train_step(micro, lr, cfg.optim.grad_clip, t.spike_threshold, inject_nan=self.step + 1 in inject)
             step_s = time.perf_counter() - t0
@@ -192,7 +217,9 @@ class Trainer:
             self.emit("step", step=self.step, loss=res.loss, lr=lr, grad_norm=res.grad_norm, clip_coef=res.clip_coef,
                       skipped=res.skipped, tok_per_s=tok_s, step_ms=step_s * 1000, fwd_ms=res.fwd_ms,
                       bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, **counters,
-                      mfu=fpt * tok_s / peak if peak else None, rss_mb=rss_mb())
+                      mfu=fpt * tok_s / peak if peak else None, rss_mb=rss_mb(),
+                      **({"world_size": self.world.size, "allreduce_ms": self.world.reduce_ms}
+                         if self.world.size > 1 else {}))
             if res.skipped:
                 self.emit("skip", step=self.step, reason=res.skipped, loss=res.loss, grad_norm=res.grad_norm,
                           policy=t.nan_policy if res.skipped == "nan" else "skip")
@@ -212,6 +239,11 @@ class Trainer:
             if t.ckpt_interval and self.step % t.ckpt_interval == 0:
                 self.save("interval")
                 last_ckpt = self.step
+            if self.world.size > 1:  # every rank acts on a request any rank received, at the same step
+                stop, save = self.world.any_([self.controls.stop_requested is not None, self.controls.save_requested])
+                if stop and not self.controls.stop_requested:
+                    self.controls.stop_requested = "a peer rank's signal"
+                self.controls.save_requested = save
             if self.controls.stop_requested:
                 if last_ckpt != self.step:
                     self.save(self.controls.stop_requested)

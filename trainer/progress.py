@@ -40,30 +40,62 @@ def describe(record: dict[str, Any]) -> str | None:
     return None
 
 
+class StepClock:
+    """The ETA from the steps after the first: the first step of a process compiles kernels (seconds to
+    minutes on a cold cache) and would make the estimate absurd."""
+
+    def __init__(self) -> None:
+        self.first_done: float | None = None
+        self.first_step = 0
+
+    def eta(self, step: int, total: int) -> str:
+        """The ETA as text: "-" until a warm step has been timed."""
+        now = time.monotonic()
+        if self.first_done is None:
+            self.first_done, self.first_step = now, step
+        warm = step - self.first_step
+        if step >= total:
+            return _fmt_eta(0)
+        return _fmt_eta((now - self.first_done) / warm * (total - step)) if warm else "-"
+
+
 class PlainProgress:
     """A line every log_interval steps (step, loss, lr, tok/s, ETA) and one per notable event."""
 
     def __init__(self, log_interval: int, stream: IO[str] | None = None):
         self.log_interval = log_interval
         self.stream: IO[str] | None = stream or sys.stdout
-        self.t0: float | None = None
+        self.clock = StepClock()
         self.start = self.total = 0
+        self.compiled, self.compile_ms = 0, 0.0
+
+    def compiling(self, kernel: str, count: int, ms: float) -> None:
+        """A new kernel pipeline was built: a line every 10th once compiling has taken a second (a cold
+        start's progress; a warm start builds its pipelines from the caches in well under that)."""
+        self.compiled += 1
+        self.compile_ms += ms
+        if self.compiled % 10 == 0 and self.compile_ms >= 1000:
+            self._print(f"compiling kernels: {self.compiled} so far, {self.compile_ms / 1000:.0f} s "
+                        f"(now {kernel}); the driver caches them for later runs")
 
     def __call__(self, record: dict[str, Any]) -> None:
         ev = record["event"]
         if ev == "config":
-            self.start, self.total, self.t0 = record["start_step"], record["max_iters"], time.monotonic()
+            self.start, self.total = record["start_step"], record["max_iters"]
         if ev == "step":
             step = record["step"]
+            eta = self.clock.eta(step, self.total)
             if step % self.log_interval and step != self.total and step != self.start + 1:
                 return
-            done = step - self.start
-            eta = (time.monotonic() - self.t0) / done * (self.total - step) if self.t0 and done else 0.0
             loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
+            mfu = f" | MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
             line = (f"step {step}/{self.total} | loss {loss} | lr {record['lr']:.2e} | "
-                    f"{record['tok_per_s']:,.0f} tok/s | {record['step_ms']:.0f} ms | ETA {_fmt_eta(eta)}")
+                    f"{record['tok_per_s']:,.0f} tok/s{mfu} | {record['step_ms']:.0f} ms | ETA {eta}")
         else:
             line = describe(record)
+        self._print(line)
+
+    def _print(self, line: str | None) -> None:
         if line and self.stream is not None:
             try:
                 print(line, file=self.stream, flush=True)
@@ -73,27 +105,43 @@ class PlainProgress:
     def close(self) -> None:
         """Nothing to tear down."""
 
+    def say(self, line: str) -> None:
+        """A line now (signal acknowledgements)."""
+        self._print(line)
+
 
 class RichProgress:
     """A rich progress bar with loss, tok/s and ETA; events print above it."""
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tok_s]} tok/s"),
-                                 TextColumn("ETA"), TimeRemainingColumn(), refresh_per_second=4)
+                                 TextColumn("ETA {task.fields[eta]}"), TextColumn("{task.fields[status]}"),
+                                 refresh_per_second=4)
         self.task: Any = None
+        self.clock = StepClock()
+        self.compiled = 0
+
+    def compiling(self, kernel: str, count: int, ms: float) -> None:
+        """Show the kernel being compiled in the bar (a cold start compiles dozens before step 1 ends)."""
+        self.compiled += 1
+        if self.task is not None:
+            self.progress.update(self.task, status=f"compiling kernels: {self.compiled} ({kernel})")
 
     def __call__(self, record: dict[str, Any]) -> None:
         ev = record["event"]
         if ev == "config":
             self.progress.start()
             self.task = self.progress.add_task("train", total=record["max_iters"], completed=record["start_step"],
-                                               loss="-", tok_s="-")
+                                               loss="-", tok_s="-", eta="-", status="")
         if ev == "step" and self.task is not None:
             loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
-            self.progress.update(self.task, completed=record["step"], loss=loss, tok_s=f"{record['tok_per_s']:,.0f}")
+            eta = self.clock.eta(record["step"], int(self.progress.tasks[0].total or 0))
+            mfu = f"MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
+            self.progress.update(self.task, completed=record["step"], loss=loss, tok_s=f"{record['tok_per_s']:,.0f}",
+                                 eta=eta, status=mfu)
             return
         line = describe(record)
         if line:
@@ -102,6 +150,10 @@ class RichProgress:
     def close(self) -> None:
         """Stop the live display."""
         self.progress.stop()
+
+    def say(self, line: str) -> None:
+        """A line above the bar (signal acknowledgements)."""
+        self.progress.console.print(line, highlight=False, markup=False)
 
 
 def make_progress(log_interval: int) -> PlainProgress | RichProgress:

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from trainer import run_artifacts
 from trainer.backend import Backend, create_backend
 from trainer.checkpoint import load_latest
 from trainer.config import Config, config_from_dict
@@ -74,12 +77,28 @@ def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
     ckpt = load_latest(run_dir)
     if ckpt is None:
         raise CheckpointError(f"run {run_dir} has no checkpoint yet")
-    data = prepare_data(cfg)
+    # The run's own tokenizer and validation tokens (written by `trainer run`), so a moved run or one whose
+    # text is gone still samples and evaluates; runs from before those files re-derive them from the data.
+    data = run_artifacts.load(run_dir, ckpt.state.get("tokenizer_json")) or prepare_data(cfg)
     check_checkpoint_matches(cfg, data, ckpt)
     backend = create_backend(kind, cfg.model, cfg.optim, cfg.train.seed)
     trainer = Trainer(cfg, backend, kind, data, run_dir)
-    trainer.restore(ckpt)
+    trainer.restore(ckpt, for_training=False)
     return LoadedRun(cfg, backend, data, trainer, ckpt.path.name)
+
+
+def training_tokens(loaded: LoadedRun) -> np.ndarray:
+    """The run's training split, which the run directory does not keep: re-derived from the data."""
+    if len(loaded.data.train):
+        return loaded.data.train
+    try:
+        data = prepare_data(loaded.cfg)
+    except TrainerError as exc:
+        raise TrainerError(f"evaluating the training split needs the training data: {exc}") from None
+    if data.tokenizer_hash != loaded.data.tokenizer_hash:
+        raise TrainerError("the training text changed since this run (its tokenizer differs): only the "
+                           "validation split, kept in the run directory, can be evaluated")
+    return data.train
 
 
 def describe_data(data: PreparedData) -> dict[str, Any]:

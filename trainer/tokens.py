@@ -105,20 +105,24 @@ def _split_point(text: str, val_fraction: float) -> int:
     return newline + 1 if 0 <= newline < len(text) - 1 else cut
 
 
-def prepare_data(cfg: Config) -> PreparedData:
-    """Fetch/read, clean, split, train the tokenizer and tokenize; cached under the dataset's directory."""
+def prepare_data(cfg: Config, tokenizer_json: str | None = None) -> PreparedData:
+    """Fetch/read, clean, split, train the tokenizer and tokenize; cached under the dataset's directory.
+    `tokenizer_json` (fine-tuning with init_from): tokenize with that tokenizer instead of training one."""
     text_path, base = text_source(cfg)
     raw = read_text_file(text_path)
     text_hash = sha256_bytes(raw.encode("utf-8"))
     vocab = cfg.model.vocab_size
-    cache = base / f"bpe-{vocab}-val{cfg.data.val_fraction:g}"
+    given = sha256_bytes(tokenizer_json.encode("utf-8")) if tokenizer_json else None
+    cache = base / (f"bpe-{vocab}-val{cfg.data.val_fraction:g}" + (f"-tok{given[:12]}" if given else ""))
     meta_path = cache / "meta.json"
     want = {"format": CACHE_FORMAT, "text_sha256": text_hash, "vocab_size": vocab,
             "val_fraction": cfg.data.val_fraction, "tokenizer": cfg.data.tokenizer}
+    if given:
+        want["given_tokenizer"] = given
     meta = _read_meta(meta_path)
     if meta is None or any(meta.get(k) != v for k, v in want.items()) or not _cache_intact(cache, meta):
         try:
-            meta = _build_cache(raw, cache, want)
+            meta = _build_cache(raw, cache, want, tokenizer_json)
         except OSError as exc:
             raise DataError(f"cannot write the data cache {cache}: {exc.strerror or exc}; it goes next to the "
                             "text file (or under [data] root): make that place writable") from None
@@ -151,7 +155,7 @@ def _read_meta(path: Path) -> dict | None:
         return None
 
 
-def _build_cache(raw: str, cache: Path, want: dict) -> dict:
+def _build_cache(raw: str, cache: Path, want: dict, tokenizer_json: str | None = None) -> dict:
     """Clean, split, train BPE on the train part, tokenize both parts, write everything atomically."""
     text = clean_text(raw)
     cut = _split_point(text, want["val_fraction"])
@@ -162,7 +166,7 @@ def _build_cache(raw: str, cache: Path, want: dict) -> dict:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataError(f"cannot create data cache {cache}: {exc.strerror or exc}") from None
-    tok_json = train_bpe(train_text, want["vocab_size"]).to_str()
+    tok_json = tokenizer_json or train_bpe(train_text, want["vocab_size"]).to_str()
     write_text_atomic(cache / "tokenizer.json", tok_json)
     # Encode with the reloaded tokenizer, exactly what later runs load (and 2-3x faster than the freshly trained
     # object, whose BPE model comes back from training without its word cache).

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autograd import functional as F
+from autograd.checkpoint import checkpoint
+from autograd.chunked_loss import chunked_cross_entropy
 from autograd.nn.layers import (
     MLP,
     CausalSelfAttention,
@@ -97,6 +99,8 @@ class GPT(Module):
             cfg.n_embd, cfg.norm_eps, cfg.bias)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.n_embd, cfg.vocab_size, bias=False, rng=rng)
+        # "block": each block's activations are recomputed in backward from its input (train.checkpoint_activations).
+        self.checkpoint_activations = "none"
         if pack:
             self.pack_parameters()
 
@@ -110,9 +114,14 @@ class GPT(Module):
         x = self.wte(idx, self.wpe if self.cfg.arch == "gpt2" else None)
         x = self.drop(x)
         for block in self.h:
-            x = block(x)
+            x = checkpoint(block, x, rng=self.cursor) if self.checkpoint_activations == "block" else block(x)
         x = self.ln_f(x)
         head = self.wte.weight if self.cfg.tie_embeddings else self.lm_head.weight
+        if targets is not None and targets.host is not None:
+            # Logits too big for one device buffer are computed, and their loss taken, in row chunks.
+            max_rows = _max_tensor_bytes() // (4 * self.cfg.vocab_size)
+            if B * T > max_rows:
+                return chunked_cross_entropy(x, head, targets, max_rows)
         logits = F.linear(x, head)
         if targets is None:
             return logits
@@ -120,6 +129,13 @@ class GPT(Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def _max_tensor_bytes() -> int:
+    """The most bytes one tensor may span on this device (the pool's one-buffer limit)."""
+    from helios import runtime as rt
+
+    return rt.get_runtime().pool.max_tensor
 
 
 class _ModuleList(Module):

@@ -51,24 +51,6 @@ def run(args) -> list[dict]:
     return records
 
 
-def _table() -> dict:
-    """limits.json from the cache dir ({device name: {"fma_gflops": ..., "copy_gbps": ...}}); {} if absent."""
-    import json
-
-    from helios.env import cache_dir
-
-    try:
-        return json.loads((cache_dir() / "limits.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def peak_flops(device: str) -> float | None:
-    """The FMA peak (FLOP/s) `python -m helios.bench limits` stored for this device, or None."""
-    entry = _table().get(device)
-    return float(entry["fma_gflops"]) * 1e9 if entry and "fma_gflops" in entry else None
-
-
 def store_peaks(device: str, records: list[dict]) -> None:
     """Keep this device's best FMA and copy figures in the cache dir: the trainer's MFU reads the FMA peak."""
     import json
@@ -76,7 +58,10 @@ def store_peaks(device: str, records: list[dict]) -> None:
     from helios.env import cache_dir
 
     path = cache_dir() / "limits.json"
-    table = _table()
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
     fma = [r["gflops"] for r in records if r["kernel"] == "limits_fma" and r.get("gflops")]
     copy = [r["gbps"] for r in records if r["kernel"] == "limits_copy" and r.get("gbps")]
     entry = table.get(device, {})

@@ -8,7 +8,8 @@ query-parallel kernel for dQ, and a key-parallel kernel for dK/dV that also sums
 each KV group (GQA), so every gradient element is written exactly once by one invocation.
 
 Two variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only; lavapipe) and
-"tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). `choose_variant()` picks by device type.
+"tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). `choose_variant(head_dim)` picks by device
+type; head dims over 128 (up to 256, any multiple of 4) run "rowwise" everywhere.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from helios.kernels.attention_backward import (
     dkv_grid,
     pre_grid,
 )
-from helios.kernels.attention_common import MAX_D4, VARIANTS, spec_values
+from helios.kernels.attention_common import MAX_D4, TILED_MAX_D, VARIANTS, spec_values
 from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops, forward_grid
 from helios.kernels.attention_reference import reference, reference_backward
 from helios.kernels.rng import seed_words
@@ -32,8 +33,11 @@ from helios.runtime import Tensor, empty, launch
 _override: str | None = None
 
 
-def choose_variant() -> str:
-    """"rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere."""
+def choose_variant(head_dim: int = 64) -> str:
+    """"rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere; head dims
+    over TILED_MAX_D run rowwise everywhere (the tiled variant's shared-memory tiles would not fit)."""
+    if head_dim > TILED_MAX_D:
+        return "rowwise"
     if _override is not None:
         return _override
     from helios.device import get_device
@@ -79,7 +83,7 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
     """(o [B, T, n_head * head_dim], lse [B, n_head, T]) of softmax(q k^T / sqrt(D)) v, one dispatch."""
     H, Hkv, D = n_head, n_kv_head, head_dim
     _check(qkv, B, T, H, Hkv, D, dropout_p)
-    variant = choose_variant()
+    variant = choose_variant(D)
     o, lse = empty((B, T, H * D)), empty((B, H, T))
     launch(ATTENTION_FORWARD, [qkv, o, lse], push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
            grid=forward_grid(B, T, H, variant), spec=_spec(variant, D, causal, softcap, dropout_p),
@@ -93,7 +97,7 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
     """dqkv [B, T, (n_head + 2 * n_kv_head) * head_dim]: dQ, and dK/dV summed over each KV group."""
     H, Hkv, D = n_head, n_kv_head, head_dim
     _check(qkv, B, T, H, Hkv, D, dropout_p)
-    variant = choose_variant()
+    variant = choose_variant(D)
     push = _push(T, H, Hkv, D, softcap, dropout_p, seed, offset)
     spec = _spec(variant, D, causal, softcap, dropout_p)
     delta = empty((B, H, T))

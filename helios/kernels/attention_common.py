@@ -20,7 +20,8 @@ from helios.spirv import KernelBuilder, Value, Variant, boolean, ceil_div, f32, 
 
 vec4 = vec(f32, 4)
 NEG = -1.0e30  # "minus infinity" for running maxima: finite, so exp(NEG - NEG) never makes a NaN
-MAX_D4 = 32  # head_dim <= 128
+MAX_D4 = 64  # head_dim <= 256
+TILED_MAX_D = 128  # the tiled variant's K/V tiles (bc rows x head_dim) fit 32 KiB of shared memory up to here
 
 VARIANTS = {
     # lavapipe: every buffer or shared load costs a per-lane loop there, so what counts is loads per

@@ -9,14 +9,15 @@ from __future__ import annotations
 import atexit
 import operator
 import struct
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from helios import env
 from helios.device import get_device
-from helios.errors import HeliosError
+from helios.errors import HeliosError, SetupError
 from helios.runtime.counters import Counters
 from helios.runtime.memory import BufferPool, MiB, Storage
 from helios.runtime.pipelines import PipelineCache
@@ -37,6 +38,9 @@ class Runtime:
                                         push_descriptors=push_descriptors)
         self.pipelines = PipelineCache(device, push_descriptors=self.recorder.push_descriptors,
                                        persist=persist_pipelines)
+        # Called as on_compile(kernel, pipelines so far, ms) after each new pipeline (SPIR-V built and the
+        # driver's compile): a cold start compiles dozens, which front ends show as progress.
+        self.on_compile: Callable[[str, int, float], None] | None = None
         types = info.memory_types
         unified_types = [t for t in types if t.device_local and t.host_visible and t.host_coherent]
         if zero_copy is None:
@@ -57,6 +61,11 @@ class Runtime:
             order = sorted(types, key=lambda t: (not t.device_local, t.host_visible))
         if memory_budget is None:
             budget_mb = env.memory_budget_mb()
+            if budget_mb is not None and budget_mb * MiB < block_size:
+                # The pool reserves whole blocks: a smaller budget could not cap anything.
+                raise SetupError(f"HELIOS_MEMORY_BUDGET_MB={budget_mb} is below one memory block of this device "
+                                 f"({block_size // MiB} MiB), the least the pool reserves; use at least "
+                                 f"{block_size // MiB}")
             memory_budget = budget_mb * MiB if budget_mb is not None else _heap_budget(info, order[0])
         self.pool = BufferPool(device, self.recorder, memory_types=[t.index for t in order], mapped=zero_copy,
                                block_size=block_size, max_tensor=max_tensor, name="device", budget=memory_budget,
@@ -99,9 +108,13 @@ class Runtime:
         key = (variant, tuple(sorted(spec.items()))) if spec else variant
         entry = per_kernel.get(key)
         if entry is None:
+            known, t0 = len(self.pipelines), time.perf_counter()
             module = self.module_of(kernel_or_module, variant)
             # The kernel object is kept in the entry so that its id(), the outer key, is never reused.
             entry = per_kernel[key] = (self.pipelines.get(module, spec), push_packer(module), kernel_or_module)
+            if self.on_compile is not None and len(self.pipelines) > known:
+                self.on_compile(f"{module.name}:{module.variant}", len(self.pipelines),
+                                (time.perf_counter() - t0) * 1000.0)
         return entry
 
     def launch(self, kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None,

@@ -148,6 +148,7 @@ class BufferPool:
         self._next_block = 0
         self.bytes_reserved = 0
         self.bytes_in_use = 0
+        self.peak_in_use = 0  # the most bytes live tensors held at once since the last reset_peak()
         self.regions = 0  # regions carved and not yet freed with their block (live or free)
         self._classes: set[int] = set()  # size classes carved so far
         self.device_allocs = 0  # vkAllocateMemory calls that succeeded, cumulative
@@ -172,6 +173,7 @@ class BufferPool:
             region.tag = 0
         region.block.live += 1
         self.bytes_in_use += cls
+        self.peak_in_use = max(self.peak_in_use, self.bytes_in_use)
         return Storage(self, region, nbytes)
 
     def release(self, region: Region, tag: int) -> None:
@@ -187,7 +189,13 @@ class BufferPool:
         return {
             "pool_bytes": self.bytes_reserved, "pool_in_use": self.bytes_in_use, "pool_regions": self.regions,
             "pool_classes": len(self._classes), "device_allocs": self.device_allocs,
+            "pool_peak_in_use": self.peak_in_use,
         }
+
+    def reset_peak(self) -> int:
+        """Start a new peak window at the bytes in use now; returns the peak of the window that ended."""
+        peak, self.peak_in_use = self.peak_in_use, self.bytes_in_use
+        return peak
 
     def trim(self) -> int:
         """Wait for the device, then free every block no tensor holds; returns the bytes freed."""

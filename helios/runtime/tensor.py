@@ -11,13 +11,15 @@ import math
 import struct
 from collections.abc import Iterable
 
+import ml_dtypes
 import numpy as np
 
 from helios.errors import HeliosError
 from helios.runtime import context
 from helios.runtime.memory import Storage
 
-_SUPPORTED = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float16)}
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # stored as 16-bit patterns; kernels widen to f32 in registers
+_SUPPORTED = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float16), BFLOAT16}
 # numpy's defaults are 64-bit; helios kernels are 32-bit, so from_numpy narrows them (checking ints fit).
 _NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32),
            np.dtype(np.uint64): np.dtype(np.uint32)}
@@ -37,9 +39,9 @@ def _shape(shape) -> tuple[int, ...]:
 def _dtype(dtype, runtime) -> np.dtype:
     dt = np.dtype(dtype)
     if dt not in _SUPPORTED:
-        raise HeliosError(f"dtype {dt} is not supported; use float32, int32, uint32 or float16")
-    if dt == np.float16 and not runtime.info.storage_16bit:
-        raise HeliosError(f"the device '{runtime.info.name}' cannot store float16 in buffers "
+        raise HeliosError(f"dtype {dt} is not supported; use float32, int32, uint32, float16 or bfloat16")
+    if dt.itemsize == 2 and not runtime.info.storage_16bit:
+        raise HeliosError(f"the device '{runtime.info.name}' cannot store {dt} in buffers "
                           "(no storageBuffer16BitAccess); use float32")
     return dt
 

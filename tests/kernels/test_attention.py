@@ -28,6 +28,8 @@ FORWARD_CASES = [
     (2, 33, 2, 2, 48, True, 0.0, 0.25),  # dropout
     (1, 65, 6, 2, 128, True, 2.0, 0.1),  # all of it at head_dim 128
     (1, 9, 3, 3, 4, False, 0.0, 0.0),  # head_dim 4: one vec4, most tiled lanes idle
+    (1, 33, 2, 1, 256, True, 0.0, 0.0),  # the largest head dim (rowwise whatever the variant asked)
+    (1, 7, 2, 2, 132, True, 0.0, 0.1),  # just past the tiled variant's limit
 ]
 BACKWARD_CASES = [  # few distinct (head dim, flags) combinations: each one compiles three pipelines
     (2, 1, 2, 2, 32, True, 0.0, 0.0),
@@ -36,6 +38,7 @@ BACKWARD_CASES = [  # few distinct (head dim, flags) combinations: each one comp
     (2, 33, 2, 2, 48, False, 4.0, 0.0),  # softcap, not causal
     (1, 64, 4, 1, 64, True, 0.0, 0.2),  # dropout, multi-query
     (1, 40, 2, 1, 128, True, 2.5, 0.1),
+    (1, 33, 2, 1, 256, True, 0.0, 0.0),
 ]
 
 
@@ -160,7 +163,7 @@ def test_dropout_drops_about_p_and_depends_on_seed():
     assert (keep != A.attention_reference.dropout_keep(2, 2, 64, 0.3, 1, 1)).any()
 
 
-@pytest.mark.parametrize("bad", [dict(head_dim=30), dict(head_dim=132), dict(n_kv_head=4), dict(dropout_p=1.0)])
+@pytest.mark.parametrize("bad", [dict(head_dim=30), dict(head_dim=260), dict(n_kv_head=4), dict(dropout_p=1.0)])
 def test_rejects_bad_arguments(bad):
     args = dict(B=1, T=4, n_head=6, n_kv_head=2, head_dim=32, dropout_p=0.0)
     args.update(bad)

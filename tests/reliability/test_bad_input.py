@@ -121,11 +121,24 @@ ROWS: dict[str, Row] = {
     "out_of_device_memory": Row(lambda c: (c.faults("device_mb=160"), c.config(
         model={"n_layer": 8, "n_embd": 512, "n_head": 8}))[1],
         ("could not allocate", "bytes", "Pool state", "MiB reserved", "smaller batch size or model")),
-    "model_exceeds_buffer_limit": Row(lambda c: c.config(model={"n_layer": 4, "n_embd": 4096, "n_head": 8}),
+    "model_exceeds_buffer_limit": Row(lambda c: c.config(model={"n_layer": 4, "n_embd": 4096, "n_head": 16}),
                                       ("parameters (", "MiB of fp32", "maxStorageBufferRange",
                                        "smaller [model] n_embd (4096)")),
-    "batch_exceeds_buffer_limit": Row(lambda c: c.config(train={"batch_size": 20000}),
-                                      ("micro-batch of 20000 x 8 tokens", "logits over vocab_size 257",
+    "memory_budget_not_a_number": Row(lambda c: (c.env.update(HELIOS_MEMORY_BUDGET_MB="abc"), c.config())[1],
+                                      ("HELIOS_MEMORY_BUDGET_MB='abc'", "positive whole number of MiB")),
+    "memory_budget_below_a_block": Row(lambda c: (c.env.update(HELIOS_MEMORY_BUDGET_MB="1"), c.config())[1],
+                                       ("HELIOS_MEMORY_BUDGET_MB=1 is below one memory block", "use at least")),
+    "device_index_out_of_range": Row(lambda c: (c.env.update(HELIOS_DEVICE="99"), c.config())[1],
+                                     ("HELIOS_DEVICE=99 but only", "device(s) exist")),
+    "run_name_only_dots": Row(lambda c: c.config(run={"name": ".."}), ('[run] name = ".."', "not only dots")),
+    "head_dim_not_multiple_of_4": Row(lambda c: c.config(model={"n_embd": 60, "n_head": 10}),
+                                      ("[model] n_head = 10", "head dim (n_embd/n_head = 6)", "multiple of 4",
+                                       "n_head in [1, 3, 5, 15]")),
+    "head_dim_over_256": Row(lambda c: c.config(model={"n_embd": 520, "n_head": 2}),
+                             ("[model] n_head = 2", "(n_embd/n_head = 260)", "at most 256")),
+    # (Logits past the limit are chunked over rows; the MLP hidden layer is the widest activation left.)
+    "batch_exceeds_buffer_limit": Row(lambda c: c.config(train={"batch_size": 200000}),
+                                      ("micro-batch of 200000 x 8 tokens", "the MLP hidden layer",
                                        "batch_size <=")),
 }
 
@@ -187,6 +200,13 @@ def test_bad_input_is_one_clear_line_exit_2_and_changes_nothing(name, tmp_path, 
     for needle in row.needles:
         assert needle in err, f"{needle!r} not in: {err}"
     _protected(case, before, snapshot(tmp_path), name)
+
+
+@pytest.mark.parametrize("variable,value", [("HELIOS_DEVICE", "99"), ("HELIOS_MEMORY_BUDGET_MB", "abc")])
+def test_a_device_setting_error_leaves_no_run_directory(variable, value, tmp_path, corpus):
+    case = Case(tmp_path, corpus)
+    proc = trainer_cli("run", str(case.config()), "--backend", "helios", env=child_env(**{variable: value}))
+    assert proc.returncode == 2 and not case.run_dir.exists() and not (tmp_path / "runs").exists()
 
 
 def test_locked_run_dir_is_refused_and_the_holder_undisturbed(tmp_path, corpus, trained_run):

@@ -124,6 +124,7 @@ def test_broken_module_is_rejected_with_spirv_val_message():
 
 def test_missing_spirv_val_says_what_to_install(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("sys.executable", "/nonexistent/python")  # no .venv copy beside it either
     with pytest.raises(SpirvToolsMissing, match="apt-get install spirv-tools"):
         validate(examples.ADD.module("scalar"))
 

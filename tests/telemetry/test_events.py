@@ -46,3 +46,30 @@ def test_tail_waits_for_complete_lines(tmp_path):
         f.write(': 2}\n{"event": "c", "t": 3}\n')
     assert [e["event"] for e in tail.poll()] == ["b", "c"]
     assert tail.poll() == []
+
+
+def test_check_telemetry_tells_a_log_from_another_file(tmp_path):
+    from telemetry.events import NotTelemetryError, check_telemetry
+
+    cases = {
+        "empty": ("", True),
+        "config first": ('{"event": "config", "t": 1}\n{"event": "step", "t": 2, "step": 1}\n', True),
+        "being written": ('{"event": "config", "t": 1, "conf', True),
+        "torn first line, then events": ('{"event": "config", "t": 1, "co\n{"event": "config", "t": 2}\n', True),
+        "text": ("hello\nworld\n", False),
+        "json, not an event": ('{"a": 1}\n', False),
+        "a json list": ("[1, 2, 3]\n", False),
+        "csv": ("step,loss\n1,2.0\n", False),
+    }
+    for name, (text, ok) in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(text)
+        if ok:
+            check_telemetry(path)
+        else:
+            with pytest.raises(NotTelemetryError, match="is not a helios metrics log"):
+                check_telemetry(path)
+    binary = tmp_path / "binary"
+    binary.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(NotTelemetryError):
+        check_telemetry(binary)

@@ -68,13 +68,13 @@ class HeliosBackend(Backend):
                 f"n_layer ({m.n_layer}) or vocab_size ({m.vocab_size})")
 
     def check_batch(self, batch_size: int, block_size: int) -> None:
-        """The widest activation of a micro-batch (logits, MLP hidden, fused QKV) must fit one device buffer."""
+        """The widest activation of a micro-batch (MLP hidden, fused QKV) must fit one device buffer; the
+        logits do not count: past the limit the model computes them and their loss in row chunks."""
         B, T = batch_size, block_size
         if (B, T) in self._checked_batches:
             return
         m = self.cfg
-        widths = {f"the logits over vocab_size {m.vocab_size}": m.vocab_size,
-                  f"the MLP hidden layer ({m.ffn_hidden} wide)": m.ffn_hidden,
+        widths = {f"the MLP hidden layer ({m.ffn_hidden} wide)": m.ffn_hidden,
                   "the fused QKV projection": (m.n_head + 2 * m.n_kv_head) * m.head_dim}
         what, width = max(widths.items(), key=lambda kv: kv[1])
         nbytes = 4 * B * T * width
@@ -95,6 +95,7 @@ class HeliosBackend(Backend):
         for x, _ in micro_batches:
             self.check_batch(*x.shape)
         fwd_ms = bwd_ms = 0.0
+        rt.get_runtime().pool.reset_peak()  # the step event's pool_peak_in_use is this step's peak
         self.model.zero_grad()
         loss_sum = rt.zeros(1)
         for x, y in micro_batches:
@@ -107,6 +108,8 @@ class HeliosBackend(Backend):
             (loss if n == 1 else loss * (1.0 / n)).backward()
             ops.add_inplace(loss_sum, loss.data)
             bwd_ms += _ms(t0)
+        if self.world is not None and self.world.size > 1:
+            loss_sum = self._reduce_gradients(loss_sum)
         t0 = time.perf_counter()
         mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
         # The update is skipped on the device when this check is NaN/Inf or above the spike threshold;
@@ -135,6 +138,17 @@ class HeliosBackend(Backend):
             clip_coef = 1.0
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
 
+    def _reduce_gradients(self, loss_sum):
+        """Average the gradient arena and the loss over the data-parallel ranks through host memory (one
+        download, one MPI Allreduce, one upload); returns the averaged loss sum as a device tensor."""
+        grads = self.model.arena.grads
+        host = np.empty(grads.numel + 1, np.float32)
+        host[:-1] = grads.numpy().reshape(-1)  # waits for this rank's backward
+        host[-1] = loss_sum.numpy().reshape(-1)[0]
+        self.world.mean_(host)
+        rt.copy(rt.from_numpy(host[:-1]), grads)
+        return rt.from_numpy(host[-1:])
+
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
         self.check_batch(*x.shape)
         self.model.eval()
@@ -146,7 +160,7 @@ class HeliosBackend(Backend):
             self.model.train()
 
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None) -> np.ndarray:
         ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
         if not ids:
             raise ValueError("generate needs a non-empty prompt")
@@ -171,6 +185,8 @@ class HeliosBackend(Backend):
                     token = sample_logits(last, temperature, top_k, rng)
                     ids.append(token)
                     out.append(token)
+                    if on_token is not None and on_token(token) is False:
+                        break
         finally:
             self.model.train()
         return np.asarray(out, dtype=np.int32)
@@ -210,7 +226,8 @@ class HeliosBackend(Backend):
                 dst[off:off + p.numel()] = src.reshape(-1)
         rt.copy(rt.from_numpy(host["param"]), self.model.arena.data)
         self.opt.load_state({"m": host["adam_m"], "v": host["adam_v"], "step": state["adam_step"]})
-        self.forwards = int(np.asarray(state.get("rng_forwards", 0)).reshape(()))
+        # A checkpoint from another backend has no forward count: one forward per optimizer step is the guess.
+        self.forwards = int(np.asarray(state.get("rng_forwards", state["adam_step"])).reshape(()))
         rt.sync()
 
     # -- reporting -----------------------------------------------------------------------------
@@ -235,7 +252,8 @@ class HeliosBackend(Backend):
         return rt.get_runtime().info.name
 
     def peak_flops(self) -> float | None:
-        """The FMA peak `python -m helios.bench limits` measured and stored for this device, if any."""
-        from helios.bench.limits import peak_flops
+        """The device's FMA peak: stored by `python -m helios.bench limits` or an earlier run, else measured
+        now (about a second, once per device) and stored."""
+        from helios.peak import peak_flops
 
         return peak_flops(self.device_name())

@@ -9,6 +9,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from trainer.config import ModelConfig
@@ -138,6 +139,7 @@ class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self.checkpoint_activations = "none"  # "block": torch.utils.checkpoint around each block
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         if cfg.arch == "gpt2":
             self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
@@ -176,7 +178,10 @@ class GPT(nn.Module):
             rope = (self.rope_cos, self.rope_sin)
         x = self.drop(x)
         for block in self.h:
-            x = block(x, rope)
+            if self.checkpoint_activations == "block" and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, rope, use_reentrant=False)
+            else:
+                x = block(x, rope)
         x = self.ln_f(x)
         head = self.wte.weight if self.cfg.tie_embeddings else self.lm_head.weight
         return x @ head.t()

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from trainer import env
-from trainer.backend import COUNTER_KEYS, Backend, StepResult, flops_per_token, sample_logits
+from trainer.backend import COUNTER_KEYS, OTHER_BACKENDS_STATE, Backend, StepResult, flops_per_token, sample_logits
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
@@ -77,6 +77,8 @@ class TorchBackend(Backend):
             loss_sum += loss.detach()
         t0 = time.perf_counter()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        if self.world is not None and self.world.size > 1:
+            loss_sum = self._reduce_gradients(grads, loss_sum)
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         if inject_nan:
             norm, loss_sum = norm * float("nan"), loss_sum * float("nan")
@@ -98,6 +100,17 @@ class TorchBackend(Backend):
             p.grad = None
         opt_ms += _ms(t0)
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
+
+    @torch.no_grad()
+    def _reduce_gradients(self, grads: list[torch.Tensor], loss_sum: torch.Tensor) -> torch.Tensor:
+        """Average the gradients (in place) and the loss over the data-parallel ranks (one MPI Allreduce)."""
+        flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.reshape(1)]).numpy()
+        self.world.mean_(flat)
+        at = 0
+        for g in grads:
+            g.copy_(torch.from_numpy(flat[at:at + g.numel()]).view_as(g))
+            at += g.numel()
+        return torch.tensor(flat[-1])
 
     @torch.no_grad()
     def _adamw(self, grads: list[torch.Tensor], lr: float, clip_coef: float) -> None:
@@ -129,7 +142,7 @@ class TorchBackend(Backend):
 
     @torch.no_grad()
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None) -> np.ndarray:
         """n sampled tokens after prompt_ids (full recompute per token: this is the reference, not the fast path)."""
         ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
         if not ids:
@@ -143,6 +156,8 @@ class TorchBackend(Backend):
                 nxt = sample_logits(logits, temperature, top_k, rng)
                 ids.append(nxt)
                 out.append(nxt)
+                if on_token is not None and on_token(nxt) is False:
+                    break
         finally:
             self.model.train()
         return np.asarray(out, dtype=np.int32)
@@ -161,7 +176,8 @@ class TorchBackend(Backend):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Copy a state_dict in; the key set and every shape must match this model exactly."""
         expected = set(self.state_dict_keys())
-        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+        keys = set(state) - OTHER_BACKENDS_STATE  # the helios backend's own extras: a checkpoint is a checkpoint
+        missing, extra = sorted(expected - keys), sorted(keys - expected)
         if missing or extra:
             raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")
         for name, p, m, v in zip(self.names, self.params, self.m, self.v, strict=True):

@@ -1,0 +1,78 @@
+"""The LM head and cross-entropy over row chunks, for batches whose logits do not fit one device buffer.
+
+A micro-batch's logits are B*T x vocab floats; on lavapipe one bound buffer holds at most 128 MiB
+(maxStorageBufferRange), so alpha-8l's B=20 (160 MiB of logits) could not train. Here the final hidden
+states are split into row chunks (views, no copy), each chunk gets its own logits and mean cross-entropy,
+and the chunk losses are summed weighted by their share of the counted rows: the same mean as one big
+cross-entropy. Backward gathers the chunks' input gradients back into one tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autograd import functional as F
+from autograd.function import Context, Function
+from autograd.tensors import Tensor
+
+ROW_ALIGN = 64  # chunk starts stay 256-byte aligned for f32 rows and int32 targets (any offset alignment)
+
+
+class _RowChunks(Function):
+    """x [rows, C] -> views of consecutive row ranges; the backward writes each range's gradient back."""
+
+    @staticmethod
+    def forward(ctx: Context, x, *, bounds):
+        ctx.shape, ctx.bounds = x.shape, bounds
+        cols = x.shape[-1]
+        return tuple(x.view(r0 * cols, (r1 - r0, cols)) for r0, r1 in bounds)
+
+    @staticmethod
+    def backward(ctx: Context, *grads):
+        from helios import runtime as rt
+
+        full = rt.empty(ctx.shape)
+        cols = ctx.shape[-1]
+        for (r0, r1), g in zip(ctx.bounds, grads, strict=True):
+            part = full.view(r0 * cols, (r1 - r0, cols))
+            if g is None:
+                rt.fill(part, 0.0)
+            else:
+                rt.copy(g, part)
+        return full
+
+
+def row_bounds(rows: int, max_rows: int) -> list[tuple[int, int]]:
+    """Consecutive [r0, r1) ranges of at most max_rows rows (rounded down to ROW_ALIGN), covering rows."""
+    step = max(ROW_ALIGN, max_rows // ROW_ALIGN * ROW_ALIGN)
+    return [(r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
+
+
+def chunked_cross_entropy(x: Tensor, head: Tensor, targets: Tensor, max_rows: int, ignore_index: int = -1) -> Tensor:
+    """mean cross_entropy(x @ head^T, targets) over the counted rows, computed max_rows rows at a time.
+
+    x is [..., C], targets the matching int32 ids; the targets must have come from the host (their
+    `host` array gives each chunk's count of rows that are not ignore_index).
+    """
+    if targets.host is None:
+        raise ValueError("chunked cross-entropy needs targets uploaded from the host (to weight the chunks)")
+    cols = x.shape[-1]
+    rows = int(np.prod(x.shape[:-1]))
+    host = np.asarray(targets.host).reshape(-1)
+    bounds = row_bounds(rows, max_rows)
+    counted = [int(np.count_nonzero(host[r0:r1] != ignore_index)) for r0, r1 in bounds]
+    total = sum(counted)
+    parts = _RowChunks.apply(x.reshape(rows, cols), bounds=bounds)
+    parts = parts if isinstance(parts, tuple) else (parts,)
+    flat = targets.data.reshape(rows)
+    loss = None
+    for (r0, r1), part, n in zip(bounds, parts, counted, strict=True):
+        if n == 0:
+            continue
+        ids = Tensor(flat.view(r0, (r1 - r0,)))
+        ids.host = host[r0:r1]
+        term = F.cross_entropy(F.linear(part, head), ids, ignore_index) * (n / total)
+        loss = term if loss is None else loss + term
+    if loss is None:  # every row ignored: the unchunked op's answer (NaN mean of nothing), from one chunk
+        return F.cross_entropy(F.linear(parts[0], head), Tensor(flat.view(0, (bounds[0][1],))), ignore_index)
+    return loss

@@ -1,0 +1,154 @@
+"""Data parallelism over MPI (mpi4py): which rank this process is, the one gradient all-reduce per step,
+agreement on stop/save requests, and ending the whole job when one rank fails.
+
+    mpiexec -n 2 python -m trainer run configs/shakespeare.toml     # or: python -m trainer run ... --nproc 2
+
+Every rank runs the same trainer with the same seed. The data sampler draws the *global* batch of
+world x batch_size windows (the same on every rank) and each rank trains on its own slice, so N ranks
+with batch B see exactly the tokens one rank with batch N*B sees, and the sampler state in a checkpoint
+covers all ranks. After backward each rank's gradient arena (and its loss) is summed over the ranks
+and divided by N on the host (`Allreduce`, MPI.IN_PLACE): the device-side clipping and NaN/spike
+decisions then see the same numbers on every rank. Rank 0 alone writes checkpoints, metrics, samples
+and plots.
+
+Without an MPI launcher (no PMI/OMPI environment) nothing here imports mpi4py: `World()` is one rank.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainer.errors import TrainerError
+
+# Set by MPICH's hydra (PMI_*), Open MPI (OMPI_*) and Slurm's PMI2/PMIx.
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+
+
+def launched_size() -> int:
+    """The number of ranks an MPI launcher started this process among (1 outside one)."""
+    for var in _SIZE_VARS:
+        value = os.environ.get(var)
+        if value and value.isdigit():
+            return int(value)
+    return 1
+
+
+@dataclass
+class World:
+    """This process's place in the job: rank, size, local rank on its machine, and the communicator."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    comm: Any = field(default=None, repr=False)
+    reduce_ms: float = 0.0  # time in the last Allreduce (the transfer, plus waiting for the slowest rank)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one writer of checkpoints, metrics, samples and plots."""
+        return self.rank == 0
+
+    def mean_(self, flat: np.ndarray) -> np.ndarray:
+        """Average a float32 host array over the ranks, in place (one Allreduce)."""
+        if self.size > 1:
+            from mpi4py import MPI
+
+            t0 = time.perf_counter()
+            self.comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
+            self.reduce_ms = (time.perf_counter() - t0) * 1000.0
+            flat *= np.float32(1.0 / self.size)
+        return flat
+
+    def any_(self, flags: Sequence[bool]) -> list[bool]:
+        """Each flag OR-ed over the ranks: a stop or save request seen by one rank is acted on by all."""
+        if self.size == 1:
+            return [bool(f) for f in flags]
+        from mpi4py import MPI
+
+        buf = np.asarray(flags, dtype=np.int32)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        return [bool(f) for f in buf]
+
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+        if self.size > 1:
+            self.comm.Barrier()
+
+    def abort(self, code: int) -> None:
+        """End every rank of the job (after this one has said why): MPI_Abort, so no rank waits forever."""
+        if self.size > 1 and self.comm is not None:
+            sys.stderr.flush()
+            self.comm.Abort(code)
+
+
+_world: World | None = None
+
+
+def world() -> World:
+    """The process's World, initialising MPI on first use when a launcher started several ranks."""
+    global _world
+    if _world is None:
+        _world = _init()
+    return _world
+
+
+def _init() -> World:
+    size = launched_size()
+    if size <= 1:
+        return World()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise TrainerError(f"started as one of {size} MPI ranks, but mpi4py is not installed: "
+                           "pip install mpi4py mpich (make test installs both)") from None
+    comm = MPI.COMM_WORLD
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    w = World(rank=comm.Get_rank(), size=comm.Get_size(), local_rank=local, comm=comm)
+    # A machine with several GPUs gives each local rank its own (helios.device reads this); an explicit
+    # HELIOS_DEVICE wins. On one device (or lavapipe) the ranks share it.
+    os.environ.setdefault("HELIOS_LOCAL_RANK", str(local))
+    return w
+
+
+def shard(batch: tuple[np.ndarray, np.ndarray], w: World) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of a global batch (world.size equal slices)."""
+    x, y = batch
+    per = x.shape[0] // w.size
+    rows = slice(w.rank * per, (w.rank + 1) * per)
+    return x[rows], y[rows]
+
+
+def mpiexec() -> str:
+    """The mpiexec beside this Python (the `mpich` wheel puts it in the venv), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    found = beside if os.path.exists(beside) else shutil.which("mpiexec")
+    if found is None:
+        raise TrainerError("--nproc needs mpiexec: pip install mpich mpi4py (make test installs both), or "
+                           "start the ranks yourself with your cluster's MPI launcher")
+    return found
+
+
+def relaunch(nproc: int, argv: Sequence[str]) -> int:
+    """Run `python -m trainer ARGV` as nproc MPI ranks and return the job's exit code."""
+    import subprocess
+
+    if nproc < 1:
+        raise TrainerError(f"--nproc must be at least 1, got {nproc}")
+    cmd = [mpiexec(), "-n", str(nproc), sys.executable, "-m", "trainer", *argv]
+    try:
+        code = subprocess.call(cmd)
+    except KeyboardInterrupt:  # mpiexec forwards the signal to the ranks, which checkpoint and stop
+        return 130
+    if code not in (0, 2, 130):  # 2 and 130: a rank has said why already
+        print(f"trainer: error: the {nproc}-process job ended with exit code {code}: a rank died or was killed and "
+              "MPI ended the others; the run directory keeps its latest complete checkpoint, and the same "
+              "command resumes from it", file=sys.stderr)
+    return code

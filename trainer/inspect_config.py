@@ -1,0 +1,57 @@
+"""`trainer config CONFIG [overrides]` and `trainer configs`: look before training.
+
+`config` prints the resolved configuration (every default filled in, overrides applied) and the model's
+size: parameters, training FLOPs per token, and the device memory the fixed part of training needs
+(parameters, gradients and two AdamW moments in fp32: 16 bytes per parameter) plus the logits, the
+largest activation. `configs` lists the shipped configs with the first line of each one's comment.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainer.backend import count_params, flops_per_token
+from trainer.config import Config
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+MiB = 1 << 20
+
+
+def model_size(cfg: Config) -> dict[str, float]:
+    """Parameters, FLOPs per token and a memory floor of one training step, from the config alone."""
+    m, t = cfg.model, cfg.train
+    n = count_params(m)
+    tokens = t.batch_size * m.block_size
+    return {"parameters": n, "flops_per_token": flops_per_token(m, n),
+            "tokens_per_step": tokens * t.grad_accum,
+            "fixed_mib": 16 * n / MiB,  # fp32 parameters, gradients, AdamW m and v
+            "logits_mib": 2 * 4 * tokens * m.vocab_size / MiB}  # logits and their gradient, fp32
+
+
+def describe(cfg: Config, as_json: bool = False) -> str:
+    """The resolved config as TOML-like text (or one JSON object) followed by the model's size."""
+    size = model_size(cfg)
+    if as_json:
+        return json.dumps({"config": cfg.to_dict(), "size": size})
+    lines = []
+    for section, table in cfg.to_dict().items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
+        lines.append("")
+    lines += [f"# parameters        {size['parameters']:,}",
+              f"# FLOPs per token   {size['flops_per_token'] / 1e6:,.1f} M (training: forward + backward)",
+              f"# tokens per step   {size['tokens_per_step']:,}",
+              f"# device memory     >= {size['fixed_mib'] + size['logits_mib']:,.0f} MiB: {size['fixed_mib']:,.0f} "
+              f"for parameters, gradients and AdamW state, {size['logits_mib']:,.0f} for the logits and their "
+              f"gradient; other activations add to it (train.checkpoint_activations = \"block\" cuts them)"]
+    return "\n".join(lines)
+
+
+def shipped_configs(directory: Path = CONFIG_DIR) -> list[tuple[str, str]]:
+    """(path, one-line description) of each shipped config, from the first comment line of the file."""
+    out = []
+    for path in sorted(directory.glob("*.toml")):
+        first = next((line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#")), "#")
+        out.append((str(path.relative_to(directory.parent)), first.lstrip("# ").strip()))
+    return out

@@ -1,0 +1,65 @@
+"""What a run directory keeps so that `sample` and `eval` need nothing else: the tokenizer and the validation
+tokens, written by `trainer run` beside the checkpoints (and the tokenizer inside every checkpoint's state).
+
+A run directory moved elsewhere, or whose training text was deleted or changed, still samples and evaluates.
+The training split is not copied (it can be large): evaluating on it needs the data, and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from trainer.errors import TrainerError
+from trainer.tokens import PreparedData, load_tokenizer, sha256_bytes
+
+TOKENIZER = "tokenizer.json"
+VAL_TOKENS = "val_tokens.npy"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(run_dir: Path, data: PreparedData) -> None:
+    """Keep the run's tokenizer and validation tokens in its directory (rewritten only when they changed)."""
+    try:
+        tok = data.tokenizer_path.read_bytes()
+        if not (run_dir / TOKENIZER).exists() or (run_dir / TOKENIZER).read_bytes() != tok:
+            _write_atomic(run_dir / TOKENIZER, tok)
+        val = np.ascontiguousarray(data.val)
+        path = run_dir / VAL_TOKENS
+        if not path.exists() or not np.array_equal(np.load(path, mmap_mode="r"), val):
+            with tempfile.NamedTemporaryFile(dir=run_dir, prefix=f".{VAL_TOKENS}.", suffix=".npy", delete=False) as f:
+                np.save(f, val)
+            os.replace(f.name, path)
+    except OSError as exc:
+        raise TrainerError(f"cannot keep the tokenizer and validation tokens in {run_dir}: {exc.strerror or exc}") \
+            from None
+
+
+def load(run_dir: Path, tokenizer_json: str | None = None, train: np.ndarray | None = None) -> PreparedData | None:
+    """The run's own data (tokenizer, validation tokens; `train` if the caller has it), or None if the run
+    predates these files. `tokenizer_json` (from a checkpoint) stands in for a missing tokenizer.json."""
+    tok_path, val_path = run_dir / TOKENIZER, run_dir / VAL_TOKENS
+    if not val_path.exists() or not (tok_path.exists() or tokenizer_json):
+        return None
+    if not tok_path.exists():
+        tok_path = Path(tempfile.mkdtemp(prefix="helios-tok-")) / TOKENIZER
+        tok_path.write_text(tokenizer_json, encoding="utf-8")
+    tok_bytes = tok_path.read_bytes()
+    vocab = load_tokenizer(tok_path).get_vocab_size()
+    val = np.load(val_path, mmap_mode="r")
+    empty = np.zeros(0, dtype=val.dtype)
+    return PreparedData(run_dir, run_dir, tok_path, sha256_bytes(tok_bytes), vocab,
+                        train if train is not None else empty, val)

@@ -54,31 +54,6 @@ def clone(x: Tensor) -> Tensor:
     return E.Clone.apply(x)
 
 
-def exp(x: Tensor) -> Tensor:
-    return E.Exp.apply(x)
-
-
-def log(x: Tensor) -> Tensor:
-    return E.Log.apply(x)
-
-
-def sqrt(x: Tensor) -> Tensor:
-    return E.Sqrt.apply(x)
-
-
-def relu(x: Tensor) -> Tensor:
-    return E.Relu.apply(x)
-
-
-def gelu(x: Tensor) -> Tensor:
-    """GELU, tanh approximation (torch's approximate="tanh")."""
-    return E.Gelu.apply(x)
-
-
-def silu(x: Tensor) -> Tensor:
-    return E.Silu.apply(x)
-
-
 def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
     return E.Clamp.apply(x, lo, hi)
 
@@ -176,3 +151,15 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
 def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1) -> Tensor:
     """Mean cross-entropy over rows whose target is not `ignore_index`; shape (1,)."""
     return N.CrossEntropy.apply(logits, targets, int(ignore_index))
+
+
+def _pointwise(function):
+    def apply(x: Tensor) -> Tensor:
+        return function.apply(x)
+
+    apply.__name__, apply.__doc__ = function.__name__.lower(), function.__doc__
+    return apply
+
+
+# exp, log, sqrt, relu, gelu, silu, ...: one per op spec (helios.kernels.spec), derived, never listed.
+globals().update({name: _pointwise(fn) for name, fn in E.POINTWISE.items() if name not in globals()})

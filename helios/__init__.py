@@ -7,35 +7,26 @@ reports a missing one cleanly).
 
 from __future__ import annotations
 
-_EXPORTS = {
-    "Tensor": "helios.runtime.tensor",
-    "empty": "helios.runtime.tensor",
-    "zeros": "helios.runtime.tensor",
-    "full": "helios.runtime.tensor",
-    "from_numpy": "helios.runtime.tensor",
-    "fill": "helios.runtime.tensor",
-    "copy": "helios.runtime.tensor",
-    "launch": "helios.runtime.context",
-    "sync": "helios.runtime.context",
-    "counters": "helios.runtime.context",
-    "reset_counters": "helios.runtime.context",
-    "configure": "helios.runtime.context",
-    "timed": "helios.runtime.timing",
-}
-
-__all__ = sorted(_EXPORTS)
-
 
 def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'helios' has no attribute {name!r}")
+    """helios.X is helios.runtime.X for every name of the runtime's __all__ (derived, not listed here)."""
     import importlib
+    import importlib.util
 
-    value = getattr(importlib.import_module(module), name)
+    # Dunder probes (inspect, pickle) and submodules (`from helios import env` asks here first, then imports
+    # helios.env) must not load the runtime.
+    if (name.startswith("__") and name != "__all__") or importlib.util.find_spec(f"helios.{name}") is not None:
+        raise AttributeError(f"module 'helios' has no attribute {name!r}")
+
+    runtime = importlib.import_module("helios.runtime")
+    if name == "__all__":
+        return list(runtime.__all__)
+    if name not in runtime.__all__:
+        raise AttributeError(f"module 'helios' has no attribute {name!r}")
+    value = getattr(runtime, name)
     globals()[name] = value  # later lookups skip this function
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__getattr__("__all__")))

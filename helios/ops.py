@@ -13,9 +13,7 @@ _FAMILIES = {
         "add", "sub", "mul", "div", "scale", "neg", "clone", "masked_fill", "add_inplace",
     ),
     "helios.kernels.activations": (
-        "exp", "log", "sqrt", "relu", "gelu", "silu", "clamp", "softcap",
-        "exp_backward", "log_backward", "sqrt_backward", "relu_backward", "gelu_backward", "silu_backward",
-        "clamp_backward", "softcap_backward",
+        "clamp", "softcap", "clamp_backward", "softcap_backward",
     ),
     "helios.kernels.fused": ("swiglu", "swiglu_backward", "residual_dropout_add", "residual_dropout_add_backward"),
     "helios.kernels.dropout": ("dropout", "dropout_backward"),
@@ -32,17 +30,25 @@ _FAMILIES = {
 }
 _WHERE = {name: module for module, names in _FAMILIES.items() for name in names}
 
-__all__ = sorted(_WHERE)
+
+def _spec_ops() -> dict[str, str]:
+    """Op functions declared by op specs (helios.kernels.spec): found by discovery, never listed here."""
+    from helios.kernels.spec import op_functions
+
+    return op_functions()
 
 
 def __getattr__(name: str):
-    module = _WHERE.get(name)
+    if name == "__all__":
+        return sorted(_WHERE | _spec_ops())
+    module = _WHERE.get(name) or _spec_ops().get(name)
     if module is None:
         raise AttributeError(f"helios.ops has no op {name!r}; the ops are listed in docs/OPS.md")
-    value = getattr(importlib.import_module(module), name)
+    kernels = importlib.import_module(module)
+    value = getattr(kernels, "OP_NAMES", {}).get(name) or getattr(kernels, name)
     globals()[name] = value  # later lookups skip this function
     return value
 
 
 def __dir__():
-    return __all__
+    return sorted(_WHERE | _spec_ops())

@@ -22,6 +22,7 @@ import numpy as np
 
 from helios.errors import HeliosError
 from trainer import distributed
+from trainer.backend import BACKENDS
 from trainer.errors import TrainerError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.toml"
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Train a GPT from CONFIG.toml; logs go to RUN_DIR/metrics.jsonl.",
                          epilog=EPILOG_OVERRIDES)
     run.add_argument("config", metavar="CONFIG.toml", help="training configuration (see configs/)")
-    run.add_argument("--backend", choices=["helios", "torch"], default="helios",
+    run.add_argument("--backend", choices=list(BACKENDS), default="helios",
                      help="helios: Vulkan compute (default); torch: the PyTorch CPU reference")
     run.add_argument("--resume", choices=["auto", "never"], default="auto",
                      help="auto: continue from RUN_DIR's latest checkpoint if any (default); "
@@ -64,12 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples to draw (default 1)")
     sample.add_argument("--ignore-eot", action="store_true",
                         help="keep generating past the end-of-text token (default: stop there)")
-    sample.add_argument("--backend", choices=["helios", "torch"], default=None, help="default: the run's own")
+    sample.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
 
     ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint on its validation split",
                         description="Mean loss of the latest checkpoint over the fixed eval batches.")
     ev.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
-    ev.add_argument("--backend", choices=["helios", "torch"], default=None, help="default: the run's own")
+    ev.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--split", choices=["val", "train", "both"], default="val",
                     help="which split (default val; train needs the run's training text)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autograd.function import Context, Function
 from helios import ops
+from helios.kernels.spec import specs
 
 
 def broadcast_kind(a, b) -> str:
@@ -29,11 +30,18 @@ def reduce_to(grad, kind: str, shape):
     return ops.sum(grad, axis=-1).reshape(*shape)
 
 
+def broadcast_forward(ctx: Context, op, a, b, save: bool = False):
+    """op(a, b), noting how b broadcasts (for reduce_to in the VJP) and saving (a, b) when the VJP needs them."""
+    ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
+    if save:
+        ctx.save_for_backward(a, b)
+    return op(a, b)
+
+
 class Add(Function):
     @staticmethod
     def forward(ctx: Context, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        return ops.add(a, b)
+        return broadcast_forward(ctx, ops.add, a, b)
 
     @staticmethod
     def backward(ctx, dy):
@@ -44,8 +52,7 @@ class Add(Function):
 class Sub(Function):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        return ops.sub(a, b)
+        return broadcast_forward(ctx, ops.sub, a, b)
 
     @staticmethod
     def backward(ctx, dy):
@@ -56,9 +63,7 @@ class Sub(Function):
 class Mul(Function):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        ctx.save_for_backward(a, b)
-        return ops.mul(a, b)
+        return broadcast_forward(ctx, ops.mul, a, b, save=True)
 
     @staticmethod
     def backward(ctx, dy):
@@ -71,9 +76,7 @@ class Mul(Function):
 class Div(Function):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.kind, ctx.b_shape = broadcast_kind(a, b), tuple(b.shape)
-        ctx.save_for_backward(a, b)
-        return ops.div(a, b)
+        return broadcast_forward(ctx, ops.div, a, b, save=True)
 
     @staticmethod
     def backward(ctx, dy):
@@ -131,12 +134,10 @@ def _unary(name: str, forward_op, backward_op, saves: str):
     return type(name, (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
-Exp = _unary("Exp", ops.exp, ops.exp_backward, "y")
-Log = _unary("Log", ops.log, ops.log_backward, "x")
-Sqrt = _unary("Sqrt", ops.sqrt, ops.sqrt_backward, "y")
-Relu = _unary("Relu", ops.relu, ops.relu_backward, "x")
-Gelu = _unary("Gelu", ops.gelu, ops.gelu_backward, "x")
-Silu = _unary("Silu", ops.silu, ops.silu_backward, "x")
+# One Function per op spec (helios.kernels.spec), named after it: Exp, Gelu, ... A new spec needs no edit here.
+POINTWISE = {spec.name: _unary(spec.name.capitalize(), spec.forward, spec.backward, spec.saves)
+             for spec in specs() if spec.backward is not None}
+globals().update({fn.__name__: fn for fn in POINTWISE.values()})
 
 
 class Clamp(Function):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autograd.function import ACCUMULATED, Function
-from autograd.ops.reduce import _param_grad
+from autograd.ops.reduce import param_grad
 from helios import ops
 from helios import runtime as rt
 
@@ -65,7 +65,7 @@ class Linear(Function):
             dw = ops.matmul(dy2, x2, trans_a=True, out=sink, beta=1.0 if sink is not None else 0.0)
             dw = ACCUMULATED if sink is not None else dw
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = _param_grad(ctx, 2, ops.sum_rows(dy2, out=ctx.grad_sink(2), accumulate=ctx.grad_sink(2) is not None))
+            db = param_grad(ctx, 2, ops.sum_rows(dy2, out=ctx.grad_sink(2), accumulate=ctx.grad_sink(2) is not None))
         return dx, dw, db, dres, None
 
 

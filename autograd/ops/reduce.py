@@ -71,7 +71,7 @@ class Softmax(Function):
         return ops.softmax_backward(y, dy)
 
 
-def _param_grad(ctx, index, computed):
+def param_grad(ctx, index, computed):
     """ACCUMULATED when the kernel wrote into the sink, else the computed gradient (or None)."""
     if not ctx.needs_input_grad[index]:
         return None
@@ -94,7 +94,7 @@ class LayerNorm(Function):
             x, w, mean, rstd, dy, dw_out=ctx.grad_sink(1), db_out=ctx.grad_sink(2) if ctx.has_bias else None,
             accumulate=True,
         )
-        return dx, _param_grad(ctx, 1, dw), _param_grad(ctx, 2, db) if ctx.has_bias else None, None
+        return dx, param_grad(ctx, 1, dw), param_grad(ctx, 2, db) if ctx.has_bias else None, None
 
 
 class RMSNorm(Function):
@@ -109,7 +109,7 @@ class RMSNorm(Function):
     def backward(ctx, dy):
         x, w, rstd = ctx.saved_tensors
         dx, dw = ops.rmsnorm_backward(x, w, rstd, dy, dw_out=ctx.grad_sink(1), accumulate=True)
-        return dx, _param_grad(ctx, 1, dw), None
+        return dx, param_grad(ctx, 1, dw), None
 
 
 class Concat(Function):

@@ -5,8 +5,8 @@ names go to each module; an option one module does not know is ignored by it.
 
 A benchmark module has `run(args) -> iterable of records` (dicts with "event": "bench"), and may have
 `add_arguments(parser)` for its own options and `format_records(records) -> str` for the text output
-(default: `harness.format_table`). Adding a benchmark is one line in BENCHMARKS. Only the module asked
-for is imported, so one broken module does not break the others.
+(default: `harness.format_table`). Adding a benchmark is one module in helios/bench/ (BENCHMARKS finds it).
+Only the module asked for is imported, so one broken module does not break the others.
 """
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import pkgutil
 import sys
 
+import helios.bench as bench_package
 from helios.bench import harness  # first: it sets BLAS thread policies before numpy loads BLAS
 
+# Every module of helios.bench with a `run` is a benchmark of its own name; found without importing them.
+_NOT_BENCHMARKS = {"__main__", "harness"}
 BENCHMARKS: dict[str, str] = {
-    "dispatch": "helios.bench.dispatch", "replay": "helios.bench.replay",
-    "elementwise": "helios.bench.elementwise",
-    "adamw": "helios.bench.adamw",
-    "cross_entropy": "helios.bench.cross_entropy",
-    "matmul": "helios.bench.matmul", "matmul_half": "helios.bench.matmul_half",
-    "limits": "helios.bench.limits", "tune": "helios.bench.tune",
-    "softmax": "helios.bench.softmax", "layernorm": "helios.bench.layernorm", "attention": "helios.bench.attention",
+    info.name: f"helios.bench.{info.name}" for info in pkgutil.iter_modules(bench_package.__path__)
+    if info.name not in _NOT_BENCHMARKS
 }
 
 

@@ -1,8 +1,10 @@
-"""Elementwise kernels (add, bias add, gelu, gelu backward, swiglu, dropout, add_inplace) vs numpy doing the same
-work at 1M-16M elements (and vs torch on the same GPU, 1M-64M elements, where CUDA is available).
+"""Elementwise kernels (add, bias add, swiglu, dropout, add_inplace, and every op spec's forward and backward:
+exp, gelu, ... from helios.kernels.spec) vs numpy doing the same work at 1M-16M elements (and vs torch on the
+same GPU, 1M-64M elements, where CUDA is available).
 
 The numpy references write into preallocated arrays (`out=`), so they pay no page faults, and use float32
-throughout; multi-pass references (gelu, swiglu, dropout) use preallocated temporaries. Bytes counted: 4 per
+throughout; multi-pass references (gelu, swiglu, dropout) use preallocated temporaries (other op specs: their
+own numpy reference, which allocates). Bytes counted: 4 per
 element of every operand read or written once (the kernel's `bytes`), also for the reference, so the two
 GB/s columns compare the same useful traffic.
 """
@@ -10,7 +12,7 @@ GB/s columns compare the same useful traffic.
 from __future__ import annotations
 
 import argparse
-import math
+import functools
 
 import numpy as np
 
@@ -29,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _numpy_gelu(x, out, t):
     """0.5 x (1 + tanh(k0 (x + k1 x^3))) with two temporaries, float32."""
-    k0, k1 = np.float32(math.sqrt(2 / math.pi)), np.float32(0.044715)
+    from helios.kernels.activations import GELU_K0, GELU_K1
+
+    k0, k1 = np.float32(GELU_K0), np.float32(GELU_K1)
 
     def run():
         np.multiply(x, x, out=t)
@@ -46,7 +50,9 @@ def _numpy_gelu(x, out, t):
 
 
 def _numpy_gelu_backward(x, dy, out, t, u):
-    k0, k1 = np.float32(math.sqrt(2 / math.pi)), np.float32(0.044715)
+    from helios.kernels.activations import GELU_K0, GELU_K1
+
+    k0, k1 = np.float32(GELU_K0), np.float32(GELU_K1)
 
     def run():
         np.multiply(x, x, out=u)  # x^2
@@ -93,6 +99,10 @@ def _numpy_dropout(x, out, u, p: float):
     return run
 
 
+def _grad_reference(spec, saved: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    return dy * spec.reference_grad(saved)
+
+
 def _torch_cases(torch, a, b, bias, rows: int) -> dict:
     """Reference callables with torch on the GPU, keyed like the helios cases."""
     import torch.nn.functional as tf
@@ -114,10 +124,10 @@ def _torch_cases(torch, a, b, bias, rows: int) -> dict:
 def _records(n: int, repeats: int, torch) -> list[dict]:
     """Records for one size (its device tensors are freed when this returns)."""
     import helios.runtime as rt
-    from helios.kernels import activations as A
     from helios.kernels import dropout as D
     from helios.kernels import elementwise as E
     from helios.kernels import fused as F
+    from helios.kernels.spec import specs
 
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
@@ -130,13 +140,24 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     cases = [
         ("add", E.ADD, n, lambda: E.add(ta, tb), lambda: np.add(a, b, out=out)),
         ("add_bias", E.ADD, rows * COLS, lambda: E.add(ta2, tbias), lambda: np.add(a2, bias, out=out2)),
-        ("gelu", A.GELU, n, lambda: A.gelu(ta), _numpy_gelu(a, out, t)),
-        ("gelu_backward", A.GELU_BWD, n, lambda: A.gelu_backward(ta, tb), _numpy_gelu_backward(a, b, out, t, u)),
         ("swiglu", F.SWIGLU, n, lambda: F.swiglu(ta, tb), _numpy_swiglu(a, b, out, t)),
         ("dropout", D.DROPOUT, n, lambda: D.dropout(ta, 0.1, 1, 0), _numpy_dropout(a, out, u, 0.1)),
         ("add_inplace", E.ADD_INPLACE, n, lambda: E.add_inplace(ta, tb, 1e-3),
          lambda: np.add(a, np.float32(1e-3) * b, out=a)),
     ]
+    # Every op spec's forward and backward, derived from its declaration: numpy runs the spec's reference
+    # (allocating) unless a preallocated in-place baseline is written for that op below.
+    fast = {"gelu": _numpy_gelu(a, out, t), "gelu_backward": _numpy_gelu_backward(a, b, out, t, u)}
+    for spec in specs():
+        x = spec.inputs(rng, (n,))
+        tx = rt.from_numpy(x)
+        saved = tx if spec.saves == "x" else spec.forward(tx)
+        x_saved = x if spec.saves == "x" else saved.numpy()
+        fwd_kernel, bwd_kernel = spec.kernels[:2]
+        cases.append((spec.name, fwd_kernel, n, functools.partial(spec.forward, tx),
+                      fast.get(spec.name, functools.partial(spec.reference, x))))
+        cases.append((f"{spec.name}_backward", bwd_kernel, n, functools.partial(spec.backward, saved, tb),
+                      fast.get(f"{spec.name}_backward", functools.partial(_grad_reference, spec, x_saved, b))))
     torch_refs = _torch_cases(torch, a, b, bias, rows) if torch is not None else {}
     records = []
     for name, kernel, count, device_fn, ref_fn in cases:

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from helios.kernels.elementwise import check_f32, map_kernel, output, run_map, unary_op
+from helios.kernels.spec import OpSpec, normal_inputs, register, spec_of
 from helios.runtime import Tensor
 from helios.spirv import KernelBuilder, Value, f32
 
@@ -64,12 +65,6 @@ def _clamp(b: KernelBuilder, x: Value, lo: Value, hi: Value) -> Value:
 
 
 # -- kernels --------------------------------------------------------------------------------------------
-EXP = map_kernel("exp", lambda b, x, index: b.exp(x), flops=1)
-LOG = map_kernel("log", lambda b, x, index: b.log(x), flops=1)
-SQRT = map_kernel("sqrt", lambda b, x, index: b.sqrt(x), flops=1)
-RELU = map_kernel("relu", lambda b, x, index: b.select(x > 0.0, x, 0.0), flops=1)
-GELU = map_kernel("gelu", lambda b, x, index: gelu_value(b, x), flops=16)
-SILU = map_kernel("silu", lambda b, x, index: x * sigmoid(b, x), flops=4)
 CLAMP = map_kernel("clamp", lambda b, x, index, lo, hi: _clamp(b, x, lo, hi), params=[("lo", f32), ("hi", f32)],
                    flops=2)
 SOFTCAP = map_kernel("softcap", lambda b, x, index, cap: tanh(b, x / cap) * cap, params=[("cap", f32)], flops=16)
@@ -93,12 +88,6 @@ def _softcap_bwd(b, x, dy, index, cap):
     return dy * (1.0 - t * t)
 
 
-RELU_BWD = map_kernel("relu_backward", _relu_bwd, n_in=2, flops=1)
-GELU_BWD = map_kernel("gelu_backward", lambda b, x, dy, index: dy * gelu_grad(b, x), n_in=2, flops=22)
-SILU_BWD = map_kernel("silu_backward", _silu_bwd, n_in=2, flops=8)
-EXP_BWD = map_kernel("exp_backward", lambda b, y, dy, index: dy * y, n_in=2)
-LOG_BWD = map_kernel("log_backward", lambda b, x, dy, index: dy / x, n_in=2)
-SQRT_BWD = map_kernel("sqrt_backward", lambda b, y, dy, index: dy / (y * 2.0), n_in=2, flops=2)
 CLAMP_BWD = map_kernel("clamp_backward", _clamp_bwd, n_in=2, params=[("lo", f32), ("hi", f32)], flops=2)
 SOFTCAP_BWD = map_kernel("softcap_backward", _softcap_bwd, n_in=2, params=[("cap", f32)], flops=18)
 
@@ -115,66 +104,6 @@ def _grad_op(kernel, x: Tensor, dy: Tensor, **params) -> Tensor:
 
 def _bounds(lo: float | None, hi: float | None) -> dict:
     return {"lo": -math.inf if lo is None else float(lo), "hi": math.inf if hi is None else float(hi)}
-
-
-def exp(x: Tensor) -> Tensor:
-    """e^x."""
-    return unary_op(EXP, x)
-
-
-def exp_backward(y: Tensor, dy: Tensor) -> Tensor:
-    """dx = dy * y, from the forward output y = e^x."""
-    return _grad_op(EXP_BWD, y, dy)
-
-
-def log(x: Tensor) -> Tensor:
-    """Natural logarithm."""
-    return unary_op(LOG, x)
-
-
-def log_backward(x: Tensor, dy: Tensor) -> Tensor:
-    """dx = dy / x."""
-    return _grad_op(LOG_BWD, x, dy)
-
-
-def sqrt(x: Tensor) -> Tensor:
-    """Square root."""
-    return unary_op(SQRT, x)
-
-
-def sqrt_backward(y: Tensor, dy: Tensor) -> Tensor:
-    """dx = dy / (2 y), from the forward output y = sqrt(x)."""
-    return _grad_op(SQRT_BWD, y, dy)
-
-
-def relu(x: Tensor) -> Tensor:
-    """max(x, 0)."""
-    return unary_op(RELU, x)
-
-
-def relu_backward(x: Tensor, dy: Tensor) -> Tensor:
-    """dy where x > 0, else 0."""
-    return _grad_op(RELU_BWD, x, dy)
-
-
-def gelu(x: Tensor) -> Tensor:
-    """GELU, tanh approximation (torch.nn.functional.gelu(approximate="tanh"))."""
-    return unary_op(GELU, x)
-
-
-def gelu_backward(x: Tensor, dy: Tensor) -> Tensor:
-    """dy * gelu'(x) for the tanh approximation."""
-    return _grad_op(GELU_BWD, x, dy)
-
-
-def silu(x: Tensor) -> Tensor:
-    """x * sigmoid(x)."""
-    return unary_op(SILU, x)
-
-
-def silu_backward(x: Tensor, dy: Tensor) -> Tensor:
-    """dy * s * (1 + x (1 - s)), s = sigmoid(x)."""
-    return _grad_op(SILU_BWD, x, dy)
 
 
 def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
@@ -221,18 +150,65 @@ def reference_clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.nda
     return y if hi is None else np.where(y > hi, hi, y)
 
 
-REFERENCE = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "relu": lambda x: np.maximum(x, 0.0),
-    "gelu": reference_gelu, "silu": lambda x: x * reference_sigmoid(x),
-}
-
-# d op / dx as a function of the saved tensor the backward op takes (x, or y for exp and sqrt).
-REFERENCE_GRAD = {
-    "exp": lambda y: y, "log": lambda x: 1.0 / x, "sqrt": lambda y: 0.5 / y, "relu": lambda x: (x > 0).astype(x.dtype),
-    "gelu": reference_gelu_grad,
-    "silu": lambda x: reference_sigmoid(x) * (1.0 + x * (1.0 - reference_sigmoid(x))),
-}
 
 
 def reference_softcap(x: np.ndarray, cap: float) -> np.ndarray:
     return cap * np.tanh(x / cap)
+
+
+# -- pointwise op specs: one declaration each gives kernels, op functions, references, tests, autograd, docs ---
+def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *, saves: str = "x", flops: int = 1,
+              grad_flops: int = 1, grad_doc: str = "", inputs=None, namespace: dict | None = None) -> OpSpec:
+    """Declare a unary pointwise op and its VJP: `body(b, x)` -> y, `grad_body(b, saved, dy)` -> dx, where saved is
+    x or y (`saves`). Registers an OpSpec and puts NAME/NAME_BWD kernels and name/name_backward functions in
+    `namespace` (the declaring module's globals), where helios.ops finds them."""
+    fwd_kernel = map_kernel(name, lambda b, x, index: body(b, x), flops=flops)
+    bwd_kernel = map_kernel(f"{name}_backward", lambda b, s, dy, index: grad_body(b, s, dy), n_in=2, flops=grad_flops)
+
+    def forward(x: Tensor) -> Tensor:
+        return unary_op(fwd_kernel, x)
+
+    def backward(saved: Tensor, dy: Tensor) -> Tensor:
+        return _grad_op(bwd_kernel, saved, dy)
+
+    forward.__name__, backward.__name__ = name, f"{name}_backward"
+    forward.__doc__, backward.__doc__ = doc, grad_doc or f"dx for {name}, from the saved {saves} and dy."
+    module = (namespace or {}).get("__name__", __name__)
+    forward.__module__ = backward.__module__ = module
+    spec = register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, saves, reference,
+                           reference_grad, inputs or normal_inputs))
+    if namespace is not None:
+        namespace.update({name.upper(): fwd_kernel, f"{name.upper()}_BWD": bwd_kernel, name: forward,
+                          f"{name}_backward": backward})
+    return spec
+
+
+def _positive_inputs(rng: np.random.Generator, shape) -> np.ndarray:
+    return (np.abs(rng.standard_normal(shape) * 3.0) + 1e-3).astype(np.float32)
+
+
+def _exp_inputs(rng: np.random.Generator, shape) -> np.ndarray:
+    return np.clip(rng.standard_normal(shape) * 3.0, -80, 80).astype(np.float32)
+
+
+pointwise("exp", "e^x.", lambda b, x: b.exp(x), lambda b, y, dy: dy * y, np.exp, lambda y: y, saves="y",
+          grad_doc="dx = dy * y, from the forward output y = e^x.", inputs=_exp_inputs, namespace=globals())
+pointwise("log", "Natural logarithm.", lambda b, x: b.log(x), lambda b, x, dy: dy / x, np.log, lambda x: 1.0 / x,
+          grad_doc="dx = dy / x.", inputs=_positive_inputs, namespace=globals())
+pointwise("sqrt", "Square root.", lambda b, x: b.sqrt(x), lambda b, y, dy: dy / (y * 2.0), np.sqrt,
+          lambda y: 0.5 / y, saves="y", grad_flops=2, grad_doc="dx = dy / (2 y), from the forward output y = sqrt(x).",
+          inputs=_positive_inputs, namespace=globals())
+pointwise("relu", "max(x, 0).", lambda b, x: b.select(x > 0.0, x, 0.0), lambda b, x, dy: _relu_bwd(b, x, dy, None),
+          lambda x: np.maximum(x, 0.0), lambda x: (x > 0).astype(x.dtype), grad_doc="dy where x > 0, else 0.",
+          namespace=globals())
+pointwise("gelu", 'GELU, tanh approximation (torch.nn.functional.gelu(approximate="tanh")).',
+          lambda b, x: gelu_value(b, x), lambda b, x, dy: dy * gelu_grad(b, x), reference_gelu, reference_gelu_grad,
+          flops=16, grad_flops=22, grad_doc="dy * gelu'(x) for the tanh approximation.", namespace=globals())
+pointwise("silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), lambda b, x, dy: _silu_bwd(b, x, dy, None),
+          lambda x: x * reference_sigmoid(x), lambda x: reference_sigmoid(x) * (1.0 + x * (1.0 - reference_sigmoid(x))),
+          flops=4, grad_flops=8, grad_doc="dy * s * (1 + x (1 - s)), s = sigmoid(x).", namespace=globals())
+
+# Indexed by name for callers that want the references alone: derived from the specs above.
+_POINTWISE = ("exp", "log", "sqrt", "relu", "gelu", "silu")
+REFERENCE = {n: spec_of(n).reference for n in _POINTWISE}
+REFERENCE_GRAD = {n: spec_of(n).reference_grad for n in _POINTWISE}

@@ -17,13 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels import matmul_select
+from helios.kernels.activations import reference_gelu
 from helios.kernels.matmul_common import LAYOUTS, launch_params
 from helios.kernels.matmul_reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul_tiled import TILED_TILINGS, build_tiled, tiled_grid
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant
-
-GELU_K0 = float(np.sqrt(2.0 / np.pi))
 
 
 # -- numpy reference --------------------------------------------------------------------------------
@@ -38,7 +37,7 @@ def reference(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool
     preact = None
     if gelu:
         preact = c
-        c = 0.5 * c * (1.0 + np.tanh(GELU_K0 * (c + 0.044715 * c**3)))
+        c = reference_gelu(c)
     if residual is not None:
         c = c + residual.reshape(c.shape)
     if beta != 0.0:

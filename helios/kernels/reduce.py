@@ -8,7 +8,6 @@ Column sums give invocations columns and workgroups chunks of rows, then sum the
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ from helios.spirv import Kernel, KernelBuilder, Value, Variant, ceil_div, f32, u
 
 ALL_LOCAL = 256  # reduce_all / sum_rows workgroup size
 # This module defines the ops `sum` and `max`; Python's own are used under these names.
-_max, _min, _sum = builtins.max, builtins.min, builtins.sum
+_max, _min, _sum = max, min, sum  # short names kept so the code below reads as before
 
 
 # -- numpy references (float64-capable) ------------------------------------------------------------
@@ -282,7 +281,7 @@ def _check_axis(x: Tensor, axis: int | None) -> None:
         raise ValueError(f"helios reduces over the last axis (-1) or everything (None), not axis={axis}")
 
 
-def sum(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - the op contract's name
+def reduce_sum(x: Tensor, axis: int | None = -1) -> Tensor:
     """Sum over the last axis, or over everything as shape (1,) when axis is None."""
     _check_axis(x, axis)
     return reduce_all(x, "sum") if axis is None else _reduce_last(x, "sum", False)
@@ -294,7 +293,7 @@ def mean(x: Tensor, axis: int | None = -1) -> Tensor:
     return reduce_all(x, "sum", 1.0 / _max(1, x.numel)) if axis is None else _reduce_last(x, "sum", True)
 
 
-def max(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - the op contract's name
+def reduce_max(x: Tensor, axis: int | None = -1) -> Tensor:
     """Maximum over the last axis, or over everything as shape (1,) when axis is None."""
     _check_axis(x, axis)
     return reduce_all(x, "max") if axis is None else _reduce_last(x, "max", False)
@@ -347,3 +346,7 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
     _reduce_all_stage(partials, total, "sum", second, 0, 1.0, groups)
     _reduce_all_stage(second, groups, "sum", out, 0, 1.0, 1)
     return out
+
+
+# The public op names (helios.ops.sum / helios.ops.max) without shadowing the builtins in this module.
+OP_NAMES = {"sum": reduce_sum, "max": reduce_max}

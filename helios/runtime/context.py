@@ -68,8 +68,8 @@ class Runtime:
                                  f"{block_size // MiB}")
             memory_budget = budget_mb * MiB if budget_mb is not None else _heap_budget(info, order[0])
         self.pool = BufferPool(device, self.recorder, memory_types=[t.index for t in order], mapped=zero_copy,
-                               block_size=block_size, max_tensor=max_tensor, name="device", budget=memory_budget)
-        self.pool.runtime = self
+                               block_size=block_size, max_tensor=max_tensor, name="device", budget=memory_budget,
+                               runtime=self)
         self.staging: BufferPool | None = None
         if not zero_copy:
             host = [t for t in types if t.host_visible and t.host_coherent]
@@ -81,8 +81,8 @@ class Runtime:
             self.staging = BufferPool(device, self.recorder, memory_types=[t.index for t in host], mapped=True,
                                       block_size=min(32 * MiB, block_size), max_tensor=max_tensor,
                                       name="staging", budget=_heap_budget(info, host[0]),
-                                      usage=vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
-            self.staging.runtime = self
+                                      usage=vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                      runtime=self)
         self.max_groups = info.max_workgroup_count
         # id(kernel or module) -> {variant or (variant, spec items): (pipeline, push packer, kernel or module)}
         self._launches: dict[int, dict] = {}

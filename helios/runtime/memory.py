@@ -87,10 +87,11 @@ class Storage:
     """
 
     __slots__ = ("pool", "region", "buffer", "handle", "base", "size", "nbytes", "key", "last_use", "last_write",
-                 "__weakref__")
+                 "runtime", "__weakref__")
 
     def __init__(self, pool: BufferPool, region: Region, nbytes: int):
         self.pool, self.region = pool, region
+        self.runtime = pool.runtime  # the Runtime whose recorder and transfers serve this storage (declared link)
         self.buffer = region.block.buffer
         self.handle = region.block.handle
         self.base = region.offset  # byte offset of the region in `buffer`
@@ -126,8 +127,9 @@ class BufferPool:
     """Sub-allocates device memory of one kind; see the module docstring for the reuse rule."""
 
     def __init__(self, device, timeline: Timeline, *, memory_types: list[int], mapped: bool, block_size: int,
-                 max_tensor: int, name: str, usage: int | None = None, budget: int | None = None):
+                 max_tensor: int, name: str, usage: int | None = None, budget: int | None = None, runtime=None):
         self.device, self.vk, self.ffi = device, device.vk, device.ffi
+        self.runtime = runtime  # the owning Runtime, handed to every Storage as its declared `runtime`
         self.timeline = timeline
         self.memory_types = memory_types  # acceptable type indices, most preferred first
         self.mapped = mapped

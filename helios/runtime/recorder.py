@@ -302,10 +302,6 @@ class CommandRecorder:
             self.eager_flush = eager_flush
         self._check_at = min(max(self.pending + 1, self._first_check()), self.flush_threshold)
 
-    def sync(self) -> None:
-        """Submit everything recorded and wait until the device has finished it."""
-        self.wait_all()
-
     # -- hazards ---------------------------------------------------------------------------------
     def _record_barrier(self, cb) -> None:
         if self._sync2:

@@ -87,7 +87,7 @@ class Tensor:
 
     @property
     def runtime(self):
-        return self.storage.pool.runtime
+        return self.storage.runtime
 
     def __len__(self) -> int:
         if not self.shape:
@@ -104,7 +104,7 @@ class Tensor:
         s = self.storage
         if self.nbytes == 0:
             return np.empty(self.shape, self.dtype)
-        raw = s.pool.runtime.download(s, self._offset, self.nbytes)
+        raw = s.runtime.download(s, self._offset, self.nbytes)
         return raw.view(self.dtype).reshape(self.shape)
 
     # -- views ---------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ class Tensor:
                               f"{self.numel} elements")
         item = self.dtype.itemsize
         offset = self._offset + offset_elements * item
-        align = s.pool.runtime.info.min_storage_buffer_offset_alignment
+        align = s.runtime.info.min_storage_buffer_offset_alignment
         if (s.base + offset) % align:
             step = max(1, align // item)
             raise HeliosError(
@@ -214,7 +214,7 @@ def fill(t: Tensor, value) -> None:
         nbytes += 2
     if (s.base + t._offset) % 4:
         raise HeliosError("fill: the tensor does not start on a 4-byte boundary")
-    s.pool.runtime.recorder.fill(s, s.base + t._offset, nbytes, _fill_word(value, t.dtype))
+    s.runtime.recorder.fill(s, s.base + t._offset, nbytes, _fill_word(value, t.dtype))
 
 
 def copy(src: Tensor, dst: Tensor) -> None:
@@ -224,6 +224,6 @@ def copy(src: Tensor, dst: Tensor) -> None:
     if src.nbytes == 0:
         return
     s, d = src.storage, dst.storage
-    if s.pool.runtime is not d.pool.runtime:
+    if s.runtime is not d.runtime:
         raise HeliosError("copy: tensors belong to different runtimes")
-    s.pool.runtime.recorder.copy(s, s.base + src._offset, d, d.base + dst._offset, src.nbytes)
+    s.runtime.recorder.copy(s, s.base + src._offset, d, d.base + dst._offset, src.nbytes)

@@ -14,7 +14,10 @@ from helios.spirv.tools import SpirvValidationError, disassemble, validate
 
 def _load() -> tuple[list, int]:
     """All kernels, and the number of kernel modules that failed to import (reported on stderr)."""
+    from helios.kernels import discover  # the kernel package finds its own modules; the DSL does not know it
+
     errors: list = []
+    discover(errors)
     kernels = registry.load_all(errors)
     for name, exc in errors:
         print(f"IMPORT FAILED {name}: {type(exc).__name__}: {exc}", file=sys.stderr)

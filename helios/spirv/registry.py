@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from helios.spirv.types import SpirvError
@@ -45,21 +45,15 @@ def get(name: str) -> Kernel:
     return _KERNELS[name]
 
 
-def load_all(errors: list[tuple[str, BaseException]] | None = None) -> list[Kernel]:
-    """Import every module of helios.kernels and helios.spirv.examples; return all kernels.
+def load_all(errors: list[tuple[str, BaseException]] | None = None,
+             modules: Sequence[str] = ("helios.spirv.examples",)) -> list[Kernel]:
+    """Import `modules` (the DSL's examples by default; kernel packages discover their own modules, e.g.
+    helios.kernels.discover) and return every registered kernel.
 
     A module that fails to import raises, unless `errors` is given: then (module name, exception)
     is appended to it and loading goes on (the CLI reports them).
     """
-    names = []
-    try:
-        package = importlib.import_module("helios.kernels")
-    except ModuleNotFoundError as exc:
-        if exc.name != "helios.kernels":
-            raise
-    else:
-        names = sorted(i.name for i in pkgutil.iter_modules(package.__path__, "helios.kernels."))
-    for name in [*names, "helios.spirv.examples"]:
+    for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:

@@ -35,27 +35,27 @@ def test_last_axis_and_all(layout, axis):
         t = rt.from_numpy(x)
         x64 = x.astype(np.float64)
         expect_shape = (1,) if axis is None or len(shape) == 1 else shape[:-1]
-        for op, ref in ((R.sum, R.reference_sum), (R.mean, R.reference_mean)):
+        for op, ref in ((R.reduce_sum, R.reference_sum), (R.mean, R.reference_mean)):
             got = op(t, axis=axis).numpy()
             want = ref(x64, axis).reshape(expect_shape)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.sqrt(x.size),
                                        err_msg=f"{op.__name__} {shape}")
-        got = R.max(t, axis=axis).numpy()
+        got = R.reduce_max(t, axis=axis).numpy()
         np.testing.assert_array_equal(got, R.reference_max(x, axis).reshape(expect_shape))
 
 
 def test_max_of_negative_rows():
     """The max identity is -inf, not 0: all-negative rows and lanes without elements."""
     x = -np.abs(np.random.default_rng(1).standard_normal((9, 5))).astype(np.float32) - 1.0
-    np.testing.assert_array_equal(R.max(rt.from_numpy(x)).numpy(), x.max(-1))
-    np.testing.assert_array_equal(R.max(rt.from_numpy(x), axis=None).numpy(), [x.max()])
+    np.testing.assert_array_equal(R.reduce_max(rt.from_numpy(x)).numpy(), x.max(-1))
+    np.testing.assert_array_equal(R.reduce_max(rt.from_numpy(x), axis=None).numpy(), [x.max()])
 
 
 def test_many_rows_grid_stride(monkeypatch):
     """More rows than workgroups: the row loop strides over the grid."""
     monkeypatch.setattr(RW, "MAX_GROUPS", 2)
     x = np.random.default_rng(2).standard_normal((300, 5)).astype(np.float32)
-    np.testing.assert_allclose(R.sum(rt.from_numpy(x)).numpy(), x.sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(R.reduce_sum(rt.from_numpy(x)).numpy(), x.sum(-1), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n", [4 * 4096 + 3, 100_003])
@@ -64,9 +64,9 @@ def test_all_two_stage(n):
     x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
     t = rt.from_numpy(x)
     assert R.all_groups(n) > 1
-    np.testing.assert_allclose(R.sum(t, axis=None).numpy(), [x.astype(np.float64).sum()], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(R.reduce_sum(t, axis=None).numpy(), [x.astype(np.float64).sum()], rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(R.mean(t, axis=None).numpy(), [x.astype(np.float64).mean()], rtol=1e-4, atol=1e-6)
-    np.testing.assert_array_equal(R.max(t, axis=None).numpy(), [x.max()])
+    np.testing.assert_array_equal(R.reduce_max(t, axis=None).numpy(), [x.max()])
 
 
 @pytest.mark.parametrize("single_pass", [R.SINGLE_PASS, 0], ids=["one-pass", "two-stage"])
@@ -112,7 +112,7 @@ def test_sumsq_many_tensors():
 
 def test_rejects_other_axes():
     with pytest.raises(ValueError):
-        R.sum(rt.from_numpy(np.zeros((2, 3), np.float32)), axis=0)
+        R.reduce_sum(rt.from_numpy(np.zeros((2, 3), np.float32)), axis=0)
 
 
 @pytest.mark.parametrize("rows,cols", [(7, 12), (300, 12), (300, 13)])

@@ -157,8 +157,11 @@ def test_over_budget_idle_blocks_are_given_back_before_growing(private_runtime):
 
 
 def test_budget_from_the_environment(private_runtime, monkeypatch):
-    monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "3")
-    assert private_runtime().pool.budget == 3 << 20
+    monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "96")
+    assert private_runtime().pool.budget == 96 << 20
+    monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "3")  # below one 64 MiB block: it could not cap anything
+    with pytest.raises(HeliosError, match="below one memory block"):
+        private_runtime()
     monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "lots")
     with pytest.raises(HeliosError, match="HELIOS_MEMORY_BUDGET_MB"):
         private_runtime()

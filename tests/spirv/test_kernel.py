@@ -122,7 +122,7 @@ def test_cli_validate_counts_valid_and_invalid(monkeypatch, capsys):
 
     bad = Kernel("test_cli_invalid", dominance_error, register=False)
     kernels = [examples.ADD, examples.ROW_SUM]  # 2 + 3 variants
-    monkeypatch.setattr(registry, "load_all", lambda errors=None: list(kernels))
+    monkeypatch.setattr(registry, "load_all", lambda errors=None, modules=(): list(kernels))
     assert cli_main(["validate"]) == 0
     assert "5 kernel variants valid, 0 invalid" in capsys.readouterr().out
     kernels.append(bad)

@@ -1,0 +1,35 @@
+"""docs/OPS.md's table of spec-declared ops, generated from the registry:
+`python -m helios.kernels.optable` rewrites it; tests/kernels/test_opspecs.py checks that it is current."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from helios.kernels.spec import specs
+
+BEGIN, END = "<!-- optable:begin (python -m helios.kernels.optable) -->", "<!-- optable:end -->"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "OPS.md"
+
+
+def table() -> str:
+    """The markdown table: op, backward, saved tensor, FLOPs and bytes per element, declaring file."""
+    rows = ["| op | backward | backward takes | FLOPs/elem | bytes/elem | declared in |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for s in specs():
+        back = f"`{s.name}_backward`" if s.backward else "-"
+        rows.append(f"| `{s.name}` — {s.doc} | {back} | {s.saves}, dy | {s.flops(1)} | {s.bytes(1)} | "
+                    f"`{s.module.replace('.', '/')}.py` |")
+    return "\n".join(rows)
+
+
+def render(text: str) -> str:
+    """`text` with the block between the markers replaced by the current table."""
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+
+
+if __name__ == "__main__":
+    DOC.write_text(render(DOC.read_text()))
+    sys.exit(0)

@@ -265,8 +265,8 @@ def resume_warnings(cfg, ckpt) -> list[str]:
     """Lines that tell a user resuming with changed training settings what changed (it is allowed)."""
     saved = (ckpt.state.get("config") or {})
     out = []
-    for section, key in (("optim", "lr"), ("train", "batch_size"), ("train", "grad_accum"), ("optim", "weight_decay"),
-                         ("schedule", "lr_decay_iters")):
+    # (Not lr_decay_iters: it follows max_iters by default, and raising max_iters is how a run is extended.)
+    for section, key in (("optim", "lr"), ("train", "batch_size"), ("train", "grad_accum"), ("optim", "weight_decay")):
         was = (saved.get(section) or {}).get(key)
         now = getattr(getattr(cfg, section), key)
         if was is not None and was != now:

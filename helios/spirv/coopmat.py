@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from helios.spirv import grammar as g
-from helios.spirv.types import ScalarType, SpirvError, u32
+from helios.spirv.types import ElementKind, ScalarType, SpirvError, u32
 from helios.spirv.values import Value
 
 if TYPE_CHECKING:
@@ -30,8 +30,8 @@ _USES = {"a": g.CooperativeMatrixUse.MatrixAKHR, "b": g.CooperativeMatrixUse.Mat
 _LAYOUTS = {"row": g.CooperativeMatrixLayout.RowMajorKHR, "col": g.CooperativeMatrixLayout.ColumnMajorKHR}
 
 
-@dataclass(frozen=True)
-class CoopMatType:
+@dataclass(frozen=True, repr=False)
+class CoopMatType(ElementKind):
     """A subgroup-scope cooperative matrix type: element type, rows x cols, and its use in MulAdd
     ("a": the M x K left operand, "b": the K x N right one, "acc": the M x N accumulator)."""
 
@@ -55,25 +55,6 @@ class CoopMatType:
     @property
     def count(self) -> int:
         return 1
-
-    @property
-    def kind(self) -> str:
-        return self.elem.kind
-
-    @property
-    def is_float(self) -> bool:
-        return self.elem.is_float
-
-    @property
-    def is_int(self) -> bool:
-        return self.elem.is_int
-
-    @property
-    def is_bool(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 def coopmat(elem: ScalarType, rows: int, cols: int, use: str) -> CoopMatType:

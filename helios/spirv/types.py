@@ -49,24 +49,14 @@ class ScalarType:
         return self.name
 
 
-@dataclass(frozen=True)
-class VectorType:
-    """A vector of 2 to 4 scalars."""
+class ElementKind:
+    """kind / is_float / is_int / is_bool of a composite type, taken from its element type `elem`."""
 
     elem: ScalarType
-    count: int
-
-    @property
-    def name(self) -> str:
-        return f"vec{self.count}<{self.elem.name}>"
 
     @property
     def kind(self) -> str:
         return self.elem.kind
-
-    @property
-    def size(self) -> int:
-        return self.elem.size * self.count
 
     @property
     def is_float(self) -> bool:
@@ -82,6 +72,22 @@ class VectorType:
 
     def __repr__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True, repr=False)
+class VectorType(ElementKind):
+    """A vector of 2 to 4 scalars."""
+
+    elem: ScalarType
+    count: int
+
+    @property
+    def name(self) -> str:
+        return f"vec{self.count}<{self.elem.name}>"
+
+    @property
+    def size(self) -> int:
+        return self.elem.size * self.count
 
 
 DType = ScalarType | VectorType

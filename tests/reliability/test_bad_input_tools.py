@@ -1,0 +1,66 @@
+"""Bad input to the commands around training (sample, eval, export, config, and the telemetry tools): exit 2,
+one line on stderr naming the problem, no traceback, and nothing written or changed. `trainer run`'s own
+matrix is test_bad_input.py; finer-grained variants live in tests/trainer and tests/telemetry."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.conftest import snapshot, trainer_cli, write_config
+
+TRAINED = {"train": {"max_iters": 2, "ckpt_interval": 2}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, corpus) -> Path:
+    """A finished 2-step run whose directory the cases copy."""
+    root = tmp_path_factory.mktemp("tools")
+    cfg = write_config(root / "cfg.toml", corpus, root / "runs", "tiny", **TRAINED)
+    assert trainer_cli("run", str(cfg)).returncode == 0
+    return root / "runs" / "tiny"
+
+
+def _not_telemetry(root: Path) -> Path:
+    path = root / "notes.txt"
+    path.write_text("just some words\nnothing like a metrics log\n" * 50)
+    return path
+
+
+# name -> (argv builder given (root, run_dir), needle in the one error line)
+CASES: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
+    "sample_temperature_nan": (lambda r, d: ["-m", "trainer", "sample", "--run", str(d), "--temperature", "nan"],
+                               "must be finite and not negative"),
+    "sample_zero_samples": (lambda r, d: ["-m", "trainer", "sample", "--run", str(d), "--num-samples", "0"],
+                            "--num-samples must be at least 1"),
+    "sample_not_a_run": (lambda r, d: ["-m", "trainer", "sample", "--run", str(r / "nowhere")], "does not exist"),
+    "eval_zero_iters": (lambda r, d: ["-m", "trainer", "eval", "--run", str(d), "--eval-iters", "0"],
+                        "--eval-iters must be at least 1"),
+    "export_not_a_run": (lambda r, d: ["-m", "trainer", "export", "--run", str(r / "nowhere"), "--out",
+                                       str(r / "hf")], "does not exist"),
+    "config_missing_file": (lambda r, d: ["-m", "trainer", "config", str(r / "nope.toml")], "cannot read config"),
+    "summary_of_a_text_file": (lambda r, d: ["-m", "telemetry", "summary", str(_not_telemetry(r))],
+                               "is not a helios metrics log"),
+    "plot_to_a_text_file": (lambda r, d: ["-m", "telemetry", "plot", str(d), "-o", str(r / "x.txt")], ".png"),
+    "watch_a_mistyped_run": (lambda r, d: ["-m", "telemetry", "watch", str(r / "no" / "such" / "run")],
+                             "check the path"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tool_bad_input_is_one_clear_line_exit_2_and_changes_nothing(name, tmp_path, trained):
+    build, needle = CASES[name]
+    run_dir = tmp_path / "runs" / "tiny"
+    shutil.copytree(trained, run_dir)
+    argv = build(tmp_path, run_dir)  # builds any input file the case needs before the snapshot
+    before = snapshot(tmp_path)
+    proc = trainer_cli(*argv[2:], entry=tuple(argv[:2]), timeout=120)
+    err = proc.stderr.strip()
+    print(f"[{name}] exit {proc.returncode}: {err}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and err.count("\n") == 0, proc.stderr
+    assert needle in err, err
+    assert snapshot(tmp_path) == before

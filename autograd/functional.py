@@ -70,17 +70,19 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     return E.SwiGLU.apply(gate, up)
 
 
-def dropout(x: Tensor, p: float, seed: int, offset: int, training: bool = True) -> Tensor:
+def dropout(x: Tensor, p: float, seed: int, offset: int, training: bool = True, counter=None) -> Tensor:
+    """`counter`: a one-word u32 device tensor added to `offset` (a captured step's RNG counter), or None."""
     if not training or p == 0.0:
         return x
-    return E.Dropout.apply(x, float(p), int(seed), int(offset))
+    return E.Dropout.apply(x, float(p), int(seed), int(offset), counter)
 
 
-def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int, training: bool = True) -> Tensor:
+def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int, training: bool = True,
+                         counter=None) -> Tensor:
     """x + dropout(y), one kernel."""
     if not training or p == 0.0:
         return add(x, y)
-    return E.ResidualDropoutAdd.apply(x, y, float(p), int(seed), int(offset))
+    return E.ResidualDropoutAdd.apply(x, y, float(p), int(seed), int(offset), counter)
 
 
 def sum(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - mirrors torch.sum
@@ -134,7 +136,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: T
 def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None) -> Tensor:
     """Rows of `table` for int32 ids (+ learned positions). When the ids came from the host, the
     backward scatter is the deterministic sorted one (bit-reproducible); otherwise float atomics."""
-    return N.Embedding.apply(ids, table, pos_table, host_ids=ids.host)
+    return N.Embedding.apply(ids, table, pos_table, host_ids=ids.host, plan=ids.plan)
 
 
 def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:
@@ -142,10 +144,11 @@ def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 
 
 
 def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, head_dim: int, *,
-                    softcap: float = 0.0, dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> Tensor:
+                    softcap: float = 0.0, dropout_p: float = 0.0, seed: int = 0, offset: int = 0,
+                    counter=None) -> Tensor:
     """Causal attention over a fused QKV tensor [B, T, (H + 2*Hkv) * D] -> [B, T, H * D]."""
     return N.FlashAttention.apply(qkv, B, T, n_head, n_kv_head, head_dim, float(softcap), float(dropout_p),
-                                  int(seed), int(offset))
+                                  int(seed), int(offset), counter)
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1) -> Tensor:

@@ -82,7 +82,7 @@ class TrainConfig:
     spike_threshold: float | None = None  # grad norm above this skips the step
     sample_interval: int = 0  # 0: only at the end
     sample_tokens: int = 100
-    replay: bool = True  # capture the optimizer step once and replay it (false: record every step; debugging)
+    replay: bool = True  # capture the training step once and replay it (false: record every step; debugging)
     checkpoint_activations: str = "none"  # "block": recompute each block's forward in backward (less memory)
     init_from: str | None = None  # a run, checkpoint or Hugging Face directory to start from (fine-tuning)
 

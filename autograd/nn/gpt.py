@@ -104,13 +104,16 @@ class GPT(Module):
         if pack:
             self.pack_parameters()
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, *, forward_index: int | None = None) -> Tensor:
-        """`forward_index` seeds this pass's dropout masks (step * grad_accum + micro-step in training)."""
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *, forward_index: int | None = None,
+                rng_counter=None) -> Tensor:
+        """`forward_index` seeds this pass's dropout masks (step * grad_accum + micro-step in training).
+        `rng_counter`: a one-word u32 device tensor holding forward_index << 16 that the dropout kernels read
+        (a captured step's; see RngCursor), instead of baking the index into push constants."""
         B, T = idx.shape
         if T > self.cfg.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
         if forward_index is not None:
-            self.cursor.begin(forward_index)
+            self.cursor.begin(forward_index, rng_counter)
         x = self.wte(idx, self.wpe if self.cfg.arch == "gpt2" else None)
         x = self.drop(x)
         for block in self.h:

@@ -17,13 +17,17 @@ class RngCursor:
     """Hands each dropout application its own RNG offset: (forward index, call index within it).
 
     Offsets depend only on what the caller sets with `begin`, so a resumed run replays the same masks.
+    With a `counter` (a one-word u32 device tensor holding forward_index << 16, written by a captured step
+    before each replay), the offsets handed out are the call indices alone and the kernels add the
+    counter: the same masks, with nothing per-pass baked into the recorded push constants.
     """
 
     def __init__(self) -> None:
-        self.base, self.calls = 0, itertools.count(1)
+        self.base, self.calls, self.counter = 0, itertools.count(1), None
 
-    def begin(self, forward_index: int) -> None:
-        self.base, self.calls = forward_index << 16, itertools.count(1)
+    def begin(self, forward_index: int, counter=None) -> None:
+        self.base = 0 if counter is not None else forward_index << 16
+        self.calls, self.counter = itertools.count(1), counter
 
     def next(self) -> int:
         return self.base + next(self.calls)
@@ -90,13 +94,13 @@ class Dropout(Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        return F.dropout(x, self.p, self.seed, self.cursor.next())
+        return F.dropout(x, self.p, self.seed, self.cursor.next(), counter=self.cursor.counter)
 
     def residual_add(self, x: Tensor, y: Tensor) -> Tensor:
         """x + dropout(y) in one kernel."""
         if not self.training or self.p == 0.0:
             return F.add(x, y)
-        return F.residual_dropout_add(x, y, self.p, self.seed, self.cursor.next())
+        return F.residual_dropout_add(x, y, self.p, self.seed, self.cursor.next(), counter=self.cursor.counter)
 
 
 class CausalSelfAttention(Module):
@@ -123,7 +127,8 @@ class CausalSelfAttention(Module):
             qkv = F.rope(qkv, self.n_head, self.n_kv_head, self.head_dim, self.rope_base)
         p = self.dropout_p if self.training else 0.0
         y = F.flash_attention(qkv, B, T, self.n_head, self.n_kv_head, self.head_dim, softcap=self.softcap,
-                              dropout_p=p, seed=self.seed, offset=self.resid_drop.cursor.next() if p else 0)
+                              dropout_p=p, seed=self.seed, offset=self.resid_drop.cursor.next() if p else 0,
+                              counter=self.resid_drop.cursor.counter if p else None)
         if self.training and self.dropout_p > 0:
             return self.resid_drop.residual_add(residual, self.c_proj(y))
         return self.c_proj(y, residual=residual)

@@ -73,14 +73,17 @@ class Embedding(Function):
     """Token rows (+ learned position rows) for int32 ids [B, T]; backward scatter-adds rows."""
 
     @staticmethod
-    def forward(ctx, ids, table, pos_table=None, host_ids=None):
+    def forward(ctx, ids, table, pos_table=None, host_ids=None, plan=None):
         from helios.kernels.embedding import sorted_segments
 
         ctx.save_for_backward(ids)
         # Planned on the host from ids the host already holds: the backward then sums each row's
         # contributions in a fixed order, so training is bit-reproducible (resume == uninterrupted run).
-        ctx.plan = sorted_segments(host_ids, table.shape[0]) if host_ids is not None and ctx.needs_input_grad[1] \
-            else None
+        # A captured step brings its plan in fixed tensors (FixedScatterPlan), rewritten per batch.
+        ctx.plan = None
+        if host_ids is not None and ctx.needs_input_grad[1]:
+            fixed = plan is not None and plan.vocab == table.shape[0]
+            ctx.plan = plan.plan if fixed else sorted_segments(host_ids, table.shape[0])
         ctx.table_shape = tuple(table.shape)
         ctx.pos_shape = tuple(pos_table.shape) if pos_table is not None else None
         out = ops.embedding(ids, table, pos_table)
@@ -104,7 +107,7 @@ class Embedding(Function):
         dpos = None
         if ctx.pos_shape is not None and ctx.needs_input_grad[2]:
             dpos = pos_grad if fresh_pos else ACCUMULATED
-        return None, dtable, dpos, None
+        return None, dtable, dpos, None, None
 
 
 class Rope(Function):
@@ -124,9 +127,10 @@ class FlashAttention(Function):
     """Causal attention read in place from fused QKV; the T x T matrix never exists."""
 
     @staticmethod
-    def forward(ctx, qkv, B, T, n_head, n_kv_head, head_dim, softcap=0.0, dropout_p=0.0, seed=0, offset=0):
+    def forward(ctx, qkv, B, T, n_head, n_kv_head, head_dim, softcap=0.0, dropout_p=0.0, seed=0, offset=0,
+                counter=None):
         ctx.args = (B, T, n_head, n_kv_head, head_dim)
-        ctx.kw = dict(causal=True, softcap=softcap, dropout_p=dropout_p, seed=seed, offset=offset)
+        ctx.kw = dict(causal=True, softcap=softcap, dropout_p=dropout_p, seed=seed, offset=offset, counter=counter)
         o, lse = ops.flash_attention(qkv, *ctx.args, **ctx.kw)
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(qkv, o, lse)
@@ -136,7 +140,7 @@ class FlashAttention(Function):
     def backward(ctx, do):
         qkv, o, lse = ctx.saved_tensors
         dqkv = ops.flash_attention_backward(qkv, o, lse, do, *ctx.args, **ctx.kw)
-        return (dqkv,) + (None,) * 9
+        return (dqkv,) + (None,) * 10
 
 
 class CrossEntropy(Function):

@@ -189,7 +189,8 @@ def _constant(value: float):
     key = (id(runtime), value)
     found = _CONSTANTS.get(key)
     if found is None or found[0] is not runtime:
-        found = _CONSTANTS[key] = (runtime, rt.from_numpy(np.full(4, value, dtype=np.float32)))
+        # a recorded fill, not an upload: it may first be asked for inside a capture scope (no uploads there)
+        found = _CONSTANTS[key] = (runtime, rt.full((4,), value))
     return found[1]
 
 

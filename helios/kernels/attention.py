@@ -27,7 +27,7 @@ from helios.kernels.attention_backward import (
 from helios.kernels.attention_common import MAX_D4, TILED_MAX_D, VARIANTS, spec_values
 from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops, forward_grid
 from helios.kernels.attention_reference import reference, reference_backward
-from helios.kernels.rng import seed_words
+from helios.kernels.rng import counter_or_zero, seed_words
 from helios.runtime import Tensor, empty, launch
 
 _override: str | None = None
@@ -79,13 +79,15 @@ def _push(T, H, Hkv, D, softcap, dropout_p, seed, offset) -> dict:
 
 
 def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, head_dim: int, causal: bool = True,
-                    softcap: float = 0.0, dropout_p: float = 0.0, seed: int = 0, offset: int = 0):
-    """(o [B, T, n_head * head_dim], lse [B, n_head, T]) of softmax(q k^T / sqrt(D)) v, one dispatch."""
+                    softcap: float = 0.0, dropout_p: float = 0.0, seed: int = 0, offset: int = 0,
+                    counter: Tensor | None = None):
+    """(o [B, T, n_head * head_dim], lse [B, n_head, T]) of softmax(q k^T / sqrt(D)) v, one dispatch.
+    Dropout draws with offset + counter[0] (`counter`: a captured step's u32 RNG counter; None adds 0)."""
     H, Hkv, D = n_head, n_kv_head, head_dim
     _check(qkv, B, T, H, Hkv, D, dropout_p)
     variant = choose_variant(D)
     o, lse = empty((B, T, H * D)), empty((B, H, T))
-    launch(ATTENTION_FORWARD, [qkv, o, lse], push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
+    launch(ATTENTION_FORWARD, [qkv, o, lse, counter_or_zero(counter)], push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
            grid=forward_grid(B, T, H, variant), spec=_spec(variant, D, causal, softcap, dropout_p),
            variant=variant)
     return o, lse
@@ -93,7 +95,8 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
 
 def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B: int, T: int, n_head: int,
                              n_kv_head: int, head_dim: int, causal: bool = True, softcap: float = 0.0,
-                             dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> Tensor:
+                             dropout_p: float = 0.0, seed: int = 0, offset: int = 0,
+                             counter: Tensor | None = None) -> Tensor:
     """dqkv [B, T, (n_head + 2 * n_kv_head) * head_dim]: dQ, and dK/dV summed over each KV group."""
     H, Hkv, D = n_head, n_kv_head, head_dim
     _check(qkv, B, T, H, Hkv, D, dropout_p)
@@ -104,7 +107,7 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
     launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H}, grid=pre_grid(B, T, H),
            spec={"D4": D // 4})
     dqkv = empty((B, T, (H + 2 * Hkv) * D))
-    bufs = [qkv, lse, do, delta, dqkv]
+    bufs = [qkv, lse, do, delta, dqkv, counter_or_zero(counter)]
     launch(ATTENTION_BACKWARD_DQ, bufs, push=push, grid=forward_grid(B, T, H, variant), spec=spec,
            variant=variant)
     launch(ATTENTION_BACKWARD_DKV, bufs, push=push, grid=dkv_grid(B, T, Hkv, variant), spec=spec,

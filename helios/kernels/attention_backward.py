@@ -65,9 +65,9 @@ def _prob_and_dscore(b, v, d, s_part, dp_part, lse_i, delta_i, ok, drop_row, dro
 
 
 def build_dq(b: KernelBuilder, v: Variant) -> None:
-    """dQ, query-parallel: RQ rows per invocation stream K/V. Bindings: qkv, lse, do, delta (r), dqkv (w)."""
+    """dQ, query-parallel: RQ rows per invocation stream K/V. Bindings: qkv, lse, do, delta (r), dqkv (w), 5 RNG counter."""
     qkv, lse, do, delta, dqkv = _bwd_decl(b, v)
-    d = declare(b)
+    d = declare(b, counter_binding=5)
     rw = rows(b, v, d)
     T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4
@@ -128,7 +128,7 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
     """dK/dV, key-parallel over KV heads: RQ key rows per invocation stream Q/dO of every query head of
     their group."""
     qkv, lse, do, delta, dqkv = _bwd_decl(b, v)
-    d = declare(b)
+    d = declare(b, counter_binding=5)
     rw = rows(b, v, d)  # rw.head is the KV head here
     T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4

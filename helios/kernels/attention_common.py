@@ -94,11 +94,14 @@ class Decl:
     dropout: Value
 
 
-def declare(b: KernelBuilder) -> Decl:
-    """Push constants (shapes and scalars) and spec constants (head dim and code-path switches)."""
+def declare(b: KernelBuilder, counter_binding: int) -> Decl:
+    """Push constants (shapes and scalars) and spec constants (head dim and code-path switches).
+
+    The dropout offset is the push constant plus element 0 of the u32 buffer at `counter_binding` (the RNG
+    counter, kernels/rng.py): a captured step reads its per-pass counter from there, not from a baked push."""
     T, H, Hkv, group = (b.push(n, u32) for n in ("T", "H", "Hkv", "group"))
     scale, cap, p_drop, inv_keep = (b.push(n, f32) for n in ("scale", "softcap", "dropout_p", "inv_keep"))
-    seed, offset = b.push("seed", u32), b.push("offset", u32)
+    seed, offset = b.push("seed", u32), b.push("offset", u32) + b.buffer(counter_binding, u32, "r")[0]
     D4, NV, TILE4 = b.spec("D4", u32, 16), b.spec("NV", u32, 16), b.spec("TILE4", u32, MAX_D4)
     SLOTS, SLOTS_BWD = b.spec("SLOTS", u32, 16), b.spec("SLOTS_BWD", u32, 16)
     causal, softcap, dropout = (b.spec(n, boolean, d) for n, d in (("CAUSAL", True), ("SOFTCAP", False),

@@ -51,9 +51,9 @@ def row_bounds(b: KernelBuilder, v: Variant, d, rw):
 
 
 def build_forward(b: KernelBuilder, v: Variant) -> None:
-    """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w)."""
+    """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w), 3 RNG counter."""
     qkv, o, lse = input_buffer(b, v, 0), b.buffer(1, f32, "w"), b.buffer(2, f32, "w")
-    d = declare(b)
+    d = declare(b, counter_binding=3)
     rw = rows(b, v, d)
     T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4  # vec4s per token of qkv

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels.elementwise import check_f32, clone, map_kernel, output, run_map
-from helios.kernels.rng import keep_mask_reference, seed_words, uniform
+from helios.kernels.rng import counter_or_zero, keep_mask_reference, seed_words, uniform
 from helios.runtime import Tensor, zeros
 from helios.spirv import f32, u32
 
@@ -25,7 +25,8 @@ def dropped(b, y, index, p, scale, seed, offset):
     return b.select(keep, y * scale, 0.0)
 
 
-DROPOUT = map_kernel("dropout", lambda b, x, index, **k: dropped(b, x, index, **k), params=RNG_PARAMS, flops=20)
+DROPOUT = map_kernel("dropout", lambda b, x, index, **k: dropped(b, x, index, **k), params=RNG_PARAMS, flops=20,
+                     counter="offset")
 
 
 def check_p(p: float) -> float:
@@ -40,8 +41,9 @@ def rng_push(p: float, seed: int, offset: int) -> dict:
     return {"p": p, "scale": 1.0 / (1.0 - p), "seed": s, "offset": o}
 
 
-def dropout(x: Tensor, p: float, seed: int, offset: int) -> Tensor:
-    """x * keep / (1 - p), keep = uniform(seed, offset, i) >= p; a new tensor."""
+def dropout(x: Tensor, p: float, seed: int, offset: int, counter: Tensor | None = None) -> Tensor:
+    """x * keep / (1 - p), keep = uniform(seed, offset + counter[0], i) >= p; a new tensor. `counter`: a
+    one-word u32 tensor (a captured step's RNG counter); None adds 0."""
     check_f32(x)
     p = check_p(p)
     if p == 0.0:
@@ -49,13 +51,13 @@ def dropout(x: Tensor, p: float, seed: int, offset: int) -> Tensor:
     if p == 1.0:
         return zeros(x.shape)
     y = output(x, None)
-    run_map(DROPOUT, [x, y], x.numel, **rng_push(p, seed, offset))
+    run_map(DROPOUT, [x, y, counter_or_zero(counter)], x.numel, **rng_push(p, seed, offset))
     return y
 
 
-def dropout_backward(dy: Tensor, p: float, seed: int, offset: int) -> Tensor:
-    """dx = dy * keep / (1 - p) with the forward's mask, recomputed."""
-    return dropout(dy, p, seed, offset)
+def dropout_backward(dy: Tensor, p: float, seed: int, offset: int, counter: Tensor | None = None) -> Tensor:
+    """dx = dy * keep / (1 - p) with the forward's mask, recomputed (the same counter, unchanged since)."""
+    return dropout(dy, p, seed, offset, counter)
 
 
 def reference_dropout(x: np.ndarray, p: float, seed: int, offset: int) -> np.ndarray:

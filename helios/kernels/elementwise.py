@@ -97,10 +97,13 @@ def _emit_item(b, bufs_in, dtypes, bufs_out, i: Value, access: str, bcast: str, 
 
 
 def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[ScalarType],
-              params: Sequence[tuple[str, ScalarType]] = (), inplace: bool = False) -> Callable:
+              params: Sequence[tuple[str, ScalarType]] = (), inplace: bool = False,
+              counter: str | None = None) -> Callable:
     """The build function of an elementwise map.
 
-    Bindings: inputs first (binding 0 is read-write and receives the result when `inplace`), then outputs.
+    Bindings: inputs first (binding 0 is read-write and receives the result when `inplace`), then outputs,
+    then, with `counter`, a one-word u32 buffer whose value is added to the u32 param of that name (the RNG
+    counter of a captured step, kernels/rng.py).
     Push constants: n (elements), cols (row length, broadcast variants only), then `params`.
     `body(b, *values, index=element_index, **params)` returns the output value(s), each the width of its
     inputs (f32 or vec4<f32>); index is u32 or vec4<u32>. The "u64x2" access needs n % 4 == 0 (no tail).
@@ -120,6 +123,8 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
         n = b.push("n", u32)
         cols = b.push("cols", u32) if bcast != "full" else None
         p = {name: b.push(name, t) for name, t in params}
+        if counter is not None:
+            p[counter] = p[counter] + b.buffer(len(inputs) + len(outputs), u32, "r")[0]
         i = b.global_index()  # linear over the 2-D grid of grid_2d
         args = (bufs_in, inputs, bufs_out)
         if access == "scalar":
@@ -153,12 +158,13 @@ def map_variants(broadcast: bool = False) -> dict[str, dict]:
 
 def map_kernel(name: str, body: Body, n_in: int = 1, n_out: int = 1, params: Sequence[tuple[str, ScalarType]] = (),
                flops: int = 1, inplace: bool = False, broadcast: bool = False,
-               inputs: Sequence[ScalarType] | None = None) -> Kernel:
-    """A Kernel for an elementwise map with `flops` FLOPs per element; bytes count 4 per operand element."""
+               inputs: Sequence[ScalarType] | None = None, counter: str | None = None) -> Kernel:
+    """A Kernel for an elementwise map with `flops` FLOPs per element; bytes count 4 per operand element.
+    `counter`: the u32 param that a trailing one-word buffer is added to (see map_build)."""
     ins = tuple(inputs) if inputs is not None else (f32,) * n_in
     outs = () if inplace else (f32,) * n_out
     moved = 4 * (len(ins) + (1 if inplace else n_out))
-    return Kernel(name, map_build(body, ins, outs, params, inplace), variants=map_variants(broadcast),
+    return Kernel(name, map_build(body, ins, outs, params, inplace, counter), variants=map_variants(broadcast),
                   grid=lambda n, v: grid_2d(work_items(n, v.vec)), flops=lambda n: flops * n,
                   bytes=lambda n: moved * n)
 

@@ -158,11 +158,13 @@ def _build_scatter_sorted(b: KernelBuilder, v: Variant) -> None:
     i = _linear_id(b)
     with b.if_(i < segments * dv):
         s, c = i / dv, i % dv
-        target = uniq[s] * dv + c
-        acc = b.var(grad.elem, grad[target])  # always adds: the op zero-fills first when not accumulating
-        with b.for_range(start[s], start[s + 1]) as j:
-            acc += dy[order[j] * dv + c]
-        grad[target] = acc.value
+        lo, hi = start[s], start[s + 1]
+        with b.if_(lo < hi):  # a fixed-capacity plan (FixedScatterPlan) pads with empty segments: no write
+            target = uniq[s] * dv + c
+            acc = b.var(grad.elem, grad[target])  # always adds: the op zero-fills first when not accumulating
+            with b.for_range(lo, hi) as j:
+                acc += dy[order[j] * dv + c]
+            grad[target] = acc.value
 
 
 EMBEDDING = Kernel(
@@ -236,18 +238,53 @@ def scatter_variant() -> str:
     return "atomic" if get_device().info.float_atomic_add_buffer else "scan"
 
 
-def sorted_segments(host_ids: np.ndarray, vocab: int):
-    """The host-side plan of the deterministic scatter: (order, segment starts, segment ids) as device
-    tensors, from ids the host already has (token batches come from the host). Out-of-range ids are
-    dropped, as the other variants drop them."""
-    rt = _rt()
+def plan_arrays(host_ids: np.ndarray, vocab: int, capacity: int | None = None):
+    """(order, segment starts, segment ids, segments) of the deterministic scatter as uint32 arrays: token
+    positions sorted stably by id, where each id's run starts, and the ids. Out-of-range ids are dropped, as
+    the other variants drop them. With `capacity` the segments are padded to that many with empty ones
+    (start == end, never written) and `order` to one entry per token, so the shapes do not depend on the ids."""
     flat = np.asarray(host_ids).reshape(-1).astype(np.int64)
     order = np.argsort(flat, kind="stable")
     keep = order[(flat[order] >= 0) & (flat[order] < vocab)]
     uniq, first = np.unique(flat[keep], return_index=True)
-    starts = np.append(first, keep.size).astype(np.uint32)
-    as_u32 = lambda a: rt.from_numpy(np.ascontiguousarray(a, dtype=np.uint32) if a.size else np.zeros(1, np.uint32))  # noqa: E731
-    return as_u32(keep), as_u32(starts), as_u32(uniq), int(uniq.size)
+    starts = np.append(first, keep.size)
+    segments = int(uniq.size)
+    if capacity is not None:
+        if segments > capacity:
+            raise ValueError(f"{segments} distinct ids exceed the plan's capacity of {capacity}")
+        keep = np.pad(keep, (0, flat.size - keep.size))
+        starts = np.pad(starts, (0, capacity - segments), constant_values=starts[-1])
+        uniq, segments = np.pad(uniq, (0, capacity - segments)), capacity
+    u32 = lambda a: np.ascontiguousarray(a, dtype=np.uint32) if a.size else np.zeros(1, np.uint32)  # noqa: E731
+    return u32(keep), u32(starts), u32(uniq), segments
+
+
+def sorted_segments(host_ids: np.ndarray, vocab: int):
+    """The host-side plan of the deterministic scatter: (order, segment starts, segment ids) as device
+    tensors and the segment count, from ids the host already has (token batches come from the host)."""
+    rt = _rt()
+    order, starts, uniq, segments = plan_arrays(host_ids, vocab)
+    return rt.from_numpy(order), rt.from_numpy(starts), rt.from_numpy(uniq), segments
+
+
+class FixedScatterPlan:
+    """A sorted-scatter plan in fixed device tensors sized for `n_tokens` ids (capacity min(n_tokens, vocab)
+    segments), rewritten for each new batch: the plan a captured step reads, since its grid and bindings
+    cannot depend on the ids. `plan` is the tuple embedding_backward takes; `arrays(ids)` the values to write."""
+
+    def __init__(self, n_tokens: int, vocab: int):
+        rt = _rt()
+        self.n_tokens, self.vocab, self.capacity = n_tokens, vocab, max(1, min(n_tokens, vocab))
+        # empty, not zeros: a recorded fill would land after the first host write of the values
+        self.tensors = (rt.empty((max(1, n_tokens),), np.uint32), rt.empty((self.capacity + 1,), np.uint32),
+                        rt.empty((self.capacity,), np.uint32))
+        self.plan = (*self.tensors, self.capacity)
+
+    def arrays(self, host_ids: np.ndarray) -> list[np.ndarray]:
+        """The order, starts and ids arrays for `host_ids`, in the order of `tensors`."""
+        if np.asarray(host_ids).size != self.n_tokens:
+            raise ValueError(f"the plan holds {self.n_tokens} ids, got {np.asarray(host_ids).size}")
+        return list(plan_arrays(host_ids, self.vocab, self.capacity)[:3])
 
 
 def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, variant: str | None = None,

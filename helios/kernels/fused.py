@@ -14,6 +14,7 @@ import numpy as np
 from helios.kernels.activations import reference_sigmoid, sigmoid
 from helios.kernels.dropout import RNG_PARAMS, check_p, dropout_backward, dropped, rng_push
 from helios.kernels.elementwise import add, check_f32, clone, map_kernel, output, run_map
+from helios.kernels.rng import counter_or_zero
 from helios.runtime import Tensor, empty
 
 
@@ -32,7 +33,7 @@ SWIGLU = map_kernel("swiglu", _swiglu, n_in=2, flops=5)
 SWIGLU_BWD = map_kernel("swiglu_backward", _swiglu_bwd, n_in=3, n_out=2, flops=10)
 RESIDUAL_DROPOUT_ADD = map_kernel(
     "residual_dropout_add", lambda b, x, y, index, **k: x + dropped(b, y, index, **k), n_in=2, params=RNG_PARAMS,
-    flops=21)
+    flops=21, counter="offset")
 
 
 def _same(*ts: Tensor) -> None:
@@ -57,8 +58,9 @@ def swiglu_backward(gate: Tensor, up: Tensor, dy: Tensor) -> tuple[Tensor, Tenso
     return dgate, dup
 
 
-def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int) -> Tensor:
-    """x + dropout(y) in one pass."""
+def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int,
+                         counter: Tensor | None = None) -> Tensor:
+    """x + dropout(y) in one pass (`counter` as in dropout)."""
     _same(x, y)
     p = check_p(p)
     if p == 0.0:
@@ -66,13 +68,14 @@ def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int)
     if p == 1.0:
         return clone(x)
     out = output(x, None)
-    run_map(RESIDUAL_DROPOUT_ADD, [x, y, out], x.numel, **rng_push(p, seed, offset))
+    run_map(RESIDUAL_DROPOUT_ADD, [x, y, out, counter_or_zero(counter)], x.numel, **rng_push(p, seed, offset))
     return out
 
 
-def residual_dropout_add_backward(dout: Tensor, p: float, seed: int, offset: int) -> Tensor:
+def residual_dropout_add_backward(dout: Tensor, p: float, seed: int, offset: int,
+                                  counter: Tensor | None = None) -> Tensor:
     """dy = dropout_backward(dout); dx is dout itself."""
-    return dropout_backward(dout, p, seed, offset)
+    return dropout_backward(dout, p, seed, offset, counter)
 
 
 def reference_swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:

@@ -16,6 +16,11 @@ Use from another kernel (e.g. attention dropout):
     u = uniform(b, seed, offset, index, stream)   # f32 (or vec4<f32> when index is vec4<u32>) in [0, 1)
     keep = u >= p                                 # keep with probability 1 - p
 
+The kernels that draw for dropout (dropout, residual_dropout_add, flash attention) add to `offset` element 0
+of a one-word u32 "counter" buffer they also bind. Lazily recorded steps bind `zero_counter()` and pass the
+whole offset as a push constant; a captured step (runtime/capture.py) binds its own counter and writes each
+pass's base into it before a replay, so the masks change per step while the commands stay the same.
+
 `index` and `stream` are u32 Values (scalars or vec4<u32>; scalars are splatted). Two draws are independent
 unless all of (seed, offset, index, stream) agree. Attention can pass the key position as `index` and
 `(batch * heads + head) * T + query` as `stream` so no 32-bit product overflows. `uniform_reference` is
@@ -32,6 +37,30 @@ from helios.spirv import KernelBuilder, Value, f32, u32
 
 _MUL, _ADD = 1664525, 1013904223  # the LCG step that opens pcg4d (Numerical Recipes constants)
 _INV_2_24 = 1.0 / (1 << 24)
+
+
+_ZERO_COUNTERS: dict[int, tuple[object, Tensor]] = {}
+
+
+def zero_counter() -> Tensor:
+    """A shared one-word u32 counter holding 0 (per runtime): what a dropout kernel binds when the offset
+    push constant already holds the whole offset."""
+    from helios.runtime import get_runtime, zeros
+
+    runtime = get_runtime()
+    found = _ZERO_COUNTERS.get(id(runtime))
+    if found is None or found[0] is not runtime:
+        found = _ZERO_COUNTERS[id(runtime)] = (runtime, zeros((1,), np.uint32))
+    return found[1]
+
+
+def counter_or_zero(counter: Tensor | None) -> Tensor:
+    """`counter` checked (a u32 tensor of at least one element), or the shared zero counter."""
+    if counter is None:
+        return zero_counter()
+    if counter.dtype != np.uint32 or counter.numel < 1:
+        raise ValueError(f"an RNG counter is a uint32 tensor of one element, got {counter.dtype} {counter.shape}")
+    return counter
 
 
 def seed_words(seed: int, offset: int) -> tuple[int, int]:

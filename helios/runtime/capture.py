@@ -10,7 +10,8 @@ and a reference to every storage a captured dispatch bound, so no captured regio
 the descriptors stay valid. A replay re-runs exactly those commands on exactly those bytes: any scalar baked
 into a push constant, any grid and any buffer binding is frozen at capture. Values that vary per replay must
 be read by the kernels from a device buffer (see `write_input`). A host read inside the scope is an error,
-since it would submit half the capture.
+since it would submit half the capture; so is a host upload (a new tensor from host data), whose bytes would
+be frozen into every replay.
 """
 
 from __future__ import annotations
@@ -70,7 +71,13 @@ class Capture:
             pins[src.key], pins[dst.key] = src, dst
             copy(src, src_lo, dst, dst_lo, nbytes)
 
+        def no_upload(storage, offset, data):
+            raise HeliosError("host data uploaded inside a capture scope would be frozen into every replay (and "
+                              "its staging copy reused): create the tensor before the scope and write each "
+                              "replay's values with Capture.write_input")
+
         self._start = start
+        self.runtime.upload = no_upload
         rec.fill, rec.copy = capturing_fill, capturing_copy
         rec.dispatch = capturing_dispatch  # instance attributes shadow the methods for the scope only
         rec.flush = no_flush
@@ -78,7 +85,7 @@ class Capture:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         rec = self.runtime.recorder
-        del rec.dispatch, rec.flush, rec.fill, rec.copy
+        del rec.dispatch, rec.flush, rec.fill, rec.copy, self.runtime.upload
         self.dispatches = self.runtime.counters.dispatches - self._start
         try:
             rec.end_capture()
@@ -106,11 +113,7 @@ class Capture:
 
     def write_input(self, tensor, data: np.ndarray) -> None:
         """Write host values into a captured input tensor once the device is done with its previous use."""
-        storage = tensor._storage
-        if storage is None:
-            raise HeliosError("write_input: the tensor was released")
-        self.runtime.recorder.wait(storage.last_use)
-        self.runtime.upload(storage, tensor._offset, np.ascontiguousarray(data))
+        write_fixed(tensor, data)
 
     @property
     def pinned(self) -> int:
@@ -126,3 +129,17 @@ class Capture:
         rec.destroy_slot(self._slot)
         self._slot = None
         self._pins.clear()
+
+
+def write_fixed(tensor, data: np.ndarray) -> None:
+    """Write host values into `tensor` in place, once the device is done with its previous use (a capture's
+    fixed input; a plain upload would race with a replay still reading it). Same dtype and size only."""
+    storage = tensor._storage
+    if storage is None:
+        raise HeliosError("write_input: the tensor was released")
+    data = np.ascontiguousarray(data)
+    if data.dtype != tensor.dtype or data.size != tensor.numel:
+        raise HeliosError(f"write_input: {data.dtype} x {data.size} values for a {tensor.dtype} tensor of "
+                          f"{tensor.numel} elements")
+    storage.runtime.recorder.wait(storage.last_use)
+    storage.runtime.upload(storage, tensor._offset, data)

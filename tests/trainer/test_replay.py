@@ -1,5 +1,6 @@
-"""Optimizer-step capture and replay in the helios backend: bit-identical to lazy recording, recaptures when its
-settings change, survives NaN skips and resumes, and records no dispatches on the host when it replays."""
+"""Whole-step capture and replay in the helios backend (micro-steps and the optimizer step): bit-identical to
+lazy recording with dropout and grad_accum, falls back and recaptures when a shape or setting changes, survives
+NaN skips and resumes, and records no dispatches on the host when it replays."""
 
 from __future__ import annotations
 
@@ -53,25 +54,54 @@ def test_replayed_steps_are_bit_identical_to_lazy_ones(arch):
     _assert_same(lazy_res, fast_res, lazy.state_dict(), fast.state_dict())
     assert not any(r.replayed for r in lazy_res)
     replayed = [r.replayed for r in fast_res]
-    # Captured at 0, recaptured when the spike setting changes (5) and back (6); the NaN step (7) is lazy.
-    assert replayed[:8] == [False, True, True, True, True, False, False, False]
-    assert all(replayed[8:])
+    # Step 0 is lazy, 1 captures the micro-step (the optimizer step was captured at 0), then replays. The spike
+    # setting (5, and back at 6) recaptures the optimizer step; the NaN step (7) is lazy; grad_accum 2 from 10
+    # runs lazily once, captures at 11; the partial batch (15) runs lazily and leaves the capture in place.
+    assert replayed == [False, False, True, True, True, False, False, False, True, True,
+                        False, False, True, True, True, False, True, True, True, True]
     assert fast_res[7].skipped == "nan" and fast.opt.step_count == STEPS - 1  # unstep after the skip
+    assert all(r.record_ms == 0.0 for r, flag in zip(fast_res, replayed, strict=True) if flag)
 
 
-def test_a_replayed_optimizer_step_records_no_dispatches():
+@pytest.mark.parametrize("accum", [1, 2])
+def test_a_replayed_step_records_no_dispatches(accum):
     backend = HeliosBackend.create(_model("gpt2"), OptimConfig(), 0)
-    x = np.zeros((2, 16), np.int64)
-    lazy = backend.train_step([(x, x)], 1e-3, 1.0, None, inject_nan=False)  # captures
+    x = np.arange(32).reshape(2, 16) % 64
+    micro = [(x, x)] * accum
     rt.reset_counters()
-    backend.replay = False
-    backend.train_step([(x, x)], 1e-3, 1.0, None)
-    recorded = rt.counters()["dispatches"]
-    backend.replay = True
+    backend.train_step(micro, 1e-3, 1.0, None)  # lazy
+    lazy = rt.counters()["dispatches"]
+    backend.train_step(micro, 1e-3, 1.0, None)  # captures
     rt.reset_counters()
-    res = backend.train_step([(x, x)], 1e-3, 1.0, None)
-    assert res.replayed and not lazy.replayed
-    assert rt.counters()["dispatches"] == recorded - 5  # poison, grad norm (2), skip add, AdamW
+    res = backend.train_step(micro, 1e-3, 1.0, None)
+    assert res.replayed and lazy > 20 * accum
+    assert rt.counters()["dispatches"] == 0
+
+
+def test_replay_follows_new_batches_not_the_captured_one():
+    """A replay reads the batch written into its fixed inputs (ids, targets, scatter plan, dropout counter):
+    the losses of different batches differ, and equal the lazy ones."""
+    lazy, fast = (HeliosBackend.create(_model("gpt2"), OptimConfig(), 0) for _ in range(2))
+    fast.replay, lazy.replay = True, False
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        x = rng.integers(0, 64, (2, 16))
+        y = np.roll(x, 1)
+        a, b = lazy.train_step([(x, y)], 1e-3, 0.0, None), fast.train_step([(x, y)], 1e-3, 0.0, None)
+        assert (a.loss, a.grad_norm) == (b.loss, b.grad_norm)
+    assert b.replayed
+
+
+def test_replay_with_checkpointed_activations_is_bit_identical():
+    runs = []
+    for replay in (False, True):
+        backend = HeliosBackend.create(_model("gpt2"), OptimConfig(), 0)
+        backend.model.checkpoint_activations = "block"
+        backend.replay = replay
+        runs.append((backend, _steps(backend, 0, 6)))
+    (lazy, lazy_res), (fast, fast_res) = runs
+    _assert_same(lazy_res, fast_res, lazy.state_dict(), fast.state_dict())
+    assert [r.replayed for r in fast_res] == [False, False, True, True, True, False]
 
 
 def test_resume_under_replay_is_bit_exact():
@@ -84,7 +114,7 @@ def test_resume_under_replay_is_bit_exact():
     resumed.load_state_dict(state)
     rest = _steps(resumed, 12, STEPS)
     _assert_same(full_res[12:], rest, full.state_dict(), resumed.state_dict())
-    assert rest[0].replayed is False and all(r.replayed for r in rest[1:])
+    assert [r.replayed for r in rest] == [False, False, True, False, True, True, True, True]  # 15: partial batch
 
 
 VALIDATED = """
@@ -96,7 +126,7 @@ cfg = ModelConfig(arch="llama", vocab_size=64, block_size=8, n_layer=1, n_head=2
 backend = HeliosBackend.create(cfg, OptimConfig(), 0)
 x = np.arange(16).reshape(2, 8) % 64
 flags = [backend.train_step([(x, x), (x, x)], 1e-3, 1.0, None).replayed for _ in range(3)]
-assert flags == [False, True, True], flags
+assert flags == [False, False, True], flags
 assert get_device()._debug_messenger is not None, "the validation layer is not on"
 get_device().check_validation()
 print("validation clean")

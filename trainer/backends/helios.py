@@ -20,7 +20,7 @@ from autograd.nn.decode import KVCache
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
-from helios.runtime.capture import Capture
+from trainer.backends.step_capture import OptimizerCapture, capture_micro_step
 from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import ModelTooLargeError
@@ -49,11 +49,13 @@ class HeliosBackend(Backend):
         self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                          weight_decay=optim_cfg.weight_decay, grad_clip=0.0)
         self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
-        # Optimizer-step capture: replayed while (grad_clip, spike_threshold) stay the same; see docs/REPLAY.md.
+        # Step capture (docs/REPLAY.md): the micro-step and the optimizer step replay while their keys hold.
         self.replay = True
-        self._opt_capture = None
-        self._opt_key = self._opt_fixed = None
-        self._opt_loss = rt.zeros(1)  # fixed input of the captured step: the step's mean loss is copied here
+        self._micro_capture = self._opt_capture = None
+        self._opt_key = None
+        self._step_keys, self._last_step_keys = set(), set()  # micro-step keys run this step and the last one
+        self._loss_sum = rt.zeros(1)  # sum of the micro-steps' losses: a fixed buffer both captures use
+        self._lazy_fwd_ms = 0.0
         self._base_counters = self._raw_counters()
 
     @classmethod
@@ -103,29 +105,33 @@ class HeliosBackend(Backend):
         fwd_ms = bwd_ms = 0.0
         rt.get_runtime().pool.reset_peak()  # the step event's pool_peak_in_use is this step's peak
         self.model.zero_grad()
-        loss_sum = rt.zeros(1)
+        loss_sum = self._loss_sum
+        rt.fill(loss_sum, 0.0)
+        micro_replayed, self._step_keys = True, set()
         for x, y in micro_batches:
+            x, y = np.ascontiguousarray(x, np.int32), np.ascontiguousarray(y, np.int32)
             t0 = time.perf_counter()
-            loss = self.model(autograd.tensor(np.ascontiguousarray(x, np.int32)),
-                              autograd.tensor(np.ascontiguousarray(y, np.int32)), forward_index=self._dropout_index())
+            how = self._micro_step(x, y, n, inject_nan)
             self.forwards += 1
-            fwd_ms += _ms(t0)
-            t0 = time.perf_counter()
-            (loss if n == 1 else loss * (1.0 / n)).backward()
-            ops.add_inplace(loss_sum, loss.data)
-            bwd_ms += _ms(t0)
+            micro_replayed &= how == "replayed"
+            if how == "lazy":
+                fwd_ms += self._lazy_fwd_ms
+                bwd_ms += _ms(t0) - self._lazy_fwd_ms
+            else:
+                fwd_ms += _ms(t0)
+        self._last_step_keys = self._step_keys
         if self.world is not None and self.world.size > 1:
-            loss_sum = self._reduce_gradients(loss_sum)
+            self._reduce_gradients(loss_sum)
         t0 = time.perf_counter()
-        mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
         # The update is skipped on the device when this check is NaN/Inf or above the spike threshold;
         # adding 0 * loss makes a NaN loss poison it too.
         self.opt.grad_clip = grad_clip
         self.opt.skip_above = spike_threshold if spike_threshold is not None else math.inf
-        replayed = False
+        opt_replayed = False
         if self.replay and not inject_nan:
-            replayed = self._optimizer_step_captured(mean_loss, lr, grad_clip, spike_threshold)
+            opt_replayed, mean_loss = self._optimizer_step_captured(n, lr, grad_clip, spike_threshold)
         else:
+            mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
             poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
             self.opt.step(lr=lr, skip_extra=poison)
         opt_ms = _ms(t0)
@@ -148,44 +154,69 @@ class HeliosBackend(Backend):
             clip_coef = 1.0
         elif grad_clip <= 0:
             clip_coef = 1.0
-        record_ms = fwd_ms + bwd_ms + (0.0 if replayed else opt_ms)
+        replayed = micro_replayed and opt_replayed
+        record_ms = (0.0 if micro_replayed else fwd_ms + bwd_ms) + (0.0 if opt_replayed else opt_ms)
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms)
 
-    def _optimizer_step_captured(self, mean_loss, lr: float, grad_clip: float, spike_threshold) -> bool:
-        """The optimizer step from a captured command buffer: capture it on the first call (or when the clip
-        or spike setting, baked into its push constants, changes), replay it after. True when replayed.
+    def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None) -> None:
+        """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds."""
+        t0 = time.perf_counter()
+        loss = self.model(ids, targets, forward_index=forward_index, rng_counter=counter)
+        self._lazy_fwd_ms = _ms(t0)
+        (loss if n == 1 else loss * (1.0 / n)).backward()
+        ops.add_inplace(self._loss_sum, loss.data)
 
-        Its inputs are fixed buffers: the grad arena, `_opt_loss` (the mean loss, copied in) and the
-        optimizer's step buffer (lr and step count, written before each run). A host step such as a
-        data-parallel gradient reduce can run between the last backward and this call."""
-        rt.copy(mean_loss, self._opt_loss)
-        values = self.opt.step_values(lr)
-        key = (grad_clip, spike_threshold)
-        if self._opt_capture is not None and self._opt_key == key:
-            step_buffer, outputs = self._opt_fixed
-            self._opt_capture.write_input(step_buffer, values)
-            self.opt.replayed()
-            self._opt_capture.replay()
-            # A lazy step in between (an injected NaN) left its own result tensors: point back at the captured ones.
-            self.opt.last_raw_norm, self.opt.last_check, self.opt.last_clip = outputs
-            return True
-        self.invalidate_capture()
-        step_buffer = self.opt.step_buffer = rt.from_numpy(values)
-        try:
-            with Capture() as cap:
-                poison = ops.scale(self._opt_loss, 0.0)
-                self.opt.step(lr=lr, skip_extra=poison)
-        finally:
-            self.opt.step_buffer = None  # lazy steps upload their own
-        self._opt_capture, self._opt_key = cap, key
-        self._opt_fixed = (step_buffer, (self.opt.last_raw_norm, self.opt.last_check, self.opt.last_clip))
-        return False
+    def _micro_step(self, x: np.ndarray, y: np.ndarray, n: int, inject_nan: bool) -> str:
+        """One micro-step: "replayed" from the capture of its key, "captured" (recorded into a new capture
+        and run), or "lazy" (recorded as usual). A key is captured when the step before ran it too, so a
+        one-off shape (a partial batch) costs no capture and leaves the usual one in place."""
+        m = self.model
+        key = (x.shape, n, m.checkpoint_activations, m.cfg.dropout)
+        self._step_keys.add(key)
+        index = self._dropout_index()
+        # Ignored targets (negative ids) would change what a chunked cross-entropy bakes in: record those lazily.
+        if self.replay and not inject_nan and not (y < 0).any():
+            cap = self._micro_capture
+            if cap is not None and cap.key == key:
+                cap.replay(x, y, index)
+                return "replayed"
+            if key in self._last_step_keys:
+                if cap is not None:
+                    cap.close()
+                run = lambda ids, tg, fi, counter: self._run_micro_step(ids, tg, n, fi, counter)  # noqa: E731
+                self._micro_capture = capture_micro_step(key, run, x, y, index, m.cfg.vocab_size)
+                return "captured"
+        self._run_micro_step(autograd.tensor(x), autograd.tensor(y), n, index)
+        return "lazy"
 
-    def invalidate_capture(self) -> None:
-        """Drop the captured optimizer step (the next step records lazily and captures again)."""
+    def _optimizer_step_captured(self, n: int, lr: float, grad_clip: float, spike_threshold):
+        """The optimizer step from a captured command buffer: capture it on the first call (or when grad_accum,
+        the clip or spike setting, baked into it, change), replay it after. Returns (replayed, mean loss).
+
+        Its inputs are fixed buffers: the grad arena, the loss sum and the optimizer's step buffer (lr and step
+        count, written before each run). A host step such as a data-parallel gradient reduce can run between
+        the last backward and this call."""
+        key = (n, grad_clip, spike_threshold)
+        cap = self._opt_capture
+        if cap is not None and self._opt_key == key:
+            cap.replay(lr)
+            return True, cap.mean_loss
+        self._close_captures(micro=False)
+        self._opt_capture, self._opt_key = OptimizerCapture(self.opt, self._loss_sum, n, lr), key
+        return False, self._opt_capture.mean_loss
+
+    def _close_captures(self, micro: bool = True) -> None:
         if self._opt_capture is not None:
             self._opt_capture.close()
-        self._opt_capture = self._opt_key = self._opt_fixed = None
+        self._opt_capture = self._opt_key = None
+        if micro:
+            if self._micro_capture is not None:
+                self._micro_capture.close()
+            self._micro_capture, self._last_step_keys = None, set()
+
+    def invalidate_capture(self) -> None:
+        """Drop the captured steps (the next step records lazily, and the one after captures again)."""
+        self._close_captures()
 
     def _dropout_index(self) -> int:
         """This pass's dropout seed index: the pass count, and under data parallelism the rank too, so every
@@ -193,16 +224,16 @@ class HeliosBackend(Backend):
         size, rank = (self.world.size, self.world.rank) if self.world is not None else (1, 0)
         return self.forwards * size + rank
 
-    def _reduce_gradients(self, loss_sum):
-        """Average the gradient arena and the loss over the data-parallel ranks through host memory (one
-        download, one MPI Allreduce, one upload); returns the averaged loss sum as a device tensor."""
+    def _reduce_gradients(self, loss_sum) -> None:
+        """Average the gradient arena and the loss sum over the data-parallel ranks through host memory (one
+        download, one MPI Allreduce, one upload each, in place)."""
         grads = self.model.arena.grads
         host = np.empty(grads.numel + 1, np.float32)
         host[:-1] = grads.numpy().reshape(-1)  # waits for this rank's backward
         host[-1] = loss_sum.numpy().reshape(-1)[0]
         self.world.mean_(host)
         rt.copy(rt.from_numpy(host[:-1]), grads)
-        return rt.from_numpy(host[-1:])
+        rt.copy(rt.from_numpy(host[-1:]), loss_sum)
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
         self.check_batch(*x.shape)

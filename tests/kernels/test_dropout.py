@@ -99,3 +99,26 @@ def test_expected_value_matches_torch_semantics():
 def test_bad_probability():
     with pytest.raises(ValueError, match="probability"):
         D.dropout(rt.zeros(4), 1.5, 0, 0)
+
+
+@pytest.mark.parametrize("n", [1, 7, 33, 513])
+def test_counter_buffer_adds_to_the_offset(n, access):
+    """A captured step reads its per-pass RNG base from a device counter: offset k with counter c draws the
+    masks of offset k + c (mod 2**32), for dropout and the fused residual dropout-add."""
+    from helios.kernels import fused as F
+
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    tx = rt.from_numpy(x)
+    for base, k in ((5 << 16, 3), (0xFFFF0000, 0x20000)):
+        counter = rt.from_numpy(np.array([base], np.uint32))
+        want = D.dropout(tx, 0.3, 11, (base + k) & 0xFFFFFFFF).numpy()
+        np.testing.assert_array_equal(D.dropout(tx, 0.3, 11, k, counter).numpy(), want)
+        np.testing.assert_array_equal(D.dropout_backward(tx, 0.3, 11, k, counter).numpy(), want)
+        np.testing.assert_array_equal(F.residual_dropout_add(tx, tx, 0.3, 11, k, counter).numpy(),
+                                      F.residual_dropout_add(tx, tx, 0.3, 11, (base + k) & 0xFFFFFFFF).numpy())
+
+
+def test_counter_must_be_one_u32_word():
+    x = rt.from_numpy(np.ones(8, np.float32))
+    with pytest.raises(ValueError, match="uint32 tensor of one element"):
+        D.dropout(x, 0.5, 1, 0, rt.from_numpy(np.ones(1, np.float32)))

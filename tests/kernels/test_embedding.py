@@ -162,3 +162,22 @@ def test_grid_past_65535_workgroups():
     table = np.random.default_rng(6).standard_normal((50, 1025)).astype(np.float32)
     out = E.embedding(rt.from_numpy(ids), rt.from_numpy(table))
     np.testing.assert_array_equal(out.numpy(), table[ids[0]])
+
+
+@pytest.mark.parametrize("n_tokens,vocab", [(1, 4), (7, 3), (33, 64), (513, 40)])
+def test_fixed_capacity_plan_gives_the_exact_plans_result(n_tokens, vocab):
+    """A captured step's plan (FixedScatterPlan: padded to min(tokens, vocab) segments, the padding empty and
+    never written) sums each row in the same order as the exact plan: bit-identical gradients."""
+    rng = np.random.default_rng(n_tokens)
+    ids = rng.integers(-1, vocab + 1, (1, n_tokens)).astype(np.int32)  # a few out of range: dropped
+    dy = rng.standard_normal((n_tokens, 12)).astype(np.float32)
+    fixed = E.FixedScatterPlan(n_tokens, vocab)
+    for tensor, array in zip(fixed.tensors, fixed.arrays(ids), strict=True):
+        tensor.runtime.upload(tensor.storage, 0, array)
+    got, want = rt.zeros((vocab, 12)), rt.zeros((vocab, 12))
+    E.embedding_backward(rt.from_numpy(ids), rt.from_numpy(dy), got, accumulate=True, plan=fixed.plan)
+    E.embedding_backward(rt.from_numpy(ids), rt.from_numpy(dy), want, accumulate=True,
+                         plan=E.sorted_segments(ids, vocab))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with pytest.raises(ValueError, match="holds"):
+        fixed.arrays(ids[:, :0] if n_tokens > 1 else np.zeros((1, 2), np.int32))

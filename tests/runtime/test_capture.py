@@ -72,3 +72,23 @@ def test_host_read_inside_a_capture_is_an_error_and_leaves_the_runtime_usable(ru
             x.numpy()
     rt.launch(ADD_INPLACE, [x], push={"n": 8, "c": 1.0}, grid=1)
     assert x.numpy().tolist() == [2.0] * 8  # the aborted capture's dispatch never ran
+
+
+def test_an_upload_inside_a_capture_is_an_error(runtime):
+    """Host bytes uploaded inside the scope would be frozen into every replay: refused, with the way out."""
+    with pytest.raises(HeliosError, match="write_input"):
+        with Capture():
+            rt.from_numpy(np.ones(4, np.float32))
+    assert rt.from_numpy(np.ones(4, np.float32)).numpy().tolist() == [1.0] * 4  # uploads work again after
+
+
+def test_write_input_checks_dtype_and_size(runtime):
+    from helios.runtime.capture import write_fixed
+
+    x = rt.zeros((4,))
+    with pytest.raises(HeliosError, match="write_input"):
+        write_fixed(x, np.ones(4, np.int32))
+    with pytest.raises(HeliosError, match="write_input"):
+        write_fixed(x, np.ones(3, np.float32))
+    write_fixed(x, np.arange(4, dtype=np.float32))
+    assert x.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]

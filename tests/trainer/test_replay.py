@@ -104,6 +104,22 @@ def test_replay_with_checkpointed_activations_is_bit_identical():
     assert [r.replayed for r in fast_res] == [False, False, True, True, True, False]
 
 
+def test_eval_and_sampling_between_replays_change_nothing():
+    """Eval (another shape, no dropout) and sampling run lazily beside the captures and do not disturb them."""
+    runs = []
+    for replay in (False, True):
+        backend = HeliosBackend.create(_model("llama"), OptimConfig(), 0)
+        backend.replay = replay
+        res = _steps(backend, 0, 4)
+        x = np.arange(48).reshape(3, 16) % 64
+        extra = (backend.eval_loss(x, x), backend.generate(x[0, :5], 6, 1.0, 4, np.random.default_rng(0)).tolist())
+        runs.append((backend, res + _steps(backend, 4, 8), extra))
+    (lazy, lazy_res, lazy_extra), (fast, fast_res, fast_extra) = runs
+    assert lazy_extra == fast_extra
+    _assert_same(lazy_res, fast_res, lazy.state_dict(), fast.state_dict())
+    assert [r.replayed for r in fast_res] == [False, False, True, True, True, False, False, False]
+
+
 def test_resume_under_replay_is_bit_exact():
     full, full_res = _run("llama", replay=True)
     first = HeliosBackend.create(_model("llama"), OptimConfig(), 0)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from helios.kernels.elementwise import check_f32, map_kernel, output, run_map, unary_op
+from helios.kernels.elementwise import check_float, map_kernel, output, run_map, unary_op
 from helios.kernels.spec import OpSpec, normal_inputs, register, spec_of
 from helios.runtime import Tensor
 from helios.spirv import KernelBuilder, Value, f32
@@ -94,7 +94,7 @@ SOFTCAP_BWD = map_kernel("softcap_backward", _softcap_bwd, n_in=2, params=[("cap
 
 # -- op functions: forward and backward side by side ----------------------------------------------------
 def _grad_op(kernel, x: Tensor, dy: Tensor, **params) -> Tensor:
-    check_f32(x, dy)
+    check_float(x, dy)
     if x.numel != dy.numel:
         raise ValueError(f"{kernel.name}: x {x.shape} and dy {dy.shape} differ in size")
     dx = output(dy, None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels.elementwise import check_f32, clone, map_kernel, output, run_map
+from helios.kernels.elementwise import check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero, keep_mask_reference, seed_words, uniform
 from helios.runtime import Tensor, zeros
 from helios.spirv import f32, u32
@@ -44,12 +44,12 @@ def rng_push(p: float, seed: int, offset: int) -> dict:
 def dropout(x: Tensor, p: float, seed: int, offset: int, counter: Tensor | None = None) -> Tensor:
     """x * keep / (1 - p), keep = uniform(seed, offset + counter[0], i) >= p; a new tensor. `counter`: a
     one-word u32 tensor (a captured step's RNG counter); None adds 0."""
-    check_f32(x)
+    check_float(x)
     p = check_p(p)
     if p == 0.0:
         return clone(x)
     if p == 1.0:
-        return zeros(x.shape)
+        return zeros(x.shape, x.dtype)
     y = output(x, None)
     run_map(DROPOUT, [x, y, counter_or_zero(counter)], x.numel, **rng_push(p, seed, offset))
     return y

@@ -9,6 +9,11 @@ stored values, written once and emitted for scalars or for vec4s. Variants:
 - "u64x2": 4 floats per invocation moved as two 64-bit words (faster on lavapipe, see _load); n % 4 == 0.
 Broadcast kernels add "row_*" (operand b is a row vector [N] repeated over rows) and "col_*" (operand b is
 a column [..., 1], one value per row) variants; their 4-wide forms need N % 4 == 0.
+Every variant also exists for bfloat16 tensors ("bf16_" + the name; in "u64x2" the 4 values are one 64-bit
+word, unpacked by shifts): each float
+operand is stored as bf16, widened to f32 in registers and rounded to nearest even when stored, so the
+body is the same f32 code (fp32 math, one rounding per output). All float operands of a launch share one
+dtype; run_map picks the variant from it.
 
 Work items are laid out over a 2-D grid of workgroups (x up to the device limit, then y), so any size works
 on devices limited to 65535 groups per dimension. FLOP and byte counts are `kernel.flops(n)` and
@@ -23,7 +28,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from helios.runtime import Tensor, copy, empty, launch
-from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64, vec
+from helios.runtime.tensor import BFLOAT16
+from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, bf16, ceil_div, f32, u32, u64, vec
+from helios.spirv.memory import bf16_bits
 
 LOCAL = 256  # invocations per workgroup; a multiple of every subgroup size in use (8 .. 64)
 ACCESS: str | None = None  # force "scalar", "vec4" or "u64x2" (tests); None: the best the device and shape allow
@@ -62,8 +69,25 @@ def grid_2d(items: int, local: int = LOCAL) -> tuple[int, int, int]:
 # is the natural 128-bit load, so "u64x2" is a lavapipe variant.
 
 
-def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode: str, cols: Value | None) -> Value:
-    """Operand at work item i: a scalar or 4 values, directly or broadcast over rows ("row") or columns ("col")."""
+# A bf16 operand's 4 values are one 64-bit word in "u64x2": unpacked by shifts (a bf16 is the top half of
+# an f32) and packed after rounding, one load and one store per 4 elements.
+
+
+def _unpack_bf16(b: KernelBuilder, word: Value) -> Value:
+    lo_hi = b.bitcast(word, vec(u32, 2))
+    lo, hi = lo_hi[0], lo_hi[1]
+    return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec(f32, 4))
+
+
+def _pack_bf16(b: KernelBuilder, value: Value) -> Value:
+    r = bf16_bits(b, value)
+    return b.bitcast(b.vector(r[0] | (r[1] << 16), r[2] | (r[3] << 16)), u64)
+
+
+def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode: str, cols: Value | None,
+          packed: bool = False) -> Value:
+    """Operand at work item i: a scalar or 4 values, directly or broadcast over rows ("row") or columns ("col").
+    `packed`: a bf16 operand read through a u64 buffer (one word per 4 values)."""
     if mode == "col":  # one value per row of length cols; cols % 4 == 0, so 4 values never straddle two rows
         return buf[i / cols] if access == "scalar" else b.splat(buf[(i << 2) / cols], 4)
     k = i if mode == "full" else i % (cols if access == "scalar" else cols >> 2)
@@ -71,29 +95,35 @@ def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode:
         return buf[k]
     if access == "vec4":
         return buf.vec4[k]
+    if packed:
+        return _unpack_bf16(b, buf[k])
     return b.bitcast(buf.vec2[k], vec(dtype, 4))
 
 
-def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str) -> None:
+def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str, packed: bool = False) -> None:
     if access == "scalar":
         buf[i] = value
     elif access == "vec4":
         buf.vec4[i] = value
+    elif packed:
+        buf[i] = _pack_bf16(b, value)
     else:
         buf.vec2[i] = b.bitcast(value, vec(u64, 2))
 
 
-def _emit_item(b, bufs_in, dtypes, bufs_out, i: Value, access: str, bcast: str, cols, params, body, inplace):
+def _emit_item(b, bufs_in, dtypes, bufs_out, i: Value, access: str, bcast: str, cols, params, body, inplace,
+               packed=False):
     modes = ["full"] * len(bufs_in)
     if bcast != "full":
         modes[-1] = bcast  # the last input is the broadcast operand
-    xs = [_load(b, buf, t, i, access, mode, cols) for buf, t, mode in zip(bufs_in, dtypes, modes, strict=True)]
+    xs = [_load(b, buf, t, i, access, mode, cols, packed and t == f32)
+          for buf, t, mode in zip(bufs_in, dtypes, modes, strict=True)]
     index = i if access == "scalar" else b.splat(i << 2, 4) + b.vector(0, 1, 2, 3)  # element indices (for RNG)
     out = body(b, *xs, index=index, **params)
     outs = [out] if isinstance(out, Value) else list(out)
     targets = [bufs_in[0]] if inplace else bufs_out
     for buf, v in zip(targets, outs, strict=True):
-        _store(b, buf, i, v, access)
+        _store(b, buf, i, v, access, packed)
 
 
 def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[ScalarType],
@@ -113,9 +143,11 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
         b.local_size(LOCAL)
         access, bcast = v.access, v.get("bcast", "full")
         wide = access == "u64x2"  # u64 buffers: the builder declares Int64
+        storage = bf16 if v.get("dtype") == "bf16" else f32  # how f32 operands are stored
 
         def declare(k, t, how):
             narrow = not wide or (bcast == "col" and k == len(inputs) - 1)  # a column is read one value at a time
+            t = storage if t == f32 else t
             return b.buffer(k, t if narrow else u64, how)
 
         bufs_in = [declare(k, t, "rw" if inplace and k == 0 else "r") for k, t in enumerate(inputs)]
@@ -133,7 +165,7 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
             return
         nv = n >> 2
         with b.if_(i < nv):
-            _emit_item(b, *args, i, access, bcast, cols, p, body, inplace)
+            _emit_item(b, *args, i, access, bcast, cols, p, body, inplace, packed=wide and storage == bf16)
         if not wide:
             with b.else_():
                 tail = i - nv + (nv << 2)  # elements 4*nv .. n-1, one per invocation
@@ -147,12 +179,18 @@ ACCESSES = ("scalar", "vec4", "u64x2")
 _VEC = {"scalar": 1, "vec4": 4, "u64x2": 4}
 
 
+BF16_ACCESSES = ACCESSES  # bf16 "u64x2": the 4 values are one 64-bit word
+
+
 def map_variants(broadcast: bool = False) -> dict[str, dict]:
-    """Variant table: one per access, and row_/col_ forms when the last operand may be broadcast."""
+    """Variant table: one per access, row_/col_ forms when the last operand may be broadcast, and all of
+    them again for bf16 operands ("bf16_" prefix)."""
     out = {a: {"access": a, "vec": _VEC[a]} for a in ACCESSES}
     if broadcast:
         for mode in ("row", "col"):
             out.update({f"{mode}_{a}": {"access": a, "vec": _VEC[a], "bcast": mode} for a in ACCESSES})
+    out.update({f"bf16_{name}": {**p, "dtype": "bf16"} for name, p in list(out.items())
+                if p["access"] in BF16_ACCESSES})
     return out
 
 
@@ -178,22 +216,36 @@ def preferred_access() -> str:
     return "u64x2" if info.is_cpu and info.int64 else "vec4"
 
 
-def choose_variant(n: int, bcast: str = "full", cols: int = 0) -> str:
+def choose_variant(n: int, bcast: str = "full", cols: int = 0, dtype: str = "f32") -> str:
     """The variant for n elements: 4 per invocation when the broadcast layout allows, u64x2 only without a tail."""
     access = ACCESS or preferred_access()
     if access != "scalar" and (n < 4 or (bcast != "full" and cols % 4)):
         access = "scalar"
     if access == "u64x2" and n % 4:
         access = "vec4"
-    return access if bcast == "full" else f"{bcast}_{access}"
+    name = access if bcast == "full" else f"{bcast}_{access}"
+    return name if dtype == "f32" else f"{dtype}_{name}"
+
+
+FLOAT_DTYPES = {np.dtype(np.float32): "f32", BFLOAT16: "bf16"}
+
+
+def float_dtype(tensors: Sequence[Tensor]) -> str:
+    """"f32" or "bf16": the one float dtype of a launch's float operands (integer ones, masks and counters,
+    do not count); mixing them is an error."""
+    found = {FLOAT_DTYPES[t.dtype] for t in tensors if t.dtype.kind == "f" or t.dtype == BFLOAT16}
+    if len(found) > 1:
+        raise TypeError(f"operands mix {' and '.join(sorted(found))}: convert one side first (helios.ops.cast)")
+    return found.pop() if found else "f32"
 
 
 def run_map(kernel: Kernel, tensors: Sequence[Tensor], n: int, bcast: str = "full", cols: int = 0,
-            **params) -> None:
-    """Launch an elementwise kernel over n elements; `tensors` follow the binding order."""
+            float_operands: Sequence[Tensor] | None = None, **params) -> None:
+    """Launch an elementwise kernel over n elements; `tensors` follow the binding order. The variant's dtype
+    follows the float operands (`float_operands` when some float tensors are read as raw words, else all)."""
     if n == 0:
         return
-    variant = choose_variant(n, bcast, cols)
+    variant = choose_variant(n, bcast, cols, float_dtype(tensors if float_operands is None else float_operands))
     push = {"n": n, **params}
     if bcast != "full":
         push["cols"] = cols
@@ -206,18 +258,26 @@ def check_f32(*tensors: Tensor) -> None:
             raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")
 
 
+def check_float(*tensors: Tensor) -> None:
+    """float32 or bfloat16 tensors, all of one dtype (what the elementwise maps take)."""
+    for t in tensors:
+        if t.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"expected a float32 or bfloat16 tensor, got {t.dtype} {t.shape}")
+    float_dtype(tensors)
+
+
 def output(like: Tensor, out: Tensor | None) -> Tensor:
-    """`out` checked against `like`'s element count, or a new tensor of `like`'s shape."""
+    """`out` checked against `like`'s element count and dtype, or a new tensor of `like`'s shape and dtype."""
     if out is None:
-        return empty(like.shape)
-    if out.numel != like.numel or out.dtype != np.float32:
-        raise ValueError(f"out= has shape {out.shape} {out.dtype}; expected {like.shape} float32")
+        return empty(like.shape, like.dtype)
+    if out.numel != like.numel or out.dtype != like.dtype:
+        raise ValueError(f"out= has shape {out.shape} {out.dtype}; expected {like.shape} {like.dtype}")
     return out
 
 
 def unary_op(kernel: Kernel, x: Tensor, out: Tensor | None = None, **params) -> Tensor:
-    """y = kernel(x) elementwise (params are the kernel's push constants)."""
-    check_f32(x)
+    """y = kernel(x) elementwise (params are the kernel's push constants); y has x's dtype."""
+    check_float(x)
     y = output(x, out)
     run_map(kernel, [x, y], x.numel, **params)
     return y
@@ -225,7 +285,7 @@ def unary_op(kernel: Kernel, x: Tensor, out: Tensor | None = None, **params) -> 
 
 def binary_op(kernel: Kernel, x: Tensor, other: Tensor, out: Tensor | None = None, **params) -> Tensor:
     """kernel(x, other): `other` of x's shape, or broadcast over rows or columns of x."""
-    check_f32(x, other)
+    check_float(x, other)
     y = output(x, out)
     bcast, cols = broadcast_mode(x, other)
     run_map(kernel, [x, other, y], x.numel, bcast, cols, **params)
@@ -310,18 +370,18 @@ def clone(x: Tensor, out: Tensor | None = None) -> Tensor:
 
 def masked_fill(x: Tensor, mask: Tensor, value: float, out: Tensor | None = None) -> Tensor:
     """x with `value` where mask (same shape; float32, int32 or uint32) is nonzero."""
-    check_f32(x)
+    check_float(x)
     if mask.numel != x.numel or mask.dtype.itemsize != 4:
         raise ValueError(f"mask {mask.shape} {mask.dtype} must match x {x.shape} with a 32-bit dtype")
     y = output(x, out)
     bits = 0x7FFFFFFF if mask.dtype == np.float32 else 0xFFFFFFFF
-    run_map(MASKED_FILL, [x, mask, y], x.numel, value=float(value), bits=bits)
+    run_map(MASKED_FILL, [x, mask, y], x.numel, float_operands=[x], value=float(value), bits=bits)
     return y
 
 
 def add_inplace(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """a += alpha * b in place (no allocation, no new tensor); returns a."""
-    check_f32(a, b)
+    check_float(a, b)
     if a.numel != b.numel:
         raise ValueError(f"add_inplace: a {a.shape} and b {b.shape} differ in size")
     run_map(ADD_INPLACE, [a, b], a.numel, alpha=float(alpha))

@@ -13,7 +13,7 @@ import numpy as np
 
 from helios.kernels.activations import reference_sigmoid, sigmoid
 from helios.kernels.dropout import RNG_PARAMS, check_p, dropout_backward, dropped, rng_push
-from helios.kernels.elementwise import add, check_f32, clone, map_kernel, output, run_map
+from helios.kernels.elementwise import add, check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero
 from helios.runtime import Tensor, empty
 
@@ -37,7 +37,7 @@ RESIDUAL_DROPOUT_ADD = map_kernel(
 
 
 def _same(*ts: Tensor) -> None:
-    check_f32(*ts)
+    check_float(*ts)
     if any(t.numel != ts[0].numel for t in ts):
         raise ValueError(f"shapes differ: {', '.join(str(t.shape) for t in ts)}")
 
@@ -53,7 +53,7 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
 def swiglu_backward(gate: Tensor, up: Tensor, dy: Tensor) -> tuple[Tensor, Tensor]:
     """(dgate, dup) = (dy * up * silu'(gate), dy * silu(gate))."""
     _same(gate, up, dy)
-    dgate, dup = empty(gate.shape), empty(up.shape)
+    dgate, dup = empty(gate.shape, gate.dtype), empty(up.shape, up.dtype)
     run_map(SWIGLU_BWD, [gate, up, dy, dgate, dup], gate.numel)
     return dgate, dup
 

@@ -42,6 +42,15 @@ class _Indexable:
         self.b._emit(Op.Store, ptr, v.id)
 
 
+def bf16_bits(b: KernelBuilder, v: Value) -> Value:
+    """The bf16 bit patterns (in the low 16 bits of u32s) of f32 value(s) v, rounded to nearest even; a NaN
+    stays a (quiet) NaN, never rounded into Inf."""
+    bits = b.bitcast(v, with_count(u32, v.type.count))
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = ((bits & 0x7F800000).eq(0x7F800000)) & ((bits & 0x7FFFFF).ne(0))
+    return b.select(nan, (bits >> 16) | 0x40, rounded)
+
+
 class BufferView(_Indexable):
     """A storage buffer seen as an array of `elem` (a scalar, or a vector of the buffer's scalar).
 
@@ -72,11 +81,7 @@ class BufferView(_Indexable):
         v = b._as_value(value, want)
         if v.type != want:
             raise SpirvError(f"a bf16 element stores from {want.name}, got {v.type.name}: use b.cast")
-        bits = b.bitcast(v, u32)
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest, ties to even
-        nan = ((bits & 0x7F800000).eq(0x7F800000)) & ((bits & 0x7FFFFF).ne(0))
-        top = b.select(nan, (bits >> 16) | 0x40, rounded)  # a quiet NaN, never rounded into Inf
-        self.b._emit(Op.Store, ptr, b.cast(top, u16).id)
+        self.b._emit(Op.Store, ptr, b.cast(bf16_bits(b, v), u16).id)
 
     @property
     def var(self) -> int:

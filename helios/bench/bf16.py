@@ -1,0 +1,68 @@
+"""bf16 vs fp32 for the bandwidth-bound elementwise kernels: the same op on the same device, both dtypes
+timed interleaved (A B A B). bf16 moves 2 bytes per operand element instead of 4 and computes in f32, so on a
+memory-bound kernel the ideal is 2x. Each record's `ratio` is fp32 ms / bf16 ms (>1: bf16 faster), `gbps` the
+bf16 side's useful traffic and `ref_gbps` the fp32 side's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import ml_dtypes
+import numpy as np
+
+from helios.bench.harness import _sampler, record
+
+FULL = [1 << 20, 1 << 22]
+QUICK = [1 << 20]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeats", type=int, default=10, help="timed samples per figure (median reported)")
+    parser.add_argument("--quick", action="store_true", help="1M elements only")
+
+
+def _ops(n: int, dtype):
+    """(name, kernel, launch) for each op on fresh tensors of `dtype`; kernel gives the fp32 byte count."""
+    import helios.runtime as rt
+    from helios import ops
+    from helios.kernels import activations as A
+    from helios.kernels import dropout as D
+    from helios.kernels import elementwise as E
+    from helios.kernels import fused as F
+
+    rng = np.random.default_rng(0)
+    a, b, c = (rt.from_numpy(rng.standard_normal(n).astype(np.float32).astype(dtype)) for _ in range(3))
+    return [
+        ("add", E.ADD, lambda: ops.add(a, b)),
+        ("scale", E.SCALE, lambda: ops.scale(a, 0.5)),
+        ("add_inplace", E.ADD_INPLACE, lambda: ops.add_inplace(c, b, 0.5)),
+        ("gelu", A.GELU, lambda: ops.gelu(a)),
+        ("gelu_backward", A.GELU_BWD, lambda: ops.gelu_backward(a, b)),
+        ("swiglu", F.SWIGLU, lambda: ops.swiglu(a, b)),
+        ("dropout", D.DROPOUT, lambda: ops.dropout(a, 0.1, 1, 0)),
+        ("residual_dropout_add", F.RESIDUAL_DROPOUT_ADD, lambda: ops.residual_dropout_add(a, b, 0.1, 1, 0)),
+    ]
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    sizes = QUICK if getattr(args, "quick", False) else FULL
+    repeats = getattr(args, "repeats", 10)
+    records = []
+    for n in sizes:
+        for (name, kernel, f32_fn), (_, _, bf16_fn) in zip(_ops(n, np.float32), _ops(n, BF16), strict=True):
+            for fn in (f32_fn, bf16_fn):  # warm: pipelines built, pool regions carved
+                fn()
+            f32_sample, bf16_sample = _sampler(20.0, f32_fn), _sampler(20.0, bf16_fn)
+            f32_ms, bf16_ms = [], []
+            for _ in range(repeats):
+                f32_ms.append(f32_sample())
+                bf16_ms.append(bf16_sample())
+            f32, bf = statistics.median(f32_ms), statistics.median(bf16_ms)
+            nbytes = kernel.bytes(n)
+            rec = record(name, "bf16", f"n={n}", bf, kernel.flops(n), nbytes / 2, "fp32", f32)
+            rec["ref_gbps"] = nbytes / (f32 * 1e-3) / 1e9  # the fp32 side moves twice the bytes
+            records.append(rec)
+    return records

@@ -1,0 +1,123 @@
+"""bfloat16 elementwise maps: every map kernel's "bf16_*" variants (bf16 storage, f32 math, one rounding per
+output) against the fp32 numpy reference at awkward sizes, with every access form (scalar, vec4 + scalar
+tail, 64-bit packed words) and the row/column broadcasts. Ops whose f32 result is exact before the rounding (add, mul, scale,
+masked_fill, dropout's mask and scale) must match bit for bit; transcendental ones within one bf16 step.
+Mixing bf16 and fp32 operands is an error that says what to do. spirv-val of every variant is in the
+families' own tests (their variant lists include the bf16 ones)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import helios.runtime as rt
+from helios import ops
+from helios.kernels import elementwise as E
+from helios.kernels.activations import reference_clamp, reference_softcap
+from helios.kernels.dropout import reference_dropout
+from helios.kernels.fused import reference_swiglu
+from helios.kernels.spec import specs
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+SIZES = (1, 7, 33, 513, 4096, 4097)
+STEP = 2.0 ** -8  # a bf16 rounding: half a unit in the last place of an 8-bit significand, relative
+
+
+@pytest.fixture(params=["scalar", "vec4", "u64x2"])
+def bf16_access(request, monkeypatch):
+    monkeypatch.setattr(E, "ACCESS", request.param)
+    return request.param
+
+
+def _bf16(rng, shape, scale=3.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32).astype(BF16)
+
+
+def _rounded(x: np.ndarray) -> np.ndarray:
+    """An f32/f64 result rounded to bf16 and widened back: what a bit-exact kernel stores."""
+    return np.asarray(x, np.float32).astype(BF16).astype(np.float32)
+
+
+def _exact(got, want) -> None:
+    assert got.dtype == BF16
+    np.testing.assert_array_equal(got.astype(np.float32), _rounded(want))
+
+
+def _close(got, want, atol=1e-6) -> None:
+    assert got.dtype == BF16
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2 * STEP, atol=atol)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_arithmetic_is_bit_exact(n, bf16_access):
+    rng = np.random.default_rng(n)
+    a, b = _bf16(rng, n), _bf16(rng, n)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    ta, tb = rt.from_numpy(a), rt.from_numpy(b)
+    _exact(ops.add(ta, tb).numpy(), a32 + b32)
+    _exact(ops.sub(ta, tb).numpy(), a32 - b32)
+    _exact(ops.mul(ta, tb).numpy(), a32 * b32)
+    _close(ops.div(ta, tb).numpy(), a32 / b32)  # OpFDiv may be 2.5 ulp of f32 on some drivers
+    _exact(ops.scale(ta, 0.37).numpy(), a32 * np.float32(0.37))
+    _exact(ops.neg(ta).numpy(), -a32)
+    ops.add_inplace(ta, tb, 0.5)
+    _exact(ta.numpy(), a32 + b32 * np.float32(0.5))
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 4), (7, 33), (33, 12), (3, 516)])
+def test_broadcasts(rows, cols, bf16_access):
+    rng = np.random.default_rng(rows * cols)
+    a, row, col = _bf16(rng, (rows, cols)), _bf16(rng, (cols,)), _bf16(rng, (rows, 1))
+    a32 = a.astype(np.float32)
+    _exact(ops.add(rt.from_numpy(a), rt.from_numpy(row)).numpy(), a32 + row.astype(np.float32))
+    _exact(ops.mul(rt.from_numpy(a), rt.from_numpy(col)).numpy(), a32 * col.astype(np.float32))
+
+
+@pytest.mark.parametrize("spec", specs(), ids=lambda s: s.name)
+def test_every_spec_op_in_bf16(spec, bf16_access):
+    """Forward and backward of each registered pointwise op, bf16 in and out, against the fp32 reference of
+    the same (bf16) inputs: one rounding of the output apart."""
+    rng = np.random.default_rng(0)
+    for shape in spec.shapes:
+        x = spec.inputs(rng, shape).astype(BF16)
+        x64 = x.astype(np.float64)
+        y = spec.forward(rt.from_numpy(x))
+        _close(y.numpy(), spec.reference(x64), atol=1e-5)
+        dy = _bf16(rng, shape)
+        saved = rt.from_numpy(x) if spec.saves == "x" else y
+        saved64 = x64 if spec.saves == "x" else y.numpy().astype(np.float64)
+        dx = spec.backward(saved, rt.from_numpy(dy)).numpy()
+        _close(dx, dy.astype(np.float64) * spec.reference_grad(saved64), atol=1e-4)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_activations_and_fused(n, bf16_access):
+    rng = np.random.default_rng(n + 7)
+    x, g, u = _bf16(rng, n), _bf16(rng, n), _bf16(rng, n)
+    x64 = x.astype(np.float64)
+    _exact(ops.clamp(rt.from_numpy(x), -1.0, 2.0).numpy(), reference_clamp(x64, -1.0, 2.0))
+    _close(ops.softcap(rt.from_numpy(x), 2.5).numpy(), reference_softcap(x64, 2.5))
+    _close(ops.swiglu(rt.from_numpy(g), rt.from_numpy(u)).numpy(),
+           reference_swiglu(g.astype(np.float64), u.astype(np.float64)), atol=1e-5)
+    mask = (rng.random(n) < 0.5).astype(np.int32)
+    _exact(ops.masked_fill(rt.from_numpy(x), rt.from_numpy(mask), -2.0).numpy(), np.where(mask, -2.0, x64))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_dropout_masks_are_the_fp32_masks(n, bf16_access):
+    rng = np.random.default_rng(n + 3)
+    x, y = _bf16(rng, n), _bf16(rng, n)
+    want = reference_dropout(x.astype(np.float32), 0.3, 5, 9)
+    _exact(ops.dropout(rt.from_numpy(x), 0.3, 5, 9).numpy(), want)
+    got = ops.residual_dropout_add(rt.from_numpy(x), rt.from_numpy(y), 0.3, 5, 9).numpy()
+    _exact(got, x.astype(np.float32) + reference_dropout(y.astype(np.float32), 0.3, 5, 9))
+
+
+def test_mixing_dtypes_is_a_clear_error():
+    a = rt.from_numpy(np.ones(8, BF16))
+    b = rt.from_numpy(np.ones(8, np.float32))
+    with pytest.raises(TypeError, match="mix bf16 and f32"):
+        ops.add(a, b)
+    with pytest.raises(ValueError, match="bfloat16"):
+        ops.add(a, a, out=rt.empty((8,)))

@@ -12,10 +12,12 @@ Conventions every backend follows (see docs/TRAINER.md for parameter names and l
 
 from __future__ import annotations
 
+import ast
 import importlib
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -123,10 +125,23 @@ class Backend(ABC):
         """The device's peak fp32 FLOP/s, or None when unknown (MFU is then null)."""
 
 
-BACKENDS = {
-    "helios": "trainer.backends.helios:HeliosBackend",
-    "torch": "trainer.backends.torch_ref:TorchBackend",
-}
+def _declared_backends() -> dict[str, str]:
+    """name -> "module:Class" for every Backend subclass in trainer/backends/ that declares `name = "..."`.
+    Found by reading the sources, so nothing is imported (torch loads only when its backend is asked for);
+    a new backend is one file there, with no list to edit."""
+    found: dict[str, str] = {}
+    for path in sorted((Path(__file__).parent / "backends").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not (isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "Backend" for b in node.bases)):
+                continue
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Assign) and [getattr(t, "id", None) for t in stmt.targets] == ["name"]
+                        and isinstance(stmt.value, ast.Constant)):
+                    found[stmt.value.value] = f"trainer.backends.{path.stem}:{node.name}"
+    return found
+
+
+BACKENDS = _declared_backends()  # {"helios": ..., "torch": ...}
 
 
 def backend_class(kind: str) -> type[Backend]:

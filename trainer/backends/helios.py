@@ -39,6 +39,8 @@ def _gpt_config(cfg: ModelConfig) -> GPTConfig:
 class HeliosBackend(Backend):
     """GPT + fused AdamW on the helios Vulkan engine."""
 
+    name = "helios"  # --backend helios (trainer.backend finds it here)
+
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed
         self.max_tensor = rt.get_runtime().pool.max_tensor

@@ -33,6 +33,8 @@ def _ms(t0: float) -> float:
 class TorchBackend(Backend):
     """GPT + AdamW in PyTorch on the CPU."""
 
+    name = "torch"  # --backend torch (trainer.backend finds it here)
+
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         torch.set_num_threads(env.torch_threads())
         self.cfg, self.optim, self.seed = model_cfg, optim_cfg, seed

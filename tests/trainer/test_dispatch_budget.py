@@ -19,10 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 B, T = 1, 32
 
 
-def _step_counters(n_layer: int, steps: int = 3):
+def _step_counters(n_layer: int, steps: int = 3, replay: bool = False):
+    """Counters of the last of `steps` steps; recorded lazily unless `replay` (then it is a replayed step)."""
     cfg = load_config(ROOT / "configs" / "alpha-8l.toml")
     model_cfg = dataclasses.replace(cfg.model, n_layer=n_layer)
     backend = HeliosBackend.create(model_cfg, cfg.optim, seed=0)
+    backend.replay = replay
     rng = np.random.default_rng(0)
     per_step = []
     for _ in range(steps):
@@ -66,3 +68,8 @@ def test_optimizer_and_clipping_take_at_most_5_dispatches():
 def test_exactly_one_host_wait_per_step(counted):
     for c in counted:
         assert c["host_waits"] == 1, c
+
+
+def test_a_replayed_step_records_nothing_and_waits_once():
+    c = _step_counters(2, replay=True)
+    assert c == {"dispatches": 0, "host_waits": 1}, c

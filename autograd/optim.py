@@ -16,11 +16,13 @@ class AdamW:
     `step()` records at most three dispatches (two for the norm and clip coefficient, one for the update)
     and reads nothing back. With `skip_nonfinite`, a NaN/Inf gradient norm (or one above `skip_above`)
     makes the update kernel change nothing; the caller learns it from `last_check` when it next reads.
+    With `working_dtype="bf16"` the arena's fp32 params are the master weights and `working` a bf16 copy
+    of them that the update kernel rewrites in the same dispatch (mixed precision, issue 17).
     """
 
     def __init__(self, arena: ParameterArena, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.95),
                  eps: float = 1e-8, weight_decay: float = 0.1, grad_clip: float = 0.0,
-                 skip_nonfinite: bool = True, skip_above: float = math.inf):
+                 skip_nonfinite: bool = True, skip_above: float = math.inf, working_dtype: str | None = None):
         from helios import runtime as rt
 
         if not isinstance(arena, ParameterArena):
@@ -35,6 +37,21 @@ class AdamW:
         self.step_buffer = None
         # (1,) device tensors of the last step: the gradient norm, the value the skip test read, the clip coefficient
         self.last_raw_norm = self.last_check = self.last_clip = None
+        if working_dtype not in (None, "bf16"):
+            raise ValueError(f"AdamW working_dtype must be None or 'bf16', not {working_dtype!r}")
+        self.working = None
+        if working_dtype == "bf16":
+            self.working = rt.empty((arena.size,), rt.tensor.BFLOAT16)
+            self.refresh_working_copy()
+
+    def refresh_working_copy(self) -> None:
+        """Rewrite the bf16 working copy from the fp32 masters (after they were set from the host)."""
+        from helios import runtime as rt
+
+        if self.working is not None:
+            from helios.runtime.tensor import BFLOAT16
+
+            rt.copy(rt.from_numpy(self.arena.data.numpy().astype(BFLOAT16)), self.working)
 
     def step(self, lr: float | None = None, skip_extra=None) -> None:
         """One update. `skip_extra` (a (1,) device tensor) is added to the norm the skip test reads, so
@@ -52,7 +69,7 @@ class AdamW:
                 lr=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps, weight_decay=self.weight_decay,
                 step=self.step_count, clip_coef=coef,
                 norm=check if self.skip_nonfinite else None, skip_above=self.skip_above,
-                step_buffer=self.step_buffer,
+                step_buffer=self.step_buffer, working_copy=self.working,
             )
         self._bump_versions()
         self.last_raw_norm, self.last_check, self.last_clip = norm, check, coef
@@ -92,6 +109,7 @@ class AdamW:
                 raise ValueError(f"optimizer state {key!r} has shape {value.shape}; the arena has ({self.arena.size},)")
             rt.copy(rt.from_numpy(value), getattr(self, key))
         self.step_count = int(state["step"])
+        self.refresh_working_copy()
 
 
 def lr_at(step: int, *, lr: float, warmup_iters: int, decay: str, lr_decay_iters: int, min_lr: float) -> float:

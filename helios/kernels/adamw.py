@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from helios.kernels.cross_entropy import workgroup_sum
-from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, bf16, ceil_div, f32, u32
 
 WG = 256
 MAX_PARTIALS = 1024  # workgroups of the first grad-norm stage, per tensor at most
@@ -115,6 +115,9 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
     # The values that change every step (they depend on lr and the step count) come from a buffer, not push
     # constants, so that a captured step can be replayed with new ones (helios.runtime.capture).
     step_buf = b.buffer(7, f32, "r")
+    # "_bf16" variants also write the updated params, rounded to bf16, into a working copy (binding 8): the
+    # mixed-precision model's weights, refreshed in the same pass that updates the fp32 masters.
+    copy_buf = b.buffer(8, bf16, "w") if v.get("copy") else None
     count = b.push("n", u32)
     beta1, beta2, eps, skip_above = (b.push(k, f32) for k in ("beta1", "beta2", "eps", "skip_above"))
     wd_lr, step_size, sqrt_bc2 = step_buf[0], step_buf[1], step_buf[2]
@@ -128,7 +131,7 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
     items = count / n
 
     def update(views, k) -> None:
-        p_buf, g_buf, m_buf, v_buf, mask_buf = views
+        p_buf, g_buf, m_buf, v_buf, mask_buf, copy_view = views
         g = g_buf[k] * clip
         p = p_buf[k]
         decay = b.var(p.type, b.splat(b.const(1.0), p.count))
@@ -138,15 +141,18 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
         m = m_buf[k] * beta1 + g * (1.0 - beta1)
         vv = v_buf[k] * beta2 + g * g * (1.0 - beta2)
         m_buf[k], v_buf[k] = m, vv
-        p_buf[k] = p - m * step_size / (b.sqrt(vv) / sqrt_bc2 + eps)
+        p = p - m * step_size / (b.sqrt(vv) / sqrt_bc2 + eps)
+        p_buf[k] = p
+        if copy_view is not None:
+            copy_view[k] = p
 
     with b.if_(~skip):
         with b.if_(i < items):
-            update([buf.view(n) for buf in bufs], i)
+            update([buf.view(n) for buf in bufs] + [copy_buf.view(n) if copy_buf else None], i)
         if n > 1:
             with b.if_(i == items):
                 with b.for_range(items * n, count) as k:
-                    update(bufs, k)
+                    update(bufs + [copy_buf], k)
 
 
 GRAD_NORM_PARTIAL = Kernel(
@@ -158,7 +164,8 @@ GRAD_NORM_PARTIAL = Kernel(
 GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar": {}},
                           grid=lambda n: (1, 1, 1), flops=lambda n: n, bytes=lambda n: 4 * n + 8)
 ADAMW = Kernel(
-    "adamw", _build_adamw, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    "adamw", _build_adamw, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4},
+                                     "scalar_bf16": {"vec": 1, "copy": True}, "vec4_bf16": {"vec": 4, "copy": True}},
     grid=lambda n, vec=4: _grid(n // vec + (1 if n % vec else 0), WG),
     flops=lambda n: 18 * n,
     bytes=lambda n, masked=True: (28 + (4 if masked else 0)) * n,  # p, m, v read+written; g (and mask) read
@@ -237,14 +244,16 @@ def step_scalars(*, lr: float, beta1: float, beta2: float, weight_decay: float, 
 
 def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta2: float, eps: float,
                weight_decay: float, step: int, clip_coef=None, norm=None, skip_above: float = math.inf,
-               step_buffer=None):
+               step_buffer=None, working_copy=None):
     """One fused AdamW step over a flat arena (one dispatch); returns params. See the module docstring.
 
     `step_buffer`: a 4-float device tensor that already holds `step_scalars(...)` (a captured step's fixed
-    input); by default a fresh one is uploaded from lr and step."""
+    input); by default a fresh one is uploaded from lr and step. `working_copy`: a bfloat16 tensor of the
+    arena's size that receives the updated params rounded to nearest even, in the same dispatch (left
+    untouched when the step is skipped, like the params)."""
     rt = _rt()
     n = int(params.numel)
-    for name, t in (("grads", grads), ("m", m), ("v", v), ("decay_mask", decay_mask)):
+    for name, t in (("grads", grads), ("m", m), ("v", v), ("decay_mask", decay_mask), ("working_copy", working_copy)):
         if t is not None and int(t.numel) != n:
             raise ValueError(f"adamw_step: {name} has {t.numel} elements, params {n}")
     scalars = step_scalars(lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, step=step)
@@ -256,6 +265,14 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
             "skip_above": skip_above if norm is not None else math.inf, "masked": int(decay_mask is not None)}
     buffers = [params, grads, m, v, decay_mask if decay_mask is not None else one,
                clip_coef if clip_coef is not None else one, norm if norm is not None else _constant(0.0), step_buffer]
+    variant = "vec4" if vec == 4 else "scalar"
+    if working_copy is not None:
+        from helios.runtime.tensor import BFLOAT16
+
+        if working_copy.dtype != BFLOAT16:
+            raise TypeError(f"adamw_step: working_copy must be bfloat16, got {working_copy.dtype}")
+        buffers.append(working_copy)
+        variant += "_bf16"
     items = n // vec + (1 if n % vec else 0)
-    rt.launch(ADAMW, buffers, push=push, grid=_grid(items, WG), variant="vec4" if vec == 4 else "scalar")
+    rt.launch(ADAMW, buffers, push=push, grid=_grid(items, WG), variant=variant)
     return params

@@ -9,9 +9,9 @@ stored values, written once and emitted for scalars or for vec4s. Variants:
 - "u64x2": 4 floats per invocation moved as two 64-bit words (faster on lavapipe, see _load); n % 4 == 0.
 Broadcast kernels add "row_*" (operand b is a row vector [N] repeated over rows) and "col_*" (operand b is
 a column [..., 1], one value per row) variants; their 4-wide forms need N % 4 == 0.
-Every variant also exists for bfloat16 tensors ("bf16_" + the name; in "u64x2" the 4 values are one 64-bit
-word, unpacked by shifts): each float
-operand is stored as bf16, widened to f32 in registers and rounded to nearest even when stored, so the
+Every variant also exists for bfloat16 and float16 tensors ("bf16_"/"fp16_" + the name; in "u64x2" the 4
+values are one 64-bit word, see _unpack_half; helios.kernels.dtypes is the shared dtype axis): each float
+operand is stored as 16 bits, widened to f32 in registers and rounded to nearest even when stored, so the
 body is the same f32 code (fp32 math, one rounding per output). All float operands of a launch share one
 dtype; run_map picks the variant from it.
 
@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from helios.runtime import Tensor, copy, empty, launch
-from helios.runtime.tensor import BFLOAT16
-from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, bf16, ceil_div, f32, u32, u64, vec
+from helios.kernels.dtypes import check_float, dtype_variant, float_dtype, storage, with_dtypes
+from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64, vec
 from helios.spirv.memory import bf16_bits
 
 LOCAL = 256  # invocations per workgroup; a multiple of every subgroup size in use (8 .. 64)
@@ -73,21 +73,28 @@ def grid_2d(items: int, local: int = LOCAL) -> tuple[int, int, int]:
 # an f32) and packed after rounding, one load and one store per 4 elements.
 
 
-def _unpack_bf16(b: KernelBuilder, word: Value) -> Value:
+# An fp16 word is unpacked two halves at a time by GLSL UnpackHalf2x16 (exact) and packed by PackHalf2x16.
+def _unpack_half(b: KernelBuilder, word: Value, dtype: str) -> Value:
     lo_hi = b.bitcast(word, vec(u32, 2))
     lo, hi = lo_hi[0], lo_hi[1]
+    if dtype == "fp16":
+        a, c = (b.glsl("UnpackHalf2x16", w, result=vec(f32, 2)) for w in (lo, hi))
+        return b.vector(a[0], a[1], c[0], c[1])
     return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec(f32, 4))
 
 
-def _pack_bf16(b: KernelBuilder, value: Value) -> Value:
+def _pack_half(b: KernelBuilder, value: Value, dtype: str) -> Value:
+    if dtype == "fp16":
+        lo, hi = (b.glsl("PackHalf2x16", b.vec2(value[j], value[j + 1]), result=u32) for j in (0, 2))
+        return b.bitcast(b.vector(lo, hi), u64)
     r = bf16_bits(b, value)
     return b.bitcast(b.vector(r[0] | (r[1] << 16), r[2] | (r[3] << 16)), u64)
 
 
 def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode: str, cols: Value | None,
-          packed: bool = False) -> Value:
+          packed: str | None = None) -> Value:
     """Operand at work item i: a scalar or 4 values, directly or broadcast over rows ("row") or columns ("col").
-    `packed`: a bf16 operand read through a u64 buffer (one word per 4 values)."""
+    `packed`: the half dtype of an operand read through a u64 buffer (one word per 4 values)."""
     if mode == "col":  # one value per row of length cols; cols % 4 == 0, so 4 values never straddle two rows
         return buf[i / cols] if access == "scalar" else b.splat(buf[(i << 2) / cols], 4)
     k = i if mode == "full" else i % (cols if access == "scalar" else cols >> 2)
@@ -96,27 +103,27 @@ def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode:
     if access == "vec4":
         return buf.vec4[k]
     if packed:
-        return _unpack_bf16(b, buf[k])
+        return _unpack_half(b, buf[k], packed)
     return b.bitcast(buf.vec2[k], vec(dtype, 4))
 
 
-def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str, packed: bool = False) -> None:
+def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str, packed: str | None = None) -> None:
     if access == "scalar":
         buf[i] = value
     elif access == "vec4":
         buf.vec4[i] = value
     elif packed:
-        buf[i] = _pack_bf16(b, value)
+        buf[i] = _pack_half(b, value, packed)
     else:
         buf.vec2[i] = b.bitcast(value, vec(u64, 2))
 
 
 def _emit_item(b, bufs_in, dtypes, bufs_out, i: Value, access: str, bcast: str, cols, params, body, inplace,
-               packed=False):
+               packed=None):
     modes = ["full"] * len(bufs_in)
     if bcast != "full":
         modes[-1] = bcast  # the last input is the broadcast operand
-    xs = [_load(b, buf, t, i, access, mode, cols, packed and t == f32)
+    xs = [_load(b, buf, t, i, access, mode, cols, packed if t == f32 else None)
           for buf, t, mode in zip(bufs_in, dtypes, modes, strict=True)]
     index = i if access == "scalar" else b.splat(i << 2, 4) + b.vector(0, 1, 2, 3)  # element indices (for RNG)
     out = body(b, *xs, index=index, **params)
@@ -143,11 +150,12 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
         b.local_size(LOCAL)
         access, bcast = v.access, v.get("bcast", "full")
         wide = access == "u64x2"  # u64 buffers: the builder declares Int64
-        storage = bf16 if v.get("dtype") == "bf16" else f32  # how f32 operands are stored
+        dtype = v.get("dtype", "f32")
+        stored = storage(dtype)  # how f32 operands are stored
 
         def declare(k, t, how):
             narrow = not wide or (bcast == "col" and k == len(inputs) - 1)  # a column is read one value at a time
-            t = storage if t == f32 else t
+            t = stored if t == f32 else t
             return b.buffer(k, t if narrow else u64, how)
 
         bufs_in = [declare(k, t, "rw" if inplace and k == 0 else "r") for k, t in enumerate(inputs)]
@@ -165,7 +173,7 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
             return
         nv = n >> 2
         with b.if_(i < nv):
-            _emit_item(b, *args, i, access, bcast, cols, p, body, inplace, packed=wide and storage == bf16)
+            _emit_item(b, *args, i, access, bcast, cols, p, body, inplace, packed=dtype if wide and dtype != "f32" else None)
         if not wide:
             with b.else_():
                 tail = i - nv + (nv << 2)  # elements 4*nv .. n-1, one per invocation
@@ -179,19 +187,16 @@ ACCESSES = ("scalar", "vec4", "u64x2")
 _VEC = {"scalar": 1, "vec4": 4, "u64x2": 4}
 
 
-BF16_ACCESSES = ACCESSES  # bf16 "u64x2": the 4 values are one 64-bit word
 
 
 def map_variants(broadcast: bool = False) -> dict[str, dict]:
     """Variant table: one per access, row_/col_ forms when the last operand may be broadcast, and all of
-    them again for bf16 operands ("bf16_" prefix)."""
+    them again for bf16 and fp16 operands ("bf16_" and "fp16_" prefixes)."""
     out = {a: {"access": a, "vec": _VEC[a]} for a in ACCESSES}
     if broadcast:
         for mode in ("row", "col"):
             out.update({f"{mode}_{a}": {"access": a, "vec": _VEC[a], "bcast": mode} for a in ACCESSES})
-    out.update({f"bf16_{name}": {**p, "dtype": "bf16"} for name, p in list(out.items())
-                if p["access"] in BF16_ACCESSES})
-    return out
+    return with_dtypes(out)
 
 
 def map_kernel(name: str, body: Body, n_in: int = 1, n_out: int = 1, params: Sequence[tuple[str, ScalarType]] = (),
@@ -224,19 +229,7 @@ def choose_variant(n: int, bcast: str = "full", cols: int = 0, dtype: str = "f32
     if access == "u64x2" and n % 4:
         access = "vec4"
     name = access if bcast == "full" else f"{bcast}_{access}"
-    return name if dtype == "f32" else f"{dtype}_{name}"
-
-
-FLOAT_DTYPES = {np.dtype(np.float32): "f32", BFLOAT16: "bf16"}
-
-
-def float_dtype(tensors: Sequence[Tensor]) -> str:
-    """"f32" or "bf16": the one float dtype of a launch's float operands (integer ones, masks and counters,
-    do not count); mixing them is an error."""
-    found = {FLOAT_DTYPES[t.dtype] for t in tensors if t.dtype.kind == "f" or t.dtype == BFLOAT16}
-    if len(found) > 1:
-        raise TypeError(f"operands mix {' and '.join(sorted(found))}: convert one side first (helios.ops.cast)")
-    return found.pop() if found else "f32"
+    return dtype_variant(name, dtype)
 
 
 def run_map(kernel: Kernel, tensors: Sequence[Tensor], n: int, bcast: str = "full", cols: int = 0,
@@ -256,14 +249,6 @@ def check_f32(*tensors: Tensor) -> None:
     for t in tensors:
         if t.dtype != np.float32:
             raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")
-
-
-def check_float(*tensors: Tensor) -> None:
-    """float32 or bfloat16 tensors, all of one dtype (what the elementwise maps take)."""
-    for t in tensors:
-        if t.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"expected a float32 or bfloat16 tensor, got {t.dtype} {t.shape}")
-    float_dtype(tensors)
 
 
 def output(like: Tensor, out: Tensor | None) -> Tensor:

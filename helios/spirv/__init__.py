@@ -17,6 +17,7 @@ from helios.spirv.types import (
     SpirvError,
     VectorType,
     bf16,
+    fp16,
     boolean,
     f16,
     f32,
@@ -31,7 +32,7 @@ from helios.spirv.values import Value
 __all__ = [
     "KernelBuilder", "Kernel", "Variant", "ShaderModule", "BindingInfo", "PushField", "SpecConstant",
     "Value", "Var", "Buffer", "BufferView", "LocalArray", "SharedArray",
-    "DType", "ScalarType", "VectorType", "f32", "f16", "bf16", "i32", "u32", "u16", "u64", "boolean",
+    "DType", "ScalarType", "VectorType", "f32", "f16", "bf16", "fp16", "i32", "u32", "u16", "u64", "boolean",
     "vec",
     "validate", "disassemble", "build_module", "ceil_div", "registry",
     "SpirvError", "SpirvValidationError", "SpirvToolsMissing",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from helios.spirv.grammar import Op
-from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, f32, u16, u32, with_count
+from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, f32, u16, u32, vec, with_count
 from helios.spirv.values import Value
 
 if TYPE_CHECKING:
@@ -51,37 +51,57 @@ def bf16_bits(b: KernelBuilder, v: Value) -> Value:
     return b.select(nan, (bits >> 16) | 0x40, rounded)
 
 
+def _per_component(b: KernelBuilder, v: Value, fn) -> Value:
+    if v.type.count == 1:
+        return fn(v)
+    return b.vector(*(fn(v[i]) for i in range(v.type.count)))
+
+
+def fp16_widen(b: KernelBuilder, bits: Value) -> Value:
+    """The f32 value(s) of IEEE half bit patterns (in the low 16 bits of u32s): exact, subnormals included."""
+    return _per_component(b, bits, lambda x: b.glsl("UnpackHalf2x16", x, result=vec(f32, 2)).x)
+
+
+def fp16_bits(b: KernelBuilder, v: Value) -> Value:
+    """The IEEE half bit patterns (low 16 bits of u32s) of f32 value(s) v, rounded to nearest even; out of
+    range values become +-Inf and NaN stays NaN (GLSL PackHalf2x16)."""
+    return _per_component(b, v, lambda x: b.glsl("PackHalf2x16", b.vec2(x, 0.0), result=u32))
+
+
 class BufferView(_Indexable):
     """A storage buffer seen as an array of `elem` (a scalar, or a vector of the buffer's scalar).
 
-    A bf16 view stores u16 bit patterns: elements load as f32 (the pattern shifted into an f32's top half)
-    and f32 values store rounded to nearest even (NaN stays NaN)."""
+    A bf16 or fp16 view stores u16 bit patterns: elements load as f32 (exactly) and f32 values store rounded
+    to nearest even (NaN stays NaN)."""
 
     def __init__(self, buffer: Buffer, elem: DType) -> None:
         self.buffer, self.b, self.elem = buffer, buffer.b, elem
-        self.bf16 = elem.elem.name == "bf16"
-        self.stored = with_count(u16, elem.count) if self.bf16 else elem  # the type in buffer memory
+        self.widened = elem.elem.name if elem.elem.name in ("bf16", "fp16") else None
+        self.stored = with_count(u16, elem.count) if self.widened else elem  # the type in buffer memory
         self._var: int | None = None
 
     def __getitem__(self, k) -> Value:
-        if not self.bf16:
+        if not self.widened:
             return super().__getitem__(k)
         self._check(reading=True)
         ptr, t, _ = self._pointer(k)
         b = self.b
-        bits = b.cast(b._op(Op.Load, t, ptr), u32) << 16
-        return b.bitcast(bits, with_count(f32, t.count))
+        bits = b.cast(b._op(Op.Load, t, ptr), u32)
+        if self.widened == "bf16":
+            return b.bitcast(bits << 16, with_count(f32, t.count))
+        return fp16_widen(b, bits)
 
     def __setitem__(self, k, value) -> None:
-        if not self.bf16:
+        if not self.widened:
             return super().__setitem__(k, value)
         self._check(reading=False)
         ptr, t, _ = self._pointer(k)
         b, want = self.b, with_count(f32, t.count)
         v = b._as_value(value, want)
         if v.type != want:
-            raise SpirvError(f"a bf16 element stores from {want.name}, got {v.type.name}: use b.cast")
-        self.b._emit(Op.Store, ptr, b.cast(bf16_bits(b, v), u16).id)
+            raise SpirvError(f"a {self.widened} element stores from {want.name}, got {v.type.name}: use b.cast")
+        bits = bf16_bits(b, v) if self.widened == "bf16" else fp16_bits(b, v)
+        self.b._emit(Op.Store, ptr, b.cast(bits, u16).id)
 
     @property
     def var(self) -> int:

@@ -205,9 +205,9 @@ class Module:
 
         if isinstance(dtype, coopmat.CoopMatType):
             return coopmat.type_id(self, dtype)
-        if dtype.elem.name == "bf16":
-            raise SpirvError("bf16 is a storage type: bf16 buffer elements load as f32 and store from f32; "
-                             "compute in f32")
+        if dtype.elem.name in ("bf16", "fp16"):
+            raise SpirvError(f"{dtype.elem.name} is a storage type: its buffer elements load as f32 and store "
+                             "from f32; compute in f32")
         if isinstance(dtype, VectorType):
             return self.type_vector(self.type_of(dtype.elem), dtype.count)
         if dtype.kind == "float":

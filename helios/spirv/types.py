@@ -101,9 +101,13 @@ u16 = ScalarType("u16", "uint", 16)  # needs Int16 (shaderInt16); in buffers als
 # bfloat16 is a storage type: a bf16 buffer holds 16-bit patterns (the top half of an f32), its elements load
 # as f32 and f32 values store rounded to nearest even. It runs on any device with 16-bit storage and Int16.
 bf16 = ScalarType("bf16", "float", 16)
+# fp16 is the IEEE half as a storage type, the same way: 16-bit patterns that load as f32 (exactly, through
+# GLSL UnpackHalf2x16) and store from f32 rounded to nearest even (PackHalf2x16), so it needs no Float16
+# arithmetic. f16 is the native arithmetic type (shaderFloat16), which the matrix-unit kernels use.
+fp16 = ScalarType("fp16", "float", 16)
 boolean = ScalarType("bool", "bool", 32)
 
-SCALARS = {t.name: t for t in (f32, f16, bf16, i32, u32, u16, u64, boolean)}
+SCALARS = {t.name: t for t in (f32, f16, bf16, fp16, i32, u32, u16, u64, boolean)}
 
 
 @cache

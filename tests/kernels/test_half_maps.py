@@ -1,27 +1,32 @@
-"""bfloat16 elementwise maps: every map kernel's "bf16_*" variants (bf16 storage, f32 math, one rounding per
-output) against the fp32 numpy reference at awkward sizes, with every access form (scalar, vec4 + scalar
+"""bfloat16 and float16 elementwise maps: every map kernel's "bf16_*" and "fp16_*" variants (16-bit storage,
+f32 math, one rounding per output) against the fp32 numpy reference at awkward sizes, with every access form (scalar, vec4 + scalar
 tail, 64-bit packed words) and the row/column broadcasts. Ops whose f32 result is exact before the rounding (add, mul, scale,
 masked_fill, dropout's mask and scale) must match bit for bit; transcendental ones within one bf16 step.
-Mixing bf16 and fp32 operands is an error that says what to do. spirv-val of every variant is in the
+Each test runs for both half dtypes (the `half` fixture). Mixing bf16 and fp32 operands is an error that says what to do. spirv-val of every variant is in the
 families' own tests (their variant lists include the bf16 ones)."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import helios.runtime as rt
 from helios import ops
 from helios.kernels import elementwise as E
+from helios.kernels.dtypes import NUMPY, ROUNDING
 from helios.kernels.activations import reference_clamp, reference_softcap
 from helios.kernels.dropout import reference_dropout
 from helios.kernels.fused import reference_swiglu
 from helios.kernels.spec import specs
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 SIZES = (1, 7, 33, 513, 4096, 4097)
-STEP = 2.0 ** -8  # a bf16 rounding: half a unit in the last place of an 8-bit significand, relative
+HALF = {"dtype": "bf16"}  # the half dtype of the running test (set by the `half` fixture)
+
+
+@pytest.fixture(autouse=True, params=["bf16", "fp16"])
+def half(request):
+    HALF["dtype"] = request.param
+    return request.param
 
 
 @pytest.fixture(params=["scalar", "vec4", "u64x2"])
@@ -30,23 +35,27 @@ def bf16_access(request, monkeypatch):
     return request.param
 
 
+def _np() -> np.dtype:
+    return NUMPY[HALF["dtype"]]
+
+
 def _bf16(rng, shape, scale=3.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32).astype(BF16)
+    return (rng.standard_normal(shape) * scale).astype(np.float32).astype(_np())
 
 
 def _rounded(x: np.ndarray) -> np.ndarray:
-    """An f32/f64 result rounded to bf16 and widened back: what a bit-exact kernel stores."""
-    return np.asarray(x, np.float32).astype(BF16).astype(np.float32)
+    """An f32/f64 result rounded to the half dtype and widened back: what a bit-exact kernel stores."""
+    return np.asarray(x, np.float32).astype(_np()).astype(np.float32)
 
 
 def _exact(got, want) -> None:
-    assert got.dtype == BF16
+    assert got.dtype == _np()
     np.testing.assert_array_equal(got.astype(np.float32), _rounded(want))
 
 
 def _close(got, want, atol=1e-6) -> None:
-    assert got.dtype == BF16
-    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2 * STEP, atol=atol)
+    assert got.dtype == _np()
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2 * ROUNDING[HALF["dtype"]], atol=atol)
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -80,7 +89,10 @@ def test_every_spec_op_in_bf16(spec, bf16_access):
     the same (bf16) inputs: one rounding of the output apart."""
     rng = np.random.default_rng(0)
     for shape in spec.shapes:
-        x = spec.inputs(rng, shape).astype(BF16)
+        x = spec.inputs(rng, shape)
+        if HALF["dtype"] == "fp16":  # keep exp and its gradient inside fp16's range (65504)
+            x = np.clip(x, -8.0, 8.0)
+        x = x.astype(_np())
         x64 = x.astype(np.float64)
         y = spec.forward(rt.from_numpy(x))
         _close(y.numpy(), spec.reference(x64), atol=1e-5)
@@ -114,10 +126,10 @@ def test_dropout_masks_are_the_fp32_masks(n, bf16_access):
     _exact(got, x.astype(np.float32) + reference_dropout(y.astype(np.float32), 0.3, 5, 9))
 
 
-def test_mixing_dtypes_is_a_clear_error():
-    a = rt.from_numpy(np.ones(8, BF16))
+def test_mixing_dtypes_is_a_clear_error(half):
+    a = rt.from_numpy(np.ones(8, _np()))
     b = rt.from_numpy(np.ones(8, np.float32))
-    with pytest.raises(TypeError, match="mix bf16 and f32"):
+    with pytest.raises(TypeError, match=f"mix {half} and f32" if half == "bf16" else "mix f32 and fp16"):
         ops.add(a, b)
-    with pytest.raises(ValueError, match="bfloat16"):
+    with pytest.raises(ValueError, match="bfloat16|float16"):
         ops.add(a, a, out=rt.empty((8,)))

@@ -118,7 +118,7 @@ def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str, packed: s
         buf.vec2[i] = b.bitcast(value, vec(u64, 2))
 
 
-def _emit_item(b, bufs_in, dtypes, bufs_out, i: Value, access: str, bcast: str, cols, params, body, inplace,
+def _emit_item(b, bufs_in, dtypes, bufs_out, out_dtypes, i: Value, access: str, bcast: str, cols, params, body, inplace,
                packed=None):
     modes = ["full"] * len(bufs_in)
     if bcast != "full":
@@ -128,9 +128,9 @@ def _emit_item(b, bufs_in, dtypes, bufs_out, i: Value, access: str, bcast: str, 
     index = i if access == "scalar" else b.splat(i << 2, 4) + b.vector(0, 1, 2, 3)  # element indices (for RNG)
     out = body(b, *xs, index=index, **params)
     outs = [out] if isinstance(out, Value) else list(out)
-    targets = [bufs_in[0]] if inplace else bufs_out
-    for buf, v in zip(targets, outs, strict=True):
-        _store(b, buf, i, v, access, packed)
+    targets = [(bufs_in[0], dtypes[0])] if inplace else zip(bufs_out, out_dtypes, strict=True)
+    for (buf, t), v in zip(targets, outs, strict=True):
+        _store(b, buf, i, v, access, packed if t == f32 else None)
 
 
 def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[ScalarType],
@@ -166,7 +166,7 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
         if counter is not None:
             p[counter] = p[counter] + b.buffer(len(inputs) + len(outputs), u32, "r")[0]
         i = b.global_index()  # linear over the 2-D grid of grid_2d
-        args = (bufs_in, inputs, bufs_out)
+        args = (bufs_in, inputs, bufs_out, outputs)
         if access == "scalar":
             with b.if_(i < n):
                 _emit_item(b, *args, i, "scalar", bcast, cols, p, body, inplace)
@@ -201,11 +201,13 @@ def map_variants(broadcast: bool = False) -> dict[str, dict]:
 
 def map_kernel(name: str, body: Body, n_in: int = 1, n_out: int = 1, params: Sequence[tuple[str, ScalarType]] = (),
                flops: int = 1, inplace: bool = False, broadcast: bool = False,
-               inputs: Sequence[ScalarType] | None = None, counter: str | None = None) -> Kernel:
+               inputs: Sequence[ScalarType] | None = None, counter: str | None = None,
+               outputs: Sequence[ScalarType] | None = None) -> Kernel:
     """A Kernel for an elementwise map with `flops` FLOPs per element; bytes count 4 per operand element.
+    `inputs`/`outputs`: operand types (default f32; f32 ones are stored in the variant's dtype, others as is).
     `counter`: the u32 param that a trailing one-word buffer is added to (see map_build)."""
     ins = tuple(inputs) if inputs is not None else (f32,) * n_in
-    outs = () if inplace else (f32,) * n_out
+    outs = () if inplace else (tuple(outputs) if outputs is not None else (f32,) * n_out)
     moved = 4 * (len(ins) + (1 if inplace else n_out))
     return Kernel(name, map_build(body, ins, outs, params, inplace, counter), variants=map_variants(broadcast),
                   grid=lambda n, v: grid_2d(work_items(n, v.vec)), flops=lambda n: flops * n,

@@ -1,6 +1,6 @@
-"""bfloat16 storage: bf16 tensors in the runtime (ml_dtypes on the host), and bf16 buffers in the DSL that
-load as f32 and store from f32 rounded to nearest even, bit-exact against ml_dtypes at awkward sizes,
-with NaN, infinities, subnormals and ties; scalar and vec4 views; spirv-val valid."""
+"""Half storage: bf16 and fp16 tensors in the runtime (ml_dtypes / numpy on the host), and bf16 / fp16 buffers
+in the DSL that load as f32 and store from f32 rounded to nearest even, bit-exact against ml_dtypes and numpy
+at awkward sizes, with NaN, infinities, subnormals, ties and overflow; scalar and vec4 views; spirv-val valid."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ import numpy as np
 import pytest
 
 from helios import runtime as rt
-from helios.spirv import Kernel, SpirvError, bf16, build_module, ceil_div, f32, u32, validate, vec
+from helios.spirv import Kernel, SpirvError, bf16, build_module, ceil_div, f32, fp16, u32, validate, vec
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+HALF = {"bf16": (bf16, BF16), "fp16": (fp16, np.dtype(np.float16))}
 
 
 def _widen_then_narrow(b, v):
-    """y_bf16[i] = bf16(x_f32[i] * 2) and w_f32[i] = f32(x_bf16[i]) * 0.5: both conversion directions."""
+    """y_half[i] = half(x_f32[i] * 2) and w_f32[i] = f32(x_half[i]) * 0.5: both conversion directions."""
     b.local_size(64)
-    x, xb = b.buffer(0, f32, "r"), b.buffer(1, bf16, "r")
-    y, w = b.buffer(2, bf16, "w"), b.buffer(3, f32, "w")
+    half = HALF[v.dtype][0]
+    x, xb = b.buffer(0, f32, "r"), b.buffer(1, half, "r")
+    y, w = b.buffer(2, half, "w"), b.buffer(3, f32, "w")
     n = b.push("n", u32)
     i = b.global_index()
     if v.vec == 1:
@@ -31,7 +33,8 @@ def _widen_then_narrow(b, v):
             w.vec4[i] = xb.vec4[i] * 0.5
 
 
-KERNEL = Kernel("test_bf16_convert", _widen_then_narrow, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+KERNEL = Kernel("test_half_convert", _widen_then_narrow,
+                variants={f"{d}_{a}": {"vec": w, "dtype": d} for d in HALF for a, w in (("scalar", 1), ("vec4", 4))},
                 register=False)
 
 
@@ -55,19 +58,25 @@ def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_array_equal(g[~nan_w], w[~nan_w])
 
 
-@pytest.mark.parametrize("variant", ["scalar", "vec4"])
+@pytest.mark.parametrize("dtype", list(HALF))
+@pytest.mark.parametrize("access", ["scalar", "vec4"])
 @pytest.mark.parametrize("n", [1, 7, 33, 513, 4096])
-def test_bf16_loads_and_stores_match_ml_dtypes(variant, n):
-    if variant == "vec4" and n % 4:
+def test_half_loads_and_stores_match_numpy(dtype, access, n):
+    if access == "vec4" and n % 4:
         n += 4 - n % 4
+    np_dtype = HALF[dtype][1]
     x = _awkward(n, n)
+    if dtype == "fp16" and n > 30:  # fp16 ties, subnormals and the overflow boundary
+        x[20:30] = [1.00048828125, 1.00146484375, 6.0e-8, -3.0e-8, 2.9802322e-08, 6.1e-5, 65520.0, 65519.0,
+                    -65536.0, 1e-9]
     with np.errstate(over="ignore", invalid="ignore"):
-        xb = (x * 0.75).astype(BF16)
-        doubled = (x * np.float32(2.0)).astype(BF16)
+        xb = (x * 0.75).astype(np_dtype)
+        doubled = (x * np.float32(2.0)).astype(np_dtype)
     tx, txb = rt.from_numpy(x), rt.from_numpy(xb)
-    assert txb.dtype == BF16 and txb.nbytes == 2 * n
-    y, w = rt.empty(n, BF16), rt.empty(n, np.float32)
-    per = 64 * (4 if variant == "vec4" else 1)
+    assert txb.dtype == np_dtype and txb.nbytes == 2 * n
+    y, w = rt.empty(n, np_dtype), rt.empty(n, np.float32)
+    per = 64 * (4 if access == "vec4" else 1)
+    variant = f"{dtype}_{access}"
     rt.launch(KERNEL, [tx, txb, y, w], {"n": n}, ceil_div(n, per), variant=variant)
     _same_bits(y.numpy(), doubled)
     np.testing.assert_array_equal(w.numpy(), xb.astype(np.float32) * np.float32(0.5))
@@ -82,18 +91,19 @@ def test_bf16_round_trips_through_the_runtime():
     np.testing.assert_array_equal(z.numpy().astype(np.float32), np.full(10, 1.5, np.float32))
 
 
-@pytest.mark.parametrize("variant", ["scalar", "vec4"])
-def test_bf16_kernels_are_valid_spirv(variant):
+@pytest.mark.parametrize("variant", list(KERNEL.variants))
+def test_half_kernels_are_valid_spirv(variant):
     validate(KERNEL.module(variant))
 
 
-def test_bf16_is_only_a_storage_type():
-    def compute_in_bf16(b, v):
+@pytest.mark.parametrize("half", [bf16, fp16])
+def test_half_is_only_a_storage_type(half):
+    def compute_in_half(b, v):
         b.local_size(1)
-        b.var(bf16, 0.0)
+        b.var(half, 0.0)
 
     with pytest.raises(SpirvError, match="storage type"):
-        build_module("bad_bf16", compute_in_bf16)
+        build_module("bad_half", compute_in_half)
 
     def store_a_vector_into_a_scalar(b, v):
         b.local_size(1)

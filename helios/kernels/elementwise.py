@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from helios.runtime import Tensor, copy, empty, launch
 from helios.kernels.dtypes import check_float, dtype_variant, float_dtype, storage, with_dtypes
+from helios.runtime import Tensor, copy, empty, launch
 from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64, vec
 from helios.spirv.memory import bf16_bits
 
@@ -172,8 +172,9 @@ def map_build(body: Body, inputs: Sequence[ScalarType], outputs: Sequence[Scalar
                 _emit_item(b, *args, i, "scalar", bcast, cols, p, body, inplace)
             return
         nv = n >> 2
+        packed = dtype if wide and dtype != "f32" else None
         with b.if_(i < nv):
-            _emit_item(b, *args, i, access, bcast, cols, p, body, inplace, packed=dtype if wide and dtype != "f32" else None)
+            _emit_item(b, *args, i, access, bcast, cols, p, body, inplace, packed=packed)
         if not wide:
             with b.else_():
                 tail = i - nv + (nv << 2)  # elements 4*nv .. n-1, one per invocation

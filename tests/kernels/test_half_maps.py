@@ -1,9 +1,10 @@
 """bfloat16 and float16 elementwise maps: every map kernel's "bf16_*" and "fp16_*" variants (16-bit storage,
-f32 math, one rounding per output) against the fp32 numpy reference at awkward sizes, with every access form (scalar, vec4 + scalar
-tail, 64-bit packed words) and the row/column broadcasts. Ops whose f32 result is exact before the rounding (add, mul, scale,
-masked_fill, dropout's mask and scale) must match bit for bit; transcendental ones within one bf16 step.
-Each test runs for both half dtypes (the `half` fixture). Mixing bf16 and fp32 operands is an error that says what to do. spirv-val of every variant is in the
-families' own tests (their variant lists include the bf16 ones)."""
+f32 math, one rounding per output) against the fp32 numpy reference at awkward sizes, with every access form
+(scalar, vec4 + scalar tail, 64-bit packed words) and the row/column broadcasts. Ops whose f32 result is exact
+before the rounding (add, mul, scale, masked_fill, dropout's mask and scale) must match bit for bit;
+transcendental ones within one half rounding. Each test runs for both half dtypes (the `half` fixture).
+Mixing half and fp32 operands is an error that says what to do. spirv-val of every variant is in the
+families' own tests (their variant lists include the half ones)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 import helios.runtime as rt
 from helios import ops
 from helios.kernels import elementwise as E
-from helios.kernels.dtypes import NUMPY, ROUNDING
 from helios.kernels.activations import reference_clamp, reference_softcap
 from helios.kernels.dropout import reference_dropout
+from helios.kernels.dtypes import NUMPY, ROUNDING
 from helios.kernels.fused import reference_swiglu
 from helios.kernels.spec import specs
 

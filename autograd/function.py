@@ -46,7 +46,7 @@ class Context:
             if isinstance(t, Tensor):
                 self._saved.append((t.data, t._version, t._version.value))
                 continue
-            owner = next((inp for inp in self.inputs if isinstance(inp, Tensor) and inp.data is t), None)
+            owner = next((inp for inp in self.inputs if isinstance(inp, Tensor) and inp.operand is t), None)
             if owner is not None:
                 self._saved.append((t, owner._version, owner._version.value))
             else:
@@ -120,7 +120,7 @@ class Function:
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         record = is_grad_enabled() and any(needs)
         ctx = Context(inputs, needs)
-        raw_args = [a.data if isinstance(a, Tensor) else a for a in args]
+        raw_args = [a.operand if isinstance(a, Tensor) else a for a in args]
         result = cls.forward(ctx, *raw_args, **kwargs)
         single = not isinstance(result, tuple)
         raw_outputs = (result,) if single else result

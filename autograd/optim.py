@@ -16,8 +16,9 @@ class AdamW:
     `step()` records at most three dispatches (two for the norm and clip coefficient, one for the update)
     and reads nothing back. With `skip_nonfinite`, a NaN/Inf gradient norm (or one above `skip_above`)
     makes the update kernel change nothing; the caller learns it from `last_check` when it next reads.
-    With `working_dtype="bf16"` the arena's fp32 params are the master weights and `working` a bf16 copy
-    of them that the update kernel rewrites in the same dispatch (mixed precision, issue 17).
+    When the arena has a half working copy (`arena.set_working_dtype`, or `working_dtype="bf16"`/"fp16"
+    here), its fp32 params are the master weights and the update kernel rewrites the copy in the same
+    dispatch (mixed precision, issue 17).
     """
 
     def __init__(self, arena: ParameterArena, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.95),
@@ -37,21 +38,36 @@ class AdamW:
         self.step_buffer = None
         # (1,) device tensors of the last step: the gradient norm, the value the skip test read, the clip coefficient
         self.last_raw_norm = self.last_check = self.last_clip = None
-        if working_dtype not in (None, "bf16"):
-            raise ValueError(f"AdamW working_dtype must be None or 'bf16', not {working_dtype!r}")
-        self.working = None
-        if working_dtype == "bf16":
-            self.working = rt.empty((arena.size,), rt.tensor.BFLOAT16)
-            self.refresh_working_copy()
+        if working_dtype not in (None, "bf16", "fp16"):
+            raise ValueError(f"AdamW working_dtype must be None, 'bf16' or 'fp16', not {working_dtype!r}")
+        if working_dtype is not None:
+            arena.set_working_dtype(working_dtype)
+        self.loss_scale_state = None  # fp16: [scale, clean steps, overflows, last overflowed] on the device
+        self.growth_interval = 0
+
+    def enable_loss_scaling(self, initial_scale: float | None = None, growth_interval: int | None = None) -> None:
+        """Dynamic loss scaling (helios.kernels.loss_scale): seed backward with `loss_scale` instead of 1;
+        each step unscales the gradients, skips on overflow and adapts the scale, all on the device."""
+        from helios import runtime as rt
+        from helios.kernels.loss_scale import GROWTH_INTERVAL, INITIAL_SCALE, initial_state
+
+        self.growth_interval = growth_interval or GROWTH_INTERVAL
+        self.loss_scale_state = rt.from_numpy(initial_state(initial_scale or INITIAL_SCALE))
+
+    @property
+    def loss_scale(self):
+        """The current loss scale as a (1,) float32 device tensor (the backward's seed), or None."""
+        state = self.loss_scale_state
+        return state.view(0, (1,)) if state is not None else None
+
+    @property
+    def working(self):
+        """The arena's half working copy that each step rewrites, or None (fp32)."""
+        return self.arena.working
 
     def refresh_working_copy(self) -> None:
-        """Rewrite the bf16 working copy from the fp32 masters (after they were set from the host)."""
-        from helios import runtime as rt
-
-        if self.working is not None:
-            from helios.runtime.tensor import BFLOAT16
-
-            rt.copy(rt.from_numpy(self.arena.data.numpy().astype(BFLOAT16)), self.working)
+        """Rewrite the half working copy from the fp32 masters (after they were set from the host)."""
+        self.arena.refresh_working()
 
     def step(self, lr: float | None = None, skip_extra=None) -> None:
         """One update. `skip_extra` (a (1,) device tensor) is added to the norm the skip test reads, so
@@ -63,6 +79,8 @@ class AdamW:
         max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
         with no_grad():
             norm, coef = ops.grad_norm(self.arena.grads, max_norm)
+            if self.loss_scale_state is not None:  # the gradients are scaled: unscale norm and clip, adapt
+                norm, coef = ops.loss_scale_update(norm, self.loss_scale_state, max_norm, self.growth_interval)
             check = ops.add(norm, skip_extra) if skip_extra is not None else norm
             ops.adamw_step(
                 self.arena.data, self.arena.grads, self.m, self.v, self.arena.decay_mask,
@@ -98,7 +116,10 @@ class AdamW:
         self.arena.zero_grad()
 
     def state(self) -> dict[str, np.ndarray]:
-        return {"m": self.m.numpy().copy(), "v": self.v.numpy().copy(), "step": np.int64(self.step_count)}
+        out = {"m": self.m.numpy().copy(), "v": self.v.numpy().copy(), "step": np.int64(self.step_count)}
+        if self.loss_scale_state is not None:
+            out["loss_scale"] = self.loss_scale_state.numpy().copy()
+        return out
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         from helios import runtime as rt
@@ -109,6 +130,8 @@ class AdamW:
                 raise ValueError(f"optimizer state {key!r} has shape {value.shape}; the arena has ({self.arena.size},)")
             rt.copy(rt.from_numpy(value), getattr(self, key))
         self.step_count = int(state["step"])
+        if self.loss_scale_state is not None and "loss_scale" in state:
+            rt.copy(rt.from_numpy(np.asarray(state["loss_scale"], np.float32).reshape(4)), self.loss_scale_state)
         self.refresh_working_copy()
 
 

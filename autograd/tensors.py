@@ -57,6 +57,11 @@ class Tensor:
         return self.data.dtype
 
     @property
+    def operand(self):
+        """The raw tensor ops compute with: `data`, except for a Parameter with a half working copy."""
+        return self.data
+
+    @property
     def ndim(self) -> int:
         return len(self.data.shape)
 

@@ -28,6 +28,7 @@ _FAMILIES = {
     "helios.kernels.attention": ("flash_attention", "flash_attention_backward"),
     "helios.kernels.layout": ("concat", "slice_columns", "copy_columns"),
     "helios.kernels.cast": ("cast", "scale_by"),
+    "helios.kernels.loss_scale": ("loss_scale_update",),
 }
 _WHERE = {name: module for module, names in _FAMILIES.items() for name in names}
 

@@ -37,7 +37,8 @@ CUMULATIVE_COUNTERS = ("dispatches", "submits", "barriers", "host_waits", "devic
 class StepResult:
     """What one optimizer step reports. Times are host wall-clock milliseconds.
 
-    skipped: None (applied), "nan" (NaN/Inf loss or grad norm) or "spike" (grad_norm > spike_threshold).
+    skipped: None (applied), "nan" (NaN/Inf loss or grad norm), "spike" (grad_norm > spike_threshold) or
+    "overflow" (fp16 gradients overflowed at the loss scale: the scale was halved on the device).
     clip_coef: the factor gradients were scaled by (1.0 when not clipped).
     replayed / record_ms: whether the optimizer step was a replay, and the host recording time.
     wait_ms: time the host spent blocked waiting on the device (the step's one host read).
@@ -53,6 +54,8 @@ class StepResult:
     wait_ms: float
     replayed: bool = False  # the optimizer step ran from a captured command buffer (no host recording)
     record_ms: float = 0.0  # host time spent recording commands (fwd + bwd + opt; 0 for replayed parts)
+    dtype: str = "fp32"  # what the model computed in ("fp32", "bf16", "fp16")
+    loss_scale: float | None = None  # fp16's dynamic loss scale after this step (None without scaling)
 
 
 class Backend(ABC):

@@ -144,6 +144,7 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("model", "vocab_size"): (lambda v: 257 <= v <= 2**32 - 1, "an integer from 257 (256 bytes + end-of-text) up"),
     ("model", "dropout"): _fraction, ("model", "softcap"): _nonneg,
     ("model", "rope_base"): _pos, ("model", "norm_eps"): _pos,
+    ("model", "dtype"): (lambda v: v in ("auto", "fp32", "bf16", "fp16"), 'one of "auto", "fp32", "bf16", "fp16"'),
     ("data", "tokenizer"): (lambda v: v == "bpe", '"bpe" (byte-level BPE trained on the training split)'),
     ("data", "dataset"): (lambda v: v == "shakespeare", '"shakespeare" (or use path = "FILE.txt")'),
     ("data", "path"): (lambda v: v != "", "a path to a UTF-8 text file"),

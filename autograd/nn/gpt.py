@@ -44,6 +44,10 @@ class GPTConfig:
     tie_embeddings: bool = True
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
+    # What activations, their gradients and the working copy of the weights are stored in: "fp32", or
+    # "bf16"/"fp16" with fp32 master weights, gradients and optimizer state (mixed precision); "auto" is fp32
+    # on CPU drivers and bf16 on GPUs (resolve_dtype).
+    dtype: str = "fp32"
 
     @property
     def kv_heads(self) -> int:
@@ -102,7 +106,11 @@ class GPT(Module):
         # "block": each block's activations are recomputed in backward from its input (train.checkpoint_activations).
         self.checkpoint_activations = "none"
         if pack:
-            self.pack_parameters()
+            dtype = resolve_dtype(cfg.dtype)
+            # A half working copy's views start on 16-byte boundaries too: 8 elements of 2 bytes.
+            self.pack_parameters(align=4 if dtype == "fp32" else 8)
+            if dtype != "fp32":
+                self.arena.set_working_dtype(KERNEL_DTYPE[dtype])
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, forward_index: int | None = None,
                 rng_counter=None) -> Tensor:
@@ -132,6 +140,21 @@ class GPT(Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+KERNEL_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "fp16"}  # config names -> helios.kernels.dtypes names
+
+
+def resolve_dtype(dtype: str) -> str:
+    """A config dtype with "auto" decided for this device: fp32 on CPU drivers (lavapipe computes in f32
+    either way and gains little from 16-bit loads), bf16 on GPUs."""
+    if dtype not in ("auto", *KERNEL_DTYPE):
+        raise ValueError(f"model dtype must be one of auto, fp32, bf16, fp16; got {dtype!r}")
+    if dtype != "auto":
+        return dtype
+    from helios import runtime as rt
+
+    return "fp32" if rt.get_runtime().info.is_cpu else "bf16"
 
 
 def _max_tensor_bytes() -> int:

@@ -57,9 +57,10 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def pack_parameters(self) -> ParameterArena:
-        """Move every parameter into one flat arena (params, grads, decay mask); returns it."""
-        arena = ParameterArena(list(self.named_parameters()))
+    def pack_parameters(self, align: int = 4) -> ParameterArena:
+        """Move every parameter into one flat arena (params, grads, decay mask); returns it. Each entry
+        starts at a multiple of `align` elements (8 when a half working copy is to be viewed too)."""
+        arena = ParameterArena(list(self.named_parameters()), align=align)
         object.__setattr__(self, "arena", arena)
         return arena
 

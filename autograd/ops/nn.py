@@ -159,5 +159,8 @@ class CrossEntropy(Function):
 
         (dlogits,) = ctx.saved_tensors
         if not is_unit_seed(dloss):  # scale by the incoming gradient on the device: no host read
-            dlogits = ops.mul(dlogits.reshape(-1), dloss.reshape(1)).reshape(*dlogits.shape)
+            if dlogits.dtype == dloss.dtype:
+                dlogits = ops.mul(dlogits.reshape(-1), dloss.reshape(1)).reshape(*dlogits.shape)
+            else:  # half logits, fp32 loss gradient (a loss scale, a chunk weight): never rounded to half
+                dlogits = ops.scale_by(dlogits, dloss.reshape(1))
         return dlogits, None, None

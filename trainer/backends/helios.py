@@ -16,6 +16,7 @@ import numpy as np
 
 import autograd
 from autograd.nn import GPT, GPTConfig
+from autograd.nn.gpt import resolve_dtype
 from autograd.nn.decode import KVCache
 from autograd.optim import AdamW
 from helios import ops
@@ -46,10 +47,13 @@ class HeliosBackend(Backend):
         self.max_tensor = rt.get_runtime().pool.max_tensor
         self._checked_batches: set[tuple[int, int]] = set()
         self._check_params_fit()
-        self.model = GPT(_gpt_config(model_cfg), seed=seed)
+        self.dtype = resolve_dtype(model_cfg.dtype)  # "auto" decided for this device
+        self.model = GPT(dataclasses.replace(_gpt_config(model_cfg), dtype=self.dtype), seed=seed)
         self.model.train()
         self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                          weight_decay=optim_cfg.weight_decay, grad_clip=0.0)
+        if self.dtype == "fp16":  # fp16 gradients underflow without it; bf16 has fp32's exponent range
+            self.opt.enable_loss_scaling()
         self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
         # Step capture (docs/REPLAY.md): the micro-step and the optimizer step replay while their keys hold.
         self.replay = True
@@ -144,10 +148,13 @@ class HeliosBackend(Backend):
         loss_val = float(mean_loss.numpy()[0])
         check = float(self.opt.last_check.numpy()[0])
         clip_coef = float(self.opt.last_clip.numpy()[0])
+        scale_state = self.opt.loss_scale_state.numpy() if self.opt.loss_scale_state is not None else None
         wait_ms = _ms(t0)
         norm_val = raw_norm if not inject_nan else math.nan
         skipped = None
-        if not (math.isfinite(check) and math.isfinite(loss_val) and math.isfinite(norm_val)):
+        if scale_state is not None and scale_state[3] and math.isfinite(loss_val) and not inject_nan:
+            skipped = "overflow"  # fp16 gradients overflowed at this loss scale: skipped, the scale halved
+        elif not (math.isfinite(check) and math.isfinite(loss_val) and math.isfinite(norm_val)):
             skipped = "nan"
         elif spike_threshold is not None and check > spike_threshold:
             skipped = "spike"
@@ -158,14 +165,17 @@ class HeliosBackend(Backend):
             clip_coef = 1.0
         replayed = micro_replayed and opt_replayed
         record_ms = (0.0 if micro_replayed else fwd_ms + bwd_ms) + (0.0 if opt_replayed else opt_ms)
-        return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms)
+        loss_scale = float(scale_state[0]) if scale_state is not None else None
+        return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms,
+                          dtype=self.dtype, loss_scale=loss_scale)
 
     def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None) -> None:
         """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds."""
         t0 = time.perf_counter()
         loss = self.model(ids, targets, forward_index=forward_index, rng_counter=counter)
         self._lazy_fwd_ms = _ms(t0)
-        (loss if n == 1 else loss * (1.0 / n)).backward()
+        seed = self.opt.loss_scale  # fp16: d(loss) = the device's loss scale, else 1
+        (loss if n == 1 else loss * (1.0 / n)).backward(autograd.Tensor(seed) if seed is not None else None)
         ops.add_inplace(self._loss_sum, loss.data)
 
     def _micro_step(self, x: np.ndarray, y: np.ndarray, n: int, inject_nan: bool) -> str:
@@ -294,12 +304,14 @@ class HeliosBackend(Backend):
             out[f"adam_v.{name}"] = v[off:off + size].reshape(p.shape).copy()
         out["adam_step"] = np.array(self.opt.step_count, dtype=np.int64)
         out["rng_forwards"] = np.array(self.forwards, dtype=np.int64)
+        if self.opt.loss_scale_state is not None:
+            out["loss_scale"] = self.opt.loss_scale_state.numpy().copy()
         return out
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         expected = {f"{k}.{n}" for n, _, _ in self._slices() for k in ("param", "adam_m", "adam_v")}
         expected.add("adam_step")
-        keys = set(state) - {"rng_forwards"}
+        keys = set(state) - {"rng_forwards", "loss_scale"}
         missing, extra = sorted(expected - keys), sorted(keys - expected)
         if missing or extra:
             raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")
@@ -313,7 +325,10 @@ class HeliosBackend(Backend):
                     raise ValueError(f"{prefix}.{name} has shape {list(src.shape)}, the model needs {list(p.shape)}")
                 dst[off:off + p.numel()] = src.reshape(-1)
         rt.copy(rt.from_numpy(host["param"]), self.model.arena.data)
-        self.opt.load_state({"m": host["adam_m"], "v": host["adam_v"], "step": state["adam_step"]})
+        opt_state = {"m": host["adam_m"], "v": host["adam_v"], "step": state["adam_step"]}
+        if "loss_scale" in state:
+            opt_state["loss_scale"] = state["loss_scale"]
+        self.opt.load_state(opt_state)
         # A checkpoint from another backend has no forward count: one forward per optimizer step is the guess.
         self.forwards = int(np.asarray(state.get("rng_forwards", state["adam_step"])).reshape(()))
         self.invalidate_capture()  # a resume recaptures: nothing recorded before it is trusted after it

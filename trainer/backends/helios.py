@@ -16,13 +16,13 @@ import numpy as np
 
 import autograd
 from autograd.nn import GPT, GPTConfig
-from autograd.nn.gpt import resolve_dtype
 from autograd.nn.decode import KVCache
+from autograd.nn.gpt import resolve_dtype
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
-from trainer.backends.step_capture import OptimizerCapture, capture_micro_step
 from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
+from trainer.backends.step_capture import OptimizerCapture, capture_micro_step
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import ModelTooLargeError
 

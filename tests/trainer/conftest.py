@@ -64,16 +64,21 @@ def to_toml(doc: dict) -> str:
     return "\n".join(out)
 
 
+def write_config(root: Path, corpus: Path, name: str = "tiny", **sections) -> Path:
+    """TINY updated by `sections`, written to root/<name>.toml, its run dir root/runs/<name>."""
+    doc = {k: dict(v) for k, v in TINY.items()}
+    doc["data"] = {"path": str(corpus)}
+    doc["run"] = {"out_dir": str(root / "runs"), "name": name}
+    for section, updates in sections.items():
+        doc.setdefault(section, {}).update(updates)
+    path = root / f"{name}.toml"
+    path.write_text(to_toml(doc), encoding="utf-8")
+    return path
+
+
 @pytest.fixture
 def make_config(tmp_path, corpus):
     """write(name="cfg", **section_updates) -> path of a tiny config whose run dir is tmp_path/runs/<name>."""
     def write(name: str = "tiny", **sections) -> Path:
-        doc = {k: dict(v) for k, v in TINY.items()}
-        doc["data"] = {"path": str(corpus)}
-        doc["run"] = {"out_dir": str(tmp_path / "runs"), "name": name}
-        for section, updates in sections.items():
-            doc.setdefault(section, {}).update(updates)
-        path = tmp_path / f"{name}.toml"
-        path.write_text(to_toml(doc), encoding="utf-8")
-        return path
+        return write_config(tmp_path, corpus, name, **sections)
     return write

@@ -3,12 +3,14 @@
     python tools/bench_train.py configs/gpu-alpha-8l.toml --steps 20
     python tools/bench_train.py configs/gpu-gpt2-124m.toml --steps 10 --torch-dtypes fp32,bf16
     python tools/bench_train.py configs/shakespeare.toml --torch-device cpu --torch-dtypes fp32 --batch-size 8
+    python tools/bench_train.py configs/shakespeare.toml --helios-dtypes fp32,bf16 --torch-dtypes '' --rounds 3
 
 Each side trains `--steps` timed steps (after `--warmup` untimed ones) on random token batches of the
 config's batch_size x block_size with AdamW, and reports tok/s and MFU. helios runs on the Vulkan device it
 chooses (HELIOS_DEVICE to pick); the twin is trainer/backends/torch_model.GPT (the same architecture and
 parameter names) on CUDA with fused AdamW, in fp32 with TF32 off (the same arithmetic) and in bf16 autocast
 (what torch users run), or with `--torch-device cpu` eager on the CPU (the lavapipe comparison, same cores).
+`--helios-dtypes` runs helios once per model.dtype (fp32, bf16, fp16: mixed precision, issue 17).
 Both sides alternate `--rounds` times and the table reports each side's best round, so a noisy neighbour
 hurts neither side alone. MFU divides by --peak-tflops for fp32 and --peak-bf16-tflops for bf16 (defaults: the
 H100 SXM's dense figures, 67 and 989). Prints a table and one JSON line per figure.
@@ -41,10 +43,12 @@ def _batches(cfg, n: int, seed: int = 0):
 _HELIOS = {}
 
 
-def bench_helios(cfg, steps: int, warmup: int) -> dict:
+def bench_helios(cfg, steps: int, warmup: int, dtype: str = "fp32") -> dict:
     from trainer.backends.helios import HeliosBackend
 
-    backend = _HELIOS.get("backend") or _HELIOS.setdefault("backend", HeliosBackend.create(cfg.model, cfg.optim, 0))
+    if dtype not in _HELIOS:  # one backend per dtype, kept across rounds (its captures stay warm)
+        _HELIOS[dtype] = HeliosBackend.create(dataclasses.replace(cfg.model, dtype=dtype), cfg.optim, 0)
+    backend = _HELIOS[dtype]
     batches = _batches(cfg, steps + warmup)
     for x, y in batches[:warmup]:
         backend.train_step([(x, y)], lr=1e-4, grad_clip=1.0, spike_threshold=None)
@@ -54,7 +58,7 @@ def bench_helios(cfg, steps: int, warmup: int) -> dict:
         r = backend.train_step([(x, y)], lr=1e-4, grad_clip=1.0, spike_threshold=None)
         host_ms += r.fwd_ms + r.bwd_ms + r.opt_ms
     seconds = time.perf_counter() - t0
-    return {"side": "helios", "dtype": "fp32", "device": backend.device_name(), "seconds": seconds,
+    return {"side": "helios", "dtype": dtype, "device": backend.device_name(), "seconds": seconds,
             "host_ms_per_step": host_ms / steps, "params": backend.num_params()}
 
 
@@ -103,6 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--torch-dtypes", default="fp32,bf16", help="comma-separated of fp32, bf16; '' skips torch")
     parser.add_argument("--no-helios", action="store_true")
+    parser.add_argument("--helios-dtypes", default="fp32", help="comma-separated model.dtype values for helios")
     parser.add_argument("--peak-tflops", type=float, default=67.0, help="fp32 peak for MFU (H100 SXM: 67)")
     parser.add_argument("--peak-bf16-tflops", type=float, default=989.0, help="bf16 dense peak (H100 SXM: 989)")
     parser.add_argument("--torch-device", choices=("cuda", "cpu"), default="cuda")
@@ -115,7 +120,8 @@ def main(argv=None) -> int:
     tokens = args.steps * cfg.train.batch_size * cfg.model.block_size
     best: dict[tuple, dict] = {}
     for _ in range(args.rounds):
-        rounds = [] if args.no_helios else [bench_helios(cfg, args.steps, args.warmup)]
+        rounds = [] if args.no_helios else [bench_helios(cfg, args.steps, args.warmup, d)
+                                            for d in args.helios_dtypes.split(",") if d]
         for dtype in [d for d in args.torch_dtypes.split(",") if d]:
             rounds.append(bench_torch(cfg, args.steps, args.warmup, dtype, args.torch_device))
         for r in rounds:

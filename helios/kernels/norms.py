@@ -11,7 +11,9 @@ of dy * xhat (and dy, for the bias) into a scratch [workers, N]; `reduce.sum_row
 into dw and db in one dispatch, straight into a parameter-gradient arena with `accumulate=True`. The worker count is a
 push constant, so the partials never depend on the subgroup size the device picks.
 
-Variants: `rows.row_variants` (layout x width x register tier); LayerNorm adds "*_nobias" forms.
+Variants: `rows.row_variants` (layout x width x register tier); LayerNorm adds "*_nobias" forms. Each
+exists for bf16 and fp16 ("bf16_*", "fp16_*", the mixed-precision rule of helios.kernels.dtypes): x, w, b,
+y, dy and dx are stored in that dtype; mean, rstd and the dw/db partials (hence dw and db) stay f32.
 """
 
 from __future__ import annotations
@@ -19,8 +21,19 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels import rows as rowlib
+from helios.kernels.dtypes import NUMPY, with_dtypes
 from helios.kernels.reduce import sum_rows_into
-from helios.kernels.rows import RowLayout, check_f32, device_info, row_grid, row_variants, rows_of, worker_grid
+from helios.kernels.rows import (
+    RowLayout,
+    check_f32,
+    device_info,
+    io_dtype,
+    layout_of,
+    row_grid,
+    row_variants,
+    rows_of,
+    worker_grid,
+)
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
 
@@ -84,7 +97,7 @@ def _welford(rl: RowLayout, xv, base: Value) -> tuple[Value, Value]:
     """Streaming (mean, variance) of a row: Welford per invocation, then Chan's combination."""
     b = rl.b
     count = b.var(f32, 0.0)
-    mu, m2 = b.var(xv.elem, 0.0), b.var(xv.elem, 0.0)
+    mu, m2 = b.var(rl.elem, 0.0), b.var(rl.elem, 0.0)
 
     def step(_, j):
         x = xv[base + j]
@@ -103,7 +116,7 @@ def _welford(rl: RowLayout, xv, base: Value) -> tuple[Value, Value]:
 def _cached_moments(rl: RowLayout, xv, base: Value, xs: list, centre: bool) -> tuple[Value | None, Value]:
     """Cached variants: load the row into xs; (mean, mean of squares about it) by two register passes."""
     b = rl.b
-    acc = b.var(xv.elem, 0.0)
+    acc = b.var(rl.elem, 0.0)
 
     def load(k, j):
         xs[k].value = xv[base + j]
@@ -116,7 +129,7 @@ def _cached_moments(rl: RowLayout, xv, base: Value, xs: list, centre: bool) -> t
     if not centre:
         return None, rl.reduce(acc.value) / rl.fcols
     mean = rl.reduce(acc.value) / rl.fcols
-    sq = b.var(xv.elem, 0.0)
+    sq = b.var(rl.elem, 0.0)
 
     def square(k, _):
         d = xs[k].value - mean
@@ -129,7 +142,7 @@ def _cached_moments(rl: RowLayout, xv, base: Value, xs: list, centre: bool) -> t
 def build_norm_forward(b: KernelBuilder, v: Variant) -> None:
     """LayerNorm (v.norm == "layer": y = (x - mean) * rstd * w [+ b]) or RMSNorm (y = x * rstd * w)."""
     layer = v.norm == "layer"
-    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    rl = layout_of(b, v)
     x, w = rl.buffer(0, "r"), rl.buffer(1, "r")
     bias = rl.buffer(2, "r") if layer else None
     k = 3 if layer else 2
@@ -138,7 +151,7 @@ def build_norm_forward(b: KernelBuilder, v: Variant) -> None:
     eps = b.push("eps", f32)
     xv, wv, yv = rl.view(x), rl.view(w), rl.view(y)
     bv = rl.view(bias) if layer and v.bias else None
-    el = xv.elem
+    el = rl.elem
     ws, bs, xs = rl.registers(el), rl.registers(el), rl.registers(el)
     _load_columns(rl, wv, ws)
     if bv is not None:
@@ -180,15 +193,15 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
     worker's first row (r == worker) and add on later rows.
     """
     layer = v.norm == "layer"
-    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    rl = layout_of(b, v)
     x, w = rl.buffer(0, "r"), rl.buffer(1, "r")
     mean_in = b.buffer(2, f32, "r") if layer else None
     k = 3 if layer else 2
     rstd_in, dy = b.buffer(k, f32, "r"), rl.buffer(k + 1, "r")
-    dx, partial = rl.buffer(k + 2, "w"), rl.buffer(k + 3, "rw")
+    dx, partial = rl.buffer(k + 2, "w"), rl.buffer(k + 3, "rw", "f32")  # parameter gradients stay f32
     workers = b.push("workers", u32)
     xv, wv, dyv, dxv, pv = rl.view(x), rl.view(w), rl.view(dy), rl.view(dx), rl.view(partial)
-    el = xv.elem
+    el = rl.elem
     worker = rl.worker
     dw_row, db_row = worker * rl.units, (workers + worker) * rl.units
     with b.if_(worker < workers):
@@ -245,9 +258,10 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
 
 
 def _bias_variants(**params) -> dict[str, dict]:
-    with_bias = {k: {**p, "bias": True} for k, p in row_variants(**params).items()}
-    no_bias = {f"{k}_nobias": {**p, "bias": False} for k, p in row_variants(**params).items()}
-    return {**with_bias, **no_bias}
+    f32_rows = row_variants(dtypes=("f32",), **params)
+    with_bias = {k: {**p, "bias": True} for k, p in f32_rows.items()}
+    no_bias = {f"{k}_nobias": {**p, "bias": False} for k, p in f32_rows.items()}
+    return with_dtypes({**with_bias, **no_bias})
 
 
 def _forward_grid(rows: int, cols: int, v) -> tuple[int, int, int]:
@@ -271,20 +285,23 @@ RMSNORM_BACKWARD = Kernel("rmsnorm_backward", build_norm_backward, variants=row_
 
 
 # -- op functions -------------------------------------------------------------------------------------
-def _variant(rows: int, cols: int, bias: bool = True) -> str:
-    name = rowlib.choose(rows, cols)
+def _variant(rows: int, cols: int, dtype: str, bias: bool = True) -> str:
+    name = rowlib.choose(rows, cols, dtype=dtype)
     return name if bias else f"{name}_nobias"
 
 
-def _check(x: Tensor, w: Tensor, *others: Tensor | None) -> tuple[int, int]:
-    check_f32(x, w, *others)
+def _check(op: str, io: dict[str, Tensor | None], stats: dict[str, Tensor]) -> tuple[str, int, int]:
+    """(io dtype, rows, cols): io tensors (x first, then w) share one dtype, the statistics are f32."""
+    dtype = io_dtype(op, **io)
+    check_f32(op, **stats)
+    x, w = io["x"], io["w"]
     rows, cols = rows_of(x)
     if w.numel != cols:
         raise ValueError(f"norm weight has {w.numel} elements, rows of x have {cols}")
-    for t in others:
+    for t in [*io.values(), *stats.values()]:
         if t is not None and t.numel not in (cols, rows, x.numel):
             raise ValueError(f"tensor of shape {t.shape} does not fit x of shape {x.shape}")
-    return rows, cols
+    return dtype, rows, cols
 
 
 def _stats_shape(x: Tensor) -> tuple[int, ...]:
@@ -292,11 +309,12 @@ def _stats_shape(x: Tensor) -> tuple[int, ...]:
 
 
 def layernorm(x: Tensor, w: Tensor, b: Tensor | None, eps: float = 1e-5) -> tuple[Tensor, Tensor, Tensor]:
-    """LayerNorm over the last axis: (y, mean, rstd); b may be None."""
-    rows, cols = _check(x, w, b)
-    y, mean, rstd = empty(x.shape), empty(_stats_shape(x)), empty(_stats_shape(x))
+    """LayerNorm over the last axis: (y, mean, rstd); b may be None. x, w, b and y share one dtype (f32,
+    bf16 or fp16); mean and rstd are f32."""
+    dtype, rows, cols = _check("layernorm", {"x": x, "w": w, "b": b}, {})
+    y, mean, rstd = empty(x.shape, NUMPY[dtype]), empty(_stats_shape(x)), empty(_stats_shape(x))
     if rows and cols:
-        variant = _variant(rows, cols, b is not None)
+        variant = _variant(rows, cols, dtype, b is not None)
         launch(LAYERNORM, buffers=[x, w, w if b is None else b, y, rstd, mean], variant=variant,
                push={"rows": rows, "cols": cols, "eps": eps},
                grid=_forward_grid(rows, cols, LAYERNORM.variant(variant)))
@@ -304,21 +322,22 @@ def layernorm(x: Tensor, w: Tensor, b: Tensor | None, eps: float = 1e-5) -> tupl
 
 
 def rmsnorm(x: Tensor, w: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
-    """RMSNorm over the last axis: (y, rstd)."""
-    rows, cols = _check(x, w)
-    y, rstd = empty(x.shape), empty(_stats_shape(x))
+    """RMSNorm over the last axis: (y, rstd). x, w and y share one dtype; rstd is f32."""
+    dtype, rows, cols = _check("rmsnorm", {"x": x, "w": w}, {})
+    y, rstd = empty(x.shape, NUMPY[dtype]), empty(_stats_shape(x))
     if rows and cols:
-        variant = _variant(rows, cols)
+        variant = _variant(rows, cols, dtype)
         launch(RMSNORM, buffers=[x, w, y, rstd], variant=variant, push={"rows": rows, "cols": cols, "eps": eps},
                grid=_forward_grid(rows, cols, RMSNORM.variant(variant)))
     return y, rstd
 
 
 def _param_out(out: Tensor | None, cols: int, accumulate: bool) -> tuple[Tensor, bool]:
-    """The gradient's destination and whether to add into it (never into a fresh tensor)."""
+    """The gradient's destination (f32 whatever the io dtype) and whether to add into it (never into a fresh
+    tensor)."""
     if out is None:
         return empty((cols,)), False
-    check_f32(out)
+    check_f32("norm backward", out=out)
     if out.numel != cols:
         raise ValueError(f"parameter gradient out= has {out.numel} elements, expected {cols}")
     return out, accumulate
@@ -333,7 +352,7 @@ def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols:
     """Launch the row kernel (dx + partials), then one column-sum per parameter gradient."""
     if not (rows and cols):
         raise ValueError(f"norm backward of an empty tensor {x.shape}")
-    dx = empty(x.shape)
+    dx = empty(x.shape, x.dtype)
     workers = _workers(rows)
     partial = empty((len(outs) * workers, cols))
     launch(kernel, buffers=[*tensors, dx, partial], variant=variant,
@@ -352,23 +371,26 @@ def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols:
 def layernorm_backward(x: Tensor, w: Tensor, mean: Tensor, rstd: Tensor, dy: Tensor, dw_out: Tensor | None = None,
                        db_out: Tensor | None = None, accumulate: bool = False, *, has_bias: bool | None = None):
     """(dx, dw, db) of LayerNorm; with out= tensors and accumulate=True the gradients are added into them.
+    x, w, dy and dx share one dtype (f32, bf16 or fp16); mean, rstd, dw and db are f32.
 
     db is None only with has_bias=False: db_out=None cannot tell a bias-free layer from a bias whose
     gradient has no sink, so by default db is computed (one extra column sum).
     """
-    rows, cols = _check(x, w, mean, rstd, dy)
+    dtype, rows, cols = _check("layernorm_backward", {"x": x, "w": w, "dy": dy}, {"mean": mean, "rstd": rstd})
     bias = has_bias is not False
     outs = [_param_out(dw_out, cols, accumulate)]
     if bias:
         outs.append(_param_out(db_out, cols, accumulate))
-    dx = _backward(LAYERNORM_BACKWARD, [x, w, mean, rstd, dy], x, rows, cols, _variant(rows, cols, bias), outs)
+    variant = _variant(rows, cols, dtype, bias)
+    dx = _backward(LAYERNORM_BACKWARD, [x, w, mean, rstd, dy], x, rows, cols, variant, outs)
     return dx, outs[0][0], (outs[1][0] if bias else None)
 
 
 def rmsnorm_backward(x: Tensor, w: Tensor, rstd: Tensor, dy: Tensor, dw_out: Tensor | None = None,
                      accumulate: bool = False) -> tuple[Tensor, Tensor]:
-    """(dx, dw) of RMSNorm; with dw_out and accumulate=True dw is added into dw_out."""
-    rows, cols = _check(x, w, rstd, dy)
+    """(dx, dw) of RMSNorm; with dw_out and accumulate=True dw is added into dw_out. x, w, dy and dx share
+    one dtype; rstd and dw are f32."""
+    dtype, rows, cols = _check("rmsnorm_backward", {"x": x, "w": w, "dy": dy}, {"rstd": rstd})
     outs = [_param_out(dw_out, cols, accumulate)]
-    dx = _backward(RMSNORM_BACKWARD, [x, w, rstd, dy], x, rows, cols, _variant(rows, cols), outs)
+    dx = _backward(RMSNORM_BACKWARD, [x, w, rstd, dy], x, rows, cols, _variant(rows, cols, dtype), outs)
     return dx, outs[0][0]

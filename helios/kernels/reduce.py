@@ -4,6 +4,8 @@ gradients) and a two-stage sum of squares over many tensors (`sumsq`, gradient n
 Over the last axis a worker (subgroup or workgroup, see `rows.py`) reduces each row; over everything,
 workgroups reduce grid-stride shares into partials and a second launch of the same kernel reduces those.
 Column sums give invocations columns and workgroups chunks of rows, then sum the chunks' partials.
+Every kernel also reads bf16 and fp16 inputs ("bf16_*", "fp16_*" variants): they add up in f32 and write
+f32 results (row sums, scalars, and column sums such as bias gradients, which go to the fp32 grad arena).
 """
 
 from __future__ import annotations
@@ -13,14 +15,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from helios.kernels import rows as rowlib
+from helios.kernels.dtypes import check_float, dtype_variant, storage, variant_dtype, with_dtypes
 from helios.kernels.rows import (
     MAX_GROUPS,
-    RowLayout,
+    PackedHalfView,
+    WideView,
     check_f32,
     combine,
     flat_group,
     horizontal,
     identity,
+    io_dtype,
+    layout_of,
     row_grid,
     rows_of,
 )
@@ -57,13 +63,13 @@ def reference_sumsq(xs: Sequence[np.ndarray]) -> np.ndarray:
 
 # -- reduce_rows: sum / mean / max over the last axis -----------------------------------------------
 def build_reduce_rows(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout, v.vec, wide=v.wide)
+    rl = layout_of(b, v)
     x, y = rl.buffer(0, "r"), b.buffer(1, f32, "w")
     scale = b.push("scale", f32)
     src = rl.view(x)
     with rl.my_rows() as r:
         base = r * rl.units
-        acc = b.var(src.elem, identity(v.op))
+        acc = b.var(rl.elem, identity(v.op))
 
         def step(_, j):
             acc.value = combine(b, v.op, acc.value, src[base + j])
@@ -76,8 +82,8 @@ def build_reduce_rows(b: KernelBuilder, v: Variant) -> None:
 
 REDUCE_ROWS = Kernel(
     "reduce_rows", build_reduce_rows,
-    variants={f"{op}_{name}": {**p, "op": op} for op in ("sum", "max")
-              for name, p in rowlib.row_variants(cached=False).items()},
+    variants=with_dtypes({f"{op}_{name}": {**p, "op": op} for op in ("sum", "max")
+                          for name, p in rowlib.row_variants(cached=False, dtypes=("f32",)).items()}),
     grid=lambda rows, cols, v: row_grid(rows, v),
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * rows * (cols + 1),
 )
@@ -90,7 +96,7 @@ def build_reduce_all(b: KernelBuilder, v: Variant) -> None:
     op "sumsq" squares as it loads. In the vec4 variant the first n % 4 invocations add the tail.
     """
     b.local_size(ALL_LOCAL)
-    x, y = b.buffer(0, f32, "r"), b.buffer(1, f32, "w")
+    x, y = b.buffer(0, storage(variant_dtype(v.params)), "r"), b.buffer(1, f32, "w")
     n, scale, slot = b.push("n", u32), b.push("scale", f32), b.push("slot", u32)
     op = "max" if v.op == "max" else "sum"
     group, groups = flat_group(b)
@@ -106,7 +112,7 @@ def build_reduce_all(b: KernelBuilder, v: Variant) -> None:
         part = acc.value
     else:
         n4 = n >> 2
-        acc4 = b.var(x.vec4.elem, identity(op))
+        acc4 = b.var(rowlib.F32X4, identity(op))
         with b.for_range(tid, n4, step=stride) as k:
             acc4.value = combine(b, op, acc4.value, term(x.vec4[k]))
         acc = b.var(f32, horizontal(b, op, acc4.value))
@@ -127,8 +133,8 @@ def build_reduce_all(b: KernelBuilder, v: Variant) -> None:
 
 REDUCE_ALL = Kernel(
     "reduce_all", build_reduce_all,
-    variants={f"{op}_{name}": {"op": op, "vec": vec} for op in ("sum", "max", "sumsq")
-              for name, vec in (("scalar", 1), ("vec4", 4))},
+    variants=with_dtypes({f"{op}_{name}": {"op": op, "vec": vec} for op in ("sum", "max", "sumsq")
+                          for name, vec in (("scalar", 1), ("vec4", 4))}),
     grid=lambda n, v: (all_groups(n), 1, 1),
     flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
 )
@@ -140,14 +146,15 @@ def all_groups(n: int) -> int:
 
 
 def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float, groups: int) -> None:
-    variant = f"{op}_{'vec4' if rowlib.VEC == 4 and n >= 4 else 'scalar'}"
+    variant = dtype_variant(f"{op}_{'vec4' if rowlib.VEC == 4 and n >= 4 else 'scalar'}", check_float(x))
     launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot}, grid=(groups, 1, 1),
            variant=variant)
 
 
 def reduce_all(x: Tensor, op: str, scale: float = 1.0) -> Tensor:
-    """(1,) reduction of every element of x: one launch for small x, else partials then one workgroup."""
-    check_f32(x)
+    """(1,) f32 reduction of every element of x (f32, bf16 or fp16): one launch for small x, else partials
+    then one workgroup."""
+    check_float(x)
     out = empty((1,))
     n = x.numel
     if n == 0:
@@ -179,19 +186,22 @@ def build_sum_rows(b: KernelBuilder, v: Variant) -> None:
     """
     b.local_size(ALL_LOCAL)
     wide = v.get("wide", False)
-    dtype = u64 if wide else f32
-    x, y = b.buffer(0, dtype, "r"), b.buffer(1, dtype, "rw")
-    y2 = b.buffer(2, dtype, "rw") if v.pair else None
+    dtype = variant_dtype(v.params)  # of x; y (and y2) are f32
+    x = b.buffer(0, u64 if wide else storage(dtype), "r")
+    y = b.buffer(1, u64 if wide else f32, "rw")
+    y2 = b.buffer(2, u64 if wide else f32, "rw") if v.pair else None
     rows, cols, chunk = b.push("rows", u32), b.push("cols", u32), b.push("chunk", u32)
     offset, accumulate = b.push("offset", u32), b.push("accumulate", u32)
     offset2 = b.push("offset2", u32) if v.pair else None
     w = v.vec
     units = cols if w == 1 else cols >> 2
 
-    def view(buf):
-        return rowlib.WideView(b, buf) if wide else (buf if w == 1 else buf.vec4)
+    def view(buf, half: bool = False):
+        if wide:
+            return PackedHalfView(b, buf, dtype) if half else WideView(b, buf)
+        return buf if w == 1 else buf.vec4
 
-    src = view(x)
+    src = view(x, dtype != "f32")
     blocks = [(y, offset)] + ([(y2, offset2)] if v.pair else [])
     blocks = [(view(out), off if w == 1 else off >> 2) for out, off in blocks]
     col0 = b.workgroup_id(0) * ALL_LOCAL + b.local_index()
@@ -200,7 +210,7 @@ def build_sum_rows(b: KernelBuilder, v: Variant) -> None:
         lo = c * chunk
         hi = b.min(lo + chunk, rows)
         with b.for_range(col0, units, step=col_step) as j:
-            accs = [b.var(src.elem, 0.0) for _ in blocks]
+            accs = [b.var(f32 if w == 1 else rowlib.F32X4, 0.0) for _ in blocks]
             with b.for_range(lo, hi) as r:
                 for acc, (_, base) in zip(accs, blocks, strict=True):
                     acc.value = acc.value + src[base + r * units + j]
@@ -220,8 +230,8 @@ def ceil_div_value(b: KernelBuilder, a: Value, d: Value) -> Value:
 
 SUM_ROWS = Kernel(
     "sum_rows", build_sum_rows,
-    variants={f"{pre}{name}": {"vec": vec, "wide": wide, "pair": pair} for pre, pair in (("", False), ("pair_", True))
-              for name, vec, wide in rowlib.WIDTHS},
+    variants=with_dtypes({f"{pre}{name}": {"vec": vec, "wide": wide, "pair": pair}
+                          for pre, pair in (("", False), ("pair_", True)) for name, vec, wide in rowlib.WIDTHS}),
     grid=lambda rows, cols, chunk, v: (_max(1, _min(MAX_GROUPS, ceil_div(cols // v.vec, ALL_LOCAL))),
                                        _max(1, _min(MAX_GROUPS, ceil_div(rows, chunk))), 1),
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * (rows + 1) * cols,
@@ -231,7 +241,7 @@ SUM_ROWS = Kernel(
 def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs: Sequence[Tensor],
                   accumulate: bool) -> None:
     """outs[k][:cols] (+)= column sums of the [rows, cols] block of x at element offsets[k] (one or two
-    blocks, summed in the same dispatches).
+    blocks, summed in the same dispatches). x may be f32, bf16 or fp16; outs are f32.
 
     Up to SUM_ROWS_CHUNK rows (or SINGLE_PASS elements) take one launch; more are summed per chunk into
     scratch [chunks, cols] first, so that M in the thousands keeps every core (or SM) busy, then the chunks
@@ -241,7 +251,7 @@ def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs:
         return
     pair = len(outs) == 2
     width = rowlib.width_name(cols) if all(o % 4 == 0 for o in offsets) else "scalar"
-    variant = ("pair_" if pair else "") + width
+    variant = dtype_variant(("pair_" if pair else "") + width, check_float(x))
     kv = SUM_ROWS.variant(variant)
 
     def run(src: Tensor, offs: Sequence[int], n: int, chunk: int, dsts: Sequence[Tensor], acc: bool) -> None:
@@ -263,14 +273,14 @@ def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs:
 
 # -- op functions (docs/OPS.md) -----------------------------------------------------------------------
 def _reduce_last(x: Tensor, op: str, scale_by_n: bool) -> Tensor:
-    check_f32(x)
+    dtype = check_float(x)
     rows, cols = rows_of(x)
     if cols == 0:
         raise ValueError(f"cannot reduce over an empty last axis {x.shape}")
     out = empty(x.shape[:-1] if x.ndim > 1 else (1,))
     if rows == 0:
         return out
-    variant = f"{op}_{rowlib.choose(rows, cols, cacheable=False)}"
+    variant = dtype_variant(f"{op}_{rowlib.choose(rows, cols, cacheable=False)}", dtype)
     launch(REDUCE_ROWS, buffers=[x, out], push={"rows": rows, "cols": cols, "scale": 1.0 / cols if scale_by_n else 1.0},
            grid=REDUCE_ROWS.grid(rows, cols, REDUCE_ROWS.variant(variant)), variant=variant)
     return out
@@ -300,8 +310,10 @@ def reduce_max(x: Tensor, axis: int | None = -1) -> Tensor:
 
 
 def sum_rows(x: Tensor, out: Tensor | None = None, accumulate: bool = False) -> Tensor:
-    """Column sums of a 2-D [M, N] tensor as [N] (bias gradients); accumulate=True adds into out."""
-    check_f32(x, out)
+    """Column sums of a 2-D [M, N] tensor as [N] (bias gradients); accumulate=True adds into out. x may be
+    f32, bf16 or fp16; out is f32 (parameter gradients live in the fp32 grad arena)."""
+    io_dtype("sum_rows", x=x)
+    check_f32("sum_rows", out=out)
     if x.ndim != 2:
         raise ValueError(f"sum_rows takes a 2-D [M, N] tensor, got shape {x.shape}")
     rows, cols = x.shape
@@ -321,9 +333,11 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
     """(1,) sum of squares of every element of every tensor: per-tensor partials, then one sum.
 
     One first-stage launch per tensor (pass a flat gradient arena as one tensor for two launches in all).
+    Each tensor may be f32, bf16 or fp16 (squares add up in f32).
     """
     ts = [tensors] if isinstance(tensors, Tensor) else [t for t in tensors if t.numel]
-    check_f32(*ts)
+    for t in ts:
+        check_float(t)
     out = empty((1,))
     if not ts:
         fill(out, 0.0)

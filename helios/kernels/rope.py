@@ -10,13 +10,16 @@ position (row % T):
 The v heads (the last Hkv * D columns of a row) are copied unchanged. The backward (vector-Jacobian
 product) is the inverse rotation (sin -> -sin). cos/sin come from a float64 table [2, T, D/2] built once
 per (T, D, base) on the host and uploaded (cached), which is more accurate than f32 sin/cos of large
-angles on the device. trainer/backends/torch_model.py builds the same table the same way.
+angles on the device. trainer/backends/torch_model.py builds the same table the same way. bf16 and fp16
+variants ("bf16_*", "fp16_*") read and write 16-bit qkv (the table stays f32; one rounding per output).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels.dtypes import NUMPY, dtype_variant, storage, variant_dtype, with_dtypes
+from helios.kernels.rows import io_dtype
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 WG = 64
@@ -56,13 +59,14 @@ def _build(b: KernelBuilder, v: Variant) -> None:
     """One invocation per rotated (i, i + D/2) pair group of `vec` pairs, then per copied v element group."""
     b.local_size(WG)
     n = v.vec
+    io = storage(variant_dtype(v.params))
     if v.inplace:
-        src = dst = b.buffer(0, f32, "rw").view(n)
+        src = dst = b.buffer(0, io, "rw").view(n)
         table = b.buffer(1, f32, "r").view(n)
     else:
-        src = b.buffer(0, f32, "r").view(n)
+        src = b.buffer(0, io, "r").view(n)
         table = b.buffer(1, f32, "r").view(n)
-        dst = b.buffer(2, f32, "w").view(n)
+        dst = b.buffer(2, io, "w").view(n)
     n_rows, seq, width, halfv, n_rot, copy_v = (b.push(k, u32) for k in
                                                  ("n_rows", "T", "width", "halfv", "n_rot", "copy_v"))
     sign = b.push("sign", f32)
@@ -91,8 +95,8 @@ def _build(b: KernelBuilder, v: Variant) -> None:
 
 ROPE = Kernel(
     "rope", _build,
-    variants={"scalar": {"vec": 1, "inplace": False}, "vec4": {"vec": 4, "inplace": False},
-              "scalar_inplace": {"vec": 1, "inplace": True}, "vec4_inplace": {"vec": 4, "inplace": True}},
+    variants=with_dtypes({"scalar": {"vec": 1, "inplace": False}, "vec4": {"vec": 4, "inplace": False},
+                          "scalar_inplace": {"vec": 1, "inplace": True}, "vec4_inplace": {"vec": 4, "inplace": True}}),
     grid=lambda items: _grid(items),
     flops=lambda rows, n_rot, head_dim: 6 * rows * n_rot * head_dim // 2,
     bytes=lambda rows, width, n_rot, head_dim, inplace=False: 4 * rows * (
@@ -131,6 +135,7 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
     """Rotate the q and k heads of a fused [B, T, (H + 2*Hkv) * D] tensor (v copied unchanged).
 
     backward=True applies the inverse rotation (the VJP). `out=qkv` rotates in place (v is not touched).
+    qkv and out share one dtype (f32, bf16 or fp16).
     """
     import helios.runtime as rt
 
@@ -144,11 +149,12 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
     n_rows = int(np.prod(shape[:-1]))
     half = head_dim // 2
     vec = 4 if half % 4 == 0 else 1
+    dtype = io_dtype("rope", qkv=qkv, out=out)
     inplace = out is qkv
-    out = rt.empty(shape) if out is None else out
+    out = rt.empty(shape, NUMPY[dtype]) if out is None else out
     n_rot = n_head + n_kv_head
     per_row = n_rot * half // vec + (0 if inplace else n_kv_head * head_dim // vec)
-    name = ("vec4" if vec == 4 else "scalar") + ("_inplace" if inplace else "")
+    name = dtype_variant(("vec4" if vec == 4 else "scalar") + ("_inplace" if inplace else ""), dtype)
     buffers = [qkv, _table(seq, head_dim, base)] + ([] if inplace else [out])
     rt.launch(ROPE, buffers, variant=name, grid=_grid(n_rows * per_row),
               push={"n_rows": n_rows, "T": seq, "width": width, "halfv": half // vec, "n_rot": n_rot,

@@ -11,14 +11,21 @@ variant ("_reg4", "_reg32") keeps those k = 0..R-1 slots in registers, unrolled 
 read from memory once and written once: on lavapipe each buffer access costs a per-lane scalar loop, so
 this halves softmax's time; on GPUs it saves the re-reads from L1/L2. Rows longer than R * width use the
 streaming variants (no suffix).
+
+Every variant also exists for bf16 and fp16 rows ("bf16_"/"fp16_" + the name, `helios.kernels.dtypes`): a
+RowLayout of a half dtype declares its row buffers as 16-bit storage (vec4 views load 4 halves; "u64x2"
+moves them as one 64-bit word), so the kernels' f32 code is unchanged and each stored half is rounded once.
+Buffers a kernel asks for as "f32" (statistics, partial sums) stay f32 whatever the dtype.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from helios.kernels.dtypes import DTYPES, FLOAT_DTYPES, dtype_variant, is_float, storage, variant_dtype, with_dtypes
+from helios.kernels.elementwise import _pack_half, _unpack_half
 from helios.spirv import KernelBuilder, Value, ceil_div, f32, u32, u64, vec
 
 SG_LOCAL = 64  # "sg": invocations per workgroup (a multiple of every subgroup size up to 64)
@@ -55,6 +62,22 @@ class WideView:
         self.words[k] = self.b.bitcast(value, U64X2)
 
 
+class PackedHalfView:
+    """vec4<f32> elements of a bf16 or fp16 buffer declared as u64: 4 halves per 64-bit word (one load or
+    store per 4 values on lavapipe; the packing is elementwise.py's)."""
+
+    elem = F32X4
+
+    def __init__(self, b: KernelBuilder, buf, dtype: str) -> None:
+        self.b, self.words, self.dtype = b, buf, dtype
+
+    def __getitem__(self, k) -> Value:
+        return _unpack_half(self.b, self.words[k], self.dtype)
+
+    def __setitem__(self, k, value: Value) -> None:
+        self.words[k] = _pack_half(self.b, value, self.dtype)
+
+
 def device_info():
     from helios.device import get_device
 
@@ -87,11 +110,13 @@ class RowLayout:
     """Which rows this invocation works on and which elements of a row are its own (see module doc).
 
     Declares push constants `rows` and `cols`; `units` is the row length in elements or vec4s and
-    `view(buf)` the matching view of a buffer.
+    `view(buf)` the matching view of a buffer. `dtype` is how row buffers are stored (see module doc).
     """
 
-    def __init__(self, b: KernelBuilder, layout: str, vec: int = 1, cache: int = 0, wide: bool = False) -> None:
-        self.b, self.layout, self.vec, self.cache, self.wide = b, layout, vec, cache, wide
+    def __init__(self, b: KernelBuilder, layout: str, vec: int = 1, cache: int = 0, wide: bool = False,
+                 dtype: str = "f32") -> None:
+        self.b, self.layout, self.vec, self.cache, self.wide, self.dtype = b, layout, vec, cache, wide, dtype
+        self.dtypes: dict[int, str] = {}  # binding -> how its buffer stores floats
         group, groups = flat_group(b)
         if layout == "sg":
             b.local_size(SG_LOCAL)
@@ -110,16 +135,22 @@ class RowLayout:
             raise ValueError(f"unknown row layout {layout!r}")
         self.rows, self.cols = b.push("rows", u32), b.push("cols", u32)
         self.units = self.cols if vec == 1 else self.cols >> 2
+        self.elem = f32 if vec == 1 else F32X4  # a unit in registers, whatever the storage
         self.fcols = b.cast(self.cols, f32)
 
-    def buffer(self, binding: int, access: str):
-        """A buffer of row data (read through `view`): f32, or u64 words in the "u64x2" variants."""
-        return self.b.buffer(binding, u64 if self.wide else f32, access)
+    def buffer(self, binding: int, access: str, dtype: str | None = None):
+        """A buffer of row data (read through `view`) stored as `dtype` (default: the variant's): f32, bf16
+        or fp16, or u64 words in the "u64x2" variants."""
+        dtype = dtype or self.dtype
+        self.dtypes[binding] = dtype
+        return self.b.buffer(binding, u64 if self.wide else storage(dtype), access)
 
     def view(self, buf):
-        """The buffer as this variant's units: f32, vec4<f32>, or vec4<f32> moved as u64 words."""
+        """The buffer as this variant's units: f32, vec4<f32>, or vec4<f32> moved as u64 words (loads give
+        f32 whatever the storage)."""
+        dtype = self.dtypes[buf.binding]
         if self.wide:
-            return WideView(self.b, buf)
+            return WideView(self.b, buf) if dtype == "f32" else PackedHalfView(self.b, buf, dtype)
         return buf if self.vec == 1 else buf.vec4
 
     def reduce(self, value: Value, op: str = "sum") -> Value:
@@ -188,8 +219,9 @@ def width_name(cols: int) -> str:
     return "u64x2" if info.is_cpu and info.int64 else "vec4"
 
 
-def row_variants(cached: bool = True, **params) -> dict[str, dict]:
-    """The variants of a row kernel: layout x width x (streaming or a cache tier), each with params."""
+def row_variants(cached: bool = True, dtypes: Sequence[str] = DTYPES, **params) -> dict[str, dict]:
+    """The variants of a row kernel: layout x width x (streaming or a cache tier), each with params, for
+    each of dtypes ("bf16_"/"fp16_" prefixes; dtypes=("f32",) gives the f32 table to extend first)."""
     out = {}
     for layout, tiers in CACHE_TIERS.items():
         widths = WIDTHS if layout == "sg" else WIDTHS[:2]  # u64x2 is for CPUs, which use "sg"
@@ -197,7 +229,7 @@ def row_variants(cached: bool = True, **params) -> dict[str, dict]:
             out[f"{layout}_{name}"] = {"layout": layout, "vec": width, "wide": wide, "cache": 0, **params}
             for r in tiers if cached else ():
                 out[f"{layout}_{name}_reg{r}"] = {"layout": layout, "vec": width, "wide": wide, "cache": r, **params}
-    return out
+    return with_dtypes(out, dtypes)
 
 
 def _subgroup_width() -> int:
@@ -222,8 +254,12 @@ def _pick(units: int, cacheable: bool) -> tuple[str, int]:
     return fallback, 0
 
 
-def choose(rows: int, cols: int, cacheable: bool = True) -> str:
-    """The variant name for `rows` rows of length `cols` (the module knobs override it in tests)."""
+def choose(rows: int, cols: int, cacheable: bool = True, dtype: str = "f32") -> str:
+    """The variant name for `rows` rows of length `cols` of dtype (the module knobs override it in tests)."""
+    return dtype_variant(_choose(rows, cols, cacheable), dtype)
+
+
+def _choose(rows: int, cols: int, cacheable: bool) -> str:
     vec = 4 if VEC == 4 and cols % 4 == 0 else 1
     if LAYOUT is not None or CACHE is not None:
         layout, cache = LAYOUT or "sg", (CACHE or 0) if cacheable else 0
@@ -264,7 +300,31 @@ def rows_of(x) -> tuple[int, int]:
     return (x.numel // n if n else 0), n
 
 
-def check_f32(*tensors) -> None:
-    for t in tensors:
+def io_dtype(op: str, **tensors) -> str:
+    """The one float dtype ("f32", "bf16" or "fp16") of an op's io tensors (None ones skipped).
+
+    Activations, their gradients and the weights they are read with share the io dtype; a mix is a
+    TypeError naming each tensor's dtype."""
+    named = {k: t for k, t in tensors.items() if t is not None}
+    for k, t in named.items():
+        if not is_float(t):
+            raise TypeError(f"{op}: {k} is {t.dtype} {t.shape}; expected float32, bfloat16 or float16")
+    found = {k: FLOAT_DTYPES[t.dtype] for k, t in named.items()}
+    if len(set(found.values())) > 1:
+        mix = ", ".join(f"{k} is {d}" for k, d in found.items())
+        raise TypeError(f"{op}: {mix}; these share one dtype (the activations' and the weights' working copy): "
+                        "convert one side first (helios.ops.cast)")
+    return next(iter(found.values()), "f32")
+
+
+def check_f32(op: str, **tensors) -> None:
+    """Statistics and parameter gradients are float32 whatever the io dtype (None ones skipped)."""
+    for k, t in tensors.items():
         if t is not None and t.dtype != np.float32:
-            raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")
+            raise TypeError(f"{op}: {k} is {t.dtype} {t.shape}; it must be float32 (statistics and parameter "
+                            "gradients stay f32 whatever the activations' dtype)")
+
+
+def layout_of(b: KernelBuilder, v) -> RowLayout:
+    """The RowLayout of row-kernel variant v."""
+    return RowLayout(b, v.layout, v.vec, v.get("cache", 0), v.wide, variant_dtype(v.params))

@@ -5,7 +5,8 @@ in registers, write y once. Streaming variants (longer rows): an online pass kee
 sum rescaled whenever the max grows, then a second pass writes exp(x - max) / sum: two reads and one
 write of the row instead of three reads and two writes. The running max starts at -FLT_MAX rather than
 -inf so that masked (-inf) entries give exp(-inf) = 0, never inf - inf. Backward:
-dx = y * (dy - sum(y * dy)). Variants and their choice: `rows.py`.
+dx = y * (dy - sum(y * dy)). Variants and their choice: `rows.py`. bf16 and fp16 variants ("bf16_*",
+"fp16_*") read and write 16-bit rows; the exps, max and sums stay f32 and each output is rounded once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels import rows as rowlib
-from helios.kernels.rows import FLT_MAX, RowLayout, check_f32, horizontal, row_grid, row_variants, rows_of
+from helios.kernels.dtypes import NUMPY
+from helios.kernels.rows import FLT_MAX, horizontal, io_dtype, layout_of, row_grid, row_variants, rows_of
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant, f32
 
@@ -31,10 +33,10 @@ def reference_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 # -- kernels ------------------------------------------------------------------------------------------
 def build_forward(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    rl = layout_of(b, v)
     x, y = rl.buffer(0, "r"), rl.buffer(1, "w")
     src, dst = rl.view(x), rl.view(y)
-    el = src.elem
+    el = rl.elem
     with rl.my_rows() as r:
         base = r * rl.units
         if rl.cache:
@@ -82,10 +84,10 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
 
 
 def build_backward(b: KernelBuilder, v: Variant) -> None:
-    rl = RowLayout(b, v.layout, v.vec, v.cache, v.wide)
+    rl = layout_of(b, v)
     y, dy, dx = rl.buffer(0, "r"), rl.buffer(1, "r"), rl.buffer(2, "w")
     yv, dyv, dxv = rl.view(y), rl.view(dy), rl.view(dx)
-    el = yv.elem
+    el = rl.elem
     with rl.my_rows() as r:
         base = r * rl.units
         ys, dys = rl.registers(el), rl.registers(el)
@@ -121,26 +123,26 @@ SOFTMAX_BACKWARD = Kernel(
 
 # -- op functions -------------------------------------------------------------------------------------
 def softmax(x: Tensor, out: Tensor | None = None) -> Tensor:
-    """Softmax over the last axis."""
-    check_f32(x, out)
-    y = empty(x.shape) if out is None else out
+    """Softmax over the last axis; y has x's dtype (f32, bf16 or fp16)."""
+    dtype = io_dtype("softmax", x=x, out=out)
+    y = empty(x.shape, NUMPY[dtype]) if out is None else out
     rows, cols = rows_of(x)
     if rows and cols:
-        variant = rowlib.choose(rows, cols)
+        variant = rowlib.choose(rows, cols, dtype=dtype)
         launch(SOFTMAX, buffers=[x, y], push={"rows": rows, "cols": cols},
                grid=SOFTMAX.grid(rows, cols, SOFTMAX.variant(variant)), variant=variant)
     return y
 
 
 def softmax_backward(y: Tensor, dy: Tensor, out: Tensor | None = None) -> Tensor:
-    """dx of softmax over the last axis, from its output y and the gradient dy."""
-    check_f32(y, dy, out)
+    """dx of softmax over the last axis, from its output y and the gradient dy (all of one dtype)."""
+    dtype = io_dtype("softmax_backward", y=y, dy=dy, out=out)
     if y.shape != dy.shape:
         raise ValueError(f"softmax_backward: y {y.shape} and dy {dy.shape} differ")
-    dx = empty(y.shape) if out is None else out
+    dx = empty(y.shape, NUMPY[dtype]) if out is None else out
     rows, cols = rows_of(y)
     if rows and cols:
-        variant = rowlib.choose(rows, cols)
+        variant = rowlib.choose(rows, cols, dtype=dtype)
         launch(SOFTMAX_BACKWARD, buffers=[y, dy, dx], push={"rows": rows, "cols": cols},
                grid=SOFTMAX_BACKWARD.grid(rows, cols, SOFTMAX_BACKWARD.variant(variant)), variant=variant)
     return dx

@@ -1,0 +1,274 @@
+"""bfloat16 and float16 row kernels (LayerNorm, RMSNorm, softmax, reductions, sum_rows, RoPE): the "bf16_*"
+and "fp16_*" variants against float64 numpy references of the same half-rounded inputs, in every row layout
+and width (scalar, vec4 of halves, 4 halves per 64-bit word) and register tier, at awkward shapes.
+
+Tolerances. A half output is the f32 result rounded once: within ROUNDING[dtype] of it, relative; we allow
+2 * ROUNDING relative plus an absolute term for the f32 arithmetic before the rounding (the f32 tests'
+bound, ~1e-5 of the row's scale; it matters where an output cancels to near zero). f32 outputs (statistics,
+dw/db, sums) see exact half inputs and only f32 arithmetic: the f32 tests' tolerances. Each test runs for
+both half dtypes (the `half` fixture); spirv-val of the half variants is in the families' own tests, which
+iterate every variant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import helios.runtime as rt
+from helios.kernels import norms as N
+from helios.kernels import reduce as R
+from helios.kernels import rope as P
+from helios.kernels import rows as RW
+from helios.kernels import softmax as S
+from helios.kernels.dtypes import NUMPY, ROUNDING
+from tests.kernels.row_variants import force_variant, layout_fixture
+
+# 8, 516 and 4100 take the vec4 and u64x2 forms; 4097 and 4100 are longer than any register tier (32 x 8
+# lanes on lavapipe, 4 x 256 in "wg"), so they stream.
+COLS = [1, 7, 8, 33, 513, 516, 4097, 4100]
+ROWS = [1, 7, 33]
+EPS = 1e-5
+LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
+           ("sg", "u64x2", 4), ("sg", "vec4", 8), ("sg", "scalar", 8), ("wg", "vec4", 4)]
+layout = layout_fixture(LAYOUTS)
+F = rt.from_numpy
+
+
+@pytest.fixture(params=["bf16", "fp16"])
+def half(request):
+    return request.param
+
+
+def _shapes():
+    return [(rows, cols) for rows in ROWS for cols in COLS if rows * cols <= 40_000]
+
+
+def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
+    """a rounded to the half dtype (what the kernel is given)."""
+    return np.asarray(a, np.float32).astype(NUMPY[dtype])
+
+
+def _wide(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64)
+
+
+def _scale(want) -> float:
+    """The f32 arithmetic's absolute error bound before rounding: 1e-5 of the values' scale (as test_norms)."""
+    return 1e-5 * max(1.0, float(np.abs(want).max()))
+
+
+def _half_close(got, want, dtype: str, atol: float) -> None:
+    """A half output: one rounding of an f32 result (see the module doc)."""
+    assert got.dtype == NUMPY[dtype], got.dtype
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2 * ROUNDING[dtype], atol=atol)
+
+
+def _f32_close(got, want, rel: float) -> None:
+    assert got.dtype == np.float32, got.dtype
+    np.testing.assert_allclose(got, want, rtol=0, atol=rel * max(1.0, float(np.abs(want).max())))
+
+
+def _norm_data(rows, cols, dtype, seed=0):
+    rng = np.random.default_rng(seed + 7919 * rows + cols)
+    x = _rounded(rng.standard_normal((rows, cols)) * 3 + 8, dtype)  # mean far from 0, as in test_norms
+    w = _rounded(rng.standard_normal(cols) * 0.5 + 1, dtype)
+    b = _rounded(rng.standard_normal(cols), dtype)
+    dy = _rounded(rng.standard_normal((rows, cols)), dtype)
+    return x, w, b, dy
+
+
+def test_layernorm(layout, half):
+    for rows, cols in _shapes():
+        x, w, b, dy = _norm_data(rows, cols, half)
+        x64, w64, dy64 = _wide(x), _wide(w), _wide(dy)
+        for bias in (b, None):
+            y, mean, rstd = N.layernorm(F(x), F(w), None if bias is None else F(bias), EPS)
+            ry, rmean, rrstd = N.reference_layernorm(x64, w64, None if bias is None else _wide(bias), EPS)
+            _half_close(y.numpy(), ry, half, _scale(ry))
+            assert mean.dtype == rstd.dtype == np.float32
+            np.testing.assert_allclose(mean.numpy(), rmean, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=1e-5)
+            dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy), has_bias=bias is not None)
+            rdx, rdw, rdb = N.reference_layernorm_backward(x64, w64, rmean, rrstd, dy64)
+            _half_close(dx.numpy(), rdx, half, _scale(rdx))
+            _f32_close(dw.numpy(), rdw, 1e-4)
+            if bias is None:
+                assert db is None
+            else:
+                _f32_close(db.numpy(), rdb, 1e-4)
+
+
+def test_rmsnorm(layout, half):
+    for rows, cols in _shapes():
+        x, w, _, dy = _norm_data(rows, cols, half, seed=1)
+        x64, w64, dy64 = _wide(x), _wide(w), _wide(dy)
+        y, rstd = N.rmsnorm(F(x), F(w), EPS)
+        ry, rrstd = N.reference_rmsnorm(x64, w64, EPS)
+        _half_close(y.numpy(), ry, half, _scale(ry))
+        np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=1e-5)
+        dx, dw = N.rmsnorm_backward(F(x), F(w), rstd, F(dy))
+        rdx, rdw = N.reference_rmsnorm_backward(x64, w64, rrstd, dy64)
+        _half_close(dx.numpy(), rdx, half, _scale(rdx))
+        _f32_close(dw.numpy(), rdw, 1e-4)
+
+
+@pytest.mark.parametrize("shape", [(513, 36), (300, 4100), (4, 5, 33)])
+def test_norm_grads_accumulate_into_f32_arena(shape, half):
+    """Half activations, f32 dw/db added into views of one flat fp32 gradient arena (the training layout)."""
+    cols = shape[-1]
+    rng = np.random.default_rng(2)
+    x = _rounded(rng.standard_normal(shape) * 2 - 5, half)
+    w, b = _rounded(rng.standard_normal(cols), half), _rounded(rng.standard_normal(cols), half)
+    dy = _rounded(rng.standard_normal(shape), half)
+    x64, w64, dy64 = _wide(x), _wide(w), _wide(dy)
+    pad = -(-cols // 4) * 4
+    start = rng.standard_normal(3 * pad).astype(np.float32)
+    arena = F(start)
+    dw_out, db_out, dg_out = arena.view(0, (cols,)), arena.view(pad, (cols,)), arena.view(2 * pad, (cols,))
+    _, mean, rstd = N.layernorm(F(x), F(w), F(b), EPS)
+    _, rmean, rrstd = N.reference_layernorm(x64, w64, _wide(b), EPS)
+    dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy), dw_out=dw_out, db_out=db_out, accumulate=True)
+    rdx, rdw, rdb = N.reference_layernorm_backward(x64, w64, rmean, rrstd, dy64)
+    assert dw is dw_out and db is db_out
+    _half_close(dx.numpy(), rdx, half, _scale(rdx))
+    _, rstd_r = N.rmsnorm(F(x), F(w), EPS)
+    N.rmsnorm_backward(F(x), F(w), rstd_r, F(dy), dw_out=dg_out, accumulate=True)
+    _, rrstd_r = N.reference_rmsnorm(x64, w64, EPS)
+    _, rdg = N.reference_rmsnorm_backward(x64, w64, rrstd_r, dy64)
+    got = arena.numpy()
+    _f32_close(got[:cols] - start[:cols], rdw, 1e-4)
+    _f32_close(got[pad:pad + cols] - start[pad:pad + cols], rdb, 1e-4)
+    _f32_close(got[2 * pad:2 * pad + cols] - start[2 * pad:2 * pad + cols], rdg, 1e-4)
+
+
+def test_softmax(layout, half):
+    for rows, cols in _shapes():
+        rng = np.random.default_rng(rows * 10007 + cols)
+        x = _rounded(rng.standard_normal((rows, cols)) * 4 + 30, half)  # large offset: needs the max shift
+        dy = _rounded(rng.standard_normal((rows, cols)), half)
+        y = S.softmax(F(x))
+        want = S.reference(_wide(x))
+        _half_close(y.numpy(), want, half, 2e-6)
+        # The backward from the half-rounded forward output, as training feeds it.
+        y_half = _rounded(want, half)
+        dx = S.softmax_backward(F(y_half), F(dy)).numpy()
+        want_dx = S.reference_backward(_wide(y_half), _wide(dy))
+        _half_close(dx, want_dx, half, 1e-5 * max(1e-3, np.abs(want_dx).max()))
+
+
+def test_softmax_masked_rows(half):
+    """-inf (masked) entries give 0, in half storage too (bf16 and fp16 both hold -inf)."""
+    x = np.random.default_rng(3).standard_normal((7, 33)).astype(np.float32)
+    x[:, 5:] = -np.inf
+    y = S.softmax(F(_rounded(x, half))).numpy().astype(np.float64)
+    assert np.all(y[:, 5:] == 0)
+    np.testing.assert_allclose(y.sum(-1), 1.0, rtol=0, atol=5 * ROUNDING[half])
+
+
+SHAPES = [(1,), (7,), (1, 1), (1, 4097), (7, 33), (33, 8), (513, 7), (2, 3, 12), (3, 4100)]
+
+
+@pytest.mark.parametrize("axis", [-1, None], ids=["last", "all"])
+def test_reductions(layout, half, axis):
+    """Half inputs reduce in f32 and give f32 results (the f32 tests' tolerances: the inputs are exact)."""
+    rng = np.random.default_rng(0)
+    for shape in SHAPES:
+        x = _rounded(rng.standard_normal(shape), half)
+        t, x64 = F(x), _wide(x)
+        expect_shape = (1,) if axis is None or len(shape) == 1 else shape[:-1]
+        for op, ref in ((R.reduce_sum, R.reference_sum), (R.mean, R.reference_mean)):
+            got = op(t, axis=axis).numpy()
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, ref(x64, axis).reshape(expect_shape), rtol=1e-4,
+                                       atol=1e-5 * np.sqrt(x.size), err_msg=f"{op.__name__} {shape}")
+        got = R.reduce_max(t, axis=axis).numpy()
+        np.testing.assert_array_equal(got, R.reference_max(x.astype(np.float32), axis).reshape(expect_shape))
+
+
+@pytest.mark.parametrize("n", [4 * 4096 + 3, 100_003])
+def test_reduce_all_two_stage(half, n):
+    x = _rounded(np.random.default_rng(3).standard_normal(n), half)
+    t, x64 = F(x), _wide(x)
+    np.testing.assert_allclose(R.reduce_sum(t, axis=None).numpy(), [x64.sum()], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(R.mean(t, axis=None).numpy(), [x64.mean()], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(R.reduce_max(t, axis=None).numpy(), [x64.max()])
+
+
+@pytest.mark.parametrize("single_pass", [R.SINGLE_PASS, 0], ids=["one-pass", "two-stage"])
+@pytest.mark.parametrize("width", ["u64x2", "vec4", "scalar"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (65, 7), (513, 64), (3000, 36), (33, 4100)])
+def test_sum_rows_half_into_f32(shape, width, single_pass, half, monkeypatch):
+    """Bias gradients: column sums of a half [M, N] into f32, fresh and accumulated into an arena view."""
+    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
+    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
+    monkeypatch.setattr(R, "SINGLE_PASS", single_pass)
+    x = _rounded(np.random.default_rng(4).standard_normal(shape), half)
+    want = R.reference_sum_rows(_wide(x))
+    atol = 1e-5 * np.sqrt(shape[0])
+    got = R.sum_rows(F(x)).numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol)
+    cols = shape[1]
+    arena = np.arange(cols + 16, dtype=np.float32)
+    t_arena = F(arena)
+    R.sum_rows(F(x), out=t_arena.view(8, (cols,)), accumulate=True)
+    expect = arena.astype(np.float64)
+    expect[8:8 + cols] += want
+    np.testing.assert_allclose(t_arena.numpy(), expect, rtol=1e-5, atol=1e-4 + atol)
+
+
+def test_sumsq(half):
+    rng = np.random.default_rng(6)
+    arrays = [_rounded(rng.standard_normal(s), half) for s in [(1,), (7, 33), (4097,), (300, 300), (3,)]]
+    got = R.sumsq([F(a) for a in arrays]).numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, R.reference_sumsq(arrays), rtol=1e-5)
+    mixed = [F(arrays[1]), F(arrays[2].astype(np.float32))]  # each tensor's own dtype: f32 and half grads mix
+    np.testing.assert_allclose(R.sumsq(mixed).numpy(), R.reference_sumsq(arrays[1:3]), rtol=1e-5)
+
+
+# (B, T, H, Hkv, D): head_dim 2 and 6 take the scalar variant, 16 and 64 the vec4 one
+ROPE_SHAPES = [(1, 1, 1, 1, 2), (2, 7, 3, 1, 6), (1, 33, 4, 2, 16), (3, 5, 2, 2, 64), (1, 513, 2, 1, 8)]
+
+
+@pytest.mark.parametrize("shape", ROPE_SHAPES)
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_rope(shape, backward, inplace, half):
+    b, t, h, hkv, d = shape
+    x = _rounded(np.random.default_rng(0).standard_normal((b, t, (h + 2 * hkv) * d)) * 2, half)
+    base = 10000.0 if d > 8 else 500.0
+    xt = F(x)
+    y = P.rope(xt, h, hkv, d, base, backward=backward, out=xt if inplace else None)
+    assert (y is xt) == inplace
+    want = P.reference(_wide(x), h, hkv, d, base, backward=backward)
+    got = y.numpy()
+    _half_close(got, want, half, 1e-5)
+    v0 = (h + hkv) * d
+    np.testing.assert_array_equal(got[..., v0:], x[..., v0:])  # v columns copied bit for bit
+
+
+def test_mixing_dtypes_is_an_error_naming_the_tensors():
+    x = F(np.ones((3, 8), NUMPY["bf16"]))
+    w32, w16 = F(np.ones(8, np.float32)), F(np.ones(8, NUMPY["bf16"]))
+    with pytest.raises(TypeError, match=r"layernorm: x is bf16, w is f32.*helios.ops.cast"):
+        N.layernorm(x, w32, None)
+    y, mean, rstd = N.layernorm(x, w16, None)
+    with pytest.raises(TypeError, match=r"layernorm_backward: rstd is bfloat16.*must be float32"):
+        N.layernorm_backward(x, w16, mean, F(np.ones(3, NUMPY["bf16"])), x)
+    with pytest.raises(TypeError, match=r"out is bfloat16.*must be float32"):
+        N.layernorm_backward(x, w16, mean, rstd, x, dw_out=F(np.zeros(8, NUMPY["bf16"])))
+    with pytest.raises(TypeError, match=r"softmax_backward: y is bf16, dy is fp16"):
+        S.softmax_backward(y, F(np.ones((3, 8), np.float16)))
+    with pytest.raises(TypeError, match=r"sum_rows: out is bfloat16"):
+        R.sum_rows(x, out=F(np.zeros(8, NUMPY["bf16"])))
+    with pytest.raises(TypeError, match=r"rope: qkv is bf16, out is f32"):
+        P.rope(F(np.ones((1, 2, 12), NUMPY["bf16"])), 1, 1, 4, 500.0, out=F(np.ones((1, 2, 12), np.float32)))
+
+
+def test_half_variants_are_chosen(monkeypatch):
+    """The op functions pick the variant of their tensors' dtype (same base name as f32)."""
+    force_variant(monkeypatch, "sg", "u64x2", 4)
+    assert RW.choose(7, 516, dtype="bf16") == "bf16_" + RW.choose(7, 516)
+    assert RW.choose(7, 33, dtype="fp16") == "fp16_" + RW.choose(7, 33)

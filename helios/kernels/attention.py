@@ -10,11 +10,18 @@ each KV group (GQA), so every gradient element is written exactly once by one in
 Two variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only; lavapipe) and
 "tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). `choose_variant(head_dim)` picks by device
 type; head dims over 128 (up to 256, any multiple of 4) run "rowwise" everywhere.
+
+Mixed precision: qkv, o, do and dqkv share one io dtype (float32, bfloat16 or float16: the variant's
+"bf16_"/"fp16_" prefix, taken from qkv); lse (and the backward's Delta) are float32 whatever it is, and scores,
+softmax statistics and all dot products accumulate in f32. A half output is rounded once, from the f32 value
+the f32 variant would have stored.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from helios.kernels import attention_reference
 from helios.kernels.attention_backward import (
@@ -24,9 +31,10 @@ from helios.kernels.attention_backward import (
     dkv_grid,
     pre_grid,
 )
-from helios.kernels.attention_common import MAX_D4, TILED_MAX_D, VARIANTS, spec_values
+from helios.kernels.attention_common import KERNEL_VARIANTS, MAX_D4, TILED_MAX_D, VARIANTS, spec_values
 from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops, forward_grid
 from helios.kernels.attention_reference import reference, reference_backward
+from helios.kernels.dtypes import FLOAT_DTYPES, check_float, dtype_variant, variant_dtype
 from helios.kernels.rng import counter_or_zero, seed_words
 from helios.runtime import Tensor, empty, launch
 
@@ -47,11 +55,12 @@ def choose_variant(head_dim: int = 64) -> str:
 
 
 def set_variant(name: str | None) -> None:
-    """Force a variant for every later call (tests and benchmarks); None restores the device's choice."""
+    """Force a variant for every later call (tests and benchmarks); None restores the device's choice.
+    A dtype-prefixed name ("bf16_tiled") forces its base variant: the dtype always follows the tensors."""
     global _override
-    if name is not None and name not in VARIANTS:
+    if name is not None and name not in KERNEL_VARIANTS:
         raise ValueError(f"unknown attention variant {name!r} (variants: {', '.join(VARIANTS)})")
-    _override = name
+    _override = None if name is None else name.removeprefix(f"{variant_dtype(KERNEL_VARIANTS[name])}_")
 
 
 def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: float) -> None:
@@ -64,6 +73,20 @@ def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: flo
                          f"[{B}, {T}, {(H + 2 * Hkv) * D}]")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"flash_attention: dropout_p must be in [0, 1), got {dropout_p}")
+
+
+def _backward_dtype(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor) -> str:
+    """The io dtype of a backward launch: qkv, o and do share it; lse is float32 (saved statistics)."""
+    dtype = check_float(qkv)
+    named = {"qkv": qkv, "o": o, "do": do}
+    if any(t.dtype != qkv.dtype for t in named.values()):
+        got = ", ".join(f"{n} {FLOAT_DTYPES.get(t.dtype, t.dtype)}" for n, t in named.items())
+        raise TypeError(f"flash_attention_backward: qkv, o and do must share one dtype, got {got}: "
+                        f"cast do (or o) to qkv's dtype first (helios.ops.cast)")
+    if lse.dtype != np.float32:
+        raise TypeError(f"flash_attention_backward: lse must be float32 (the forward's saved statistics are f32 "
+                        f"whatever the io dtype), got {lse.dtype}: pass the lse flash_attention returned")
+    return dtype
 
 
 def _spec(variant: str, D: int, causal: bool, softcap: float, dropout_p: float) -> dict:
@@ -82,14 +105,17 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
                     softcap: float = 0.0, dropout_p: float = 0.0, seed: int = 0, offset: int = 0,
                     counter: Tensor | None = None):
     """(o [B, T, n_head * head_dim], lse [B, n_head, T]) of softmax(q k^T / sqrt(D)) v, one dispatch.
-    Dropout draws with offset + counter[0] (`counter`: a captured step's u32 RNG counter; None adds 0)."""
+    Dropout draws with offset + counter[0] (`counter`: a captured step's u32 RNG counter; None adds 0).
+    o has qkv's dtype (float32, bfloat16 or float16); lse is float32."""
     H, Hkv, D = n_head, n_kv_head, head_dim
+    dtype = check_float(qkv)
     _check(qkv, B, T, H, Hkv, D, dropout_p)
     variant = choose_variant(D)
-    o, lse = empty((B, T, H * D)), empty((B, H, T))
-    launch(ATTENTION_FORWARD, [qkv, o, lse, counter_or_zero(counter)], push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
-           grid=forward_grid(B, T, H, variant), spec=_spec(variant, D, causal, softcap, dropout_p),
-           variant=variant)
+    o, lse = empty((B, T, H * D), qkv.dtype), empty((B, H, T))
+    launch(ATTENTION_FORWARD, [qkv, o, lse, counter_or_zero(counter)],
+           push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset), grid=forward_grid(B, T, H, variant),
+           spec=_spec(variant, D, causal, softcap, dropout_p),
+           variant=dtype_variant(variant, dtype))
     return o, lse
 
 
@@ -97,21 +123,23 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
                              n_kv_head: int, head_dim: int, causal: bool = True, softcap: float = 0.0,
                              dropout_p: float = 0.0, seed: int = 0, offset: int = 0,
                              counter: Tensor | None = None) -> Tensor:
-    """dqkv [B, T, (n_head + 2 * n_kv_head) * head_dim]: dQ, and dK/dV summed over each KV group."""
+    """dqkv [B, T, (n_head + 2 * n_kv_head) * head_dim]: dQ, and dK/dV summed over each KV group.
+    qkv, o, do and dqkv share one dtype (float32, bfloat16 or float16); lse is float32."""
     H, Hkv, D = n_head, n_kv_head, head_dim
+    dtype = _backward_dtype(qkv, o, lse, do)
     _check(qkv, B, T, H, Hkv, D, dropout_p)
     variant = choose_variant(D)
     push = _push(T, H, Hkv, D, softcap, dropout_p, seed, offset)
     spec = _spec(variant, D, causal, softcap, dropout_p)
     delta = empty((B, H, T))
     launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H}, grid=pre_grid(B, T, H),
-           spec={"D4": D // 4})
-    dqkv = empty((B, T, (H + 2 * Hkv) * D))
+           spec={"D4": D // 4}, variant=dtype_variant("vec4", dtype))
+    dqkv = empty((B, T, (H + 2 * Hkv) * D), qkv.dtype)
     bufs = [qkv, lse, do, delta, dqkv, counter_or_zero(counter)]
     launch(ATTENTION_BACKWARD_DQ, bufs, push=push, grid=forward_grid(B, T, H, variant), spec=spec,
-           variant=variant)
+           variant=dtype_variant(variant, dtype))
     launch(ATTENTION_BACKWARD_DKV, bufs, push=push, grid=dkv_grid(B, T, Hkv, variant), spec=spec,
-           variant=variant)
+           variant=dtype_variant(variant, dtype))
     return dqkv
 
 

@@ -10,7 +10,7 @@ The key-parallel kernel loops over all query heads of its KV group, so dK/dV nee
 from __future__ import annotations
 
 from helios.kernels.attention_common import (
-    VARIANTS,
+    KERNEL_VARIANTS,
     Stream,
     comp,
     declare,
@@ -18,6 +18,7 @@ from helios.kernels.attention_common import (
     key_index,
     lane_reduce,
     load_rows,
+    output_buffer,
     reg_loop,
     row_regs,
     rows,
@@ -27,14 +28,17 @@ from helios.kernels.attention_common import (
     zero_regs,
 )
 from helios.kernels.attention_forward import attention_flops, capped, dropped, row_bounds
+from helios.kernels.dtypes import storage, variant_dtype, with_dtypes
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 PRE_WG = 64
 
 
 def build_preprocess(b: KernelBuilder, v: Variant) -> None:
-    """delta[b, h, i] = dO_i . O_i. Bindings: 0 o [B, T, H D], 1 do (same), 2 delta [B, H, T] (w)."""
-    o, do, delta = b.buffer(0, f32, "r"), b.buffer(1, f32, "r"), b.buffer(2, f32, "w")
+    """delta[b, h, i] = dO_i . O_i. Bindings: 0 o [B, T, H D], 1 do (same; both the variant's dtype),
+    2 delta [B, H, T] (w, f32)."""
+    io = storage(variant_dtype(v.params))
+    o, do, delta = b.buffer(0, io, "r"), b.buffer(1, io, "r"), b.buffer(2, f32, "w")
     T, H = b.push("T", u32), b.push("H", u32)
     D4 = b.spec("D4", u32, 16)
     b.local_size(PRE_WG)
@@ -50,7 +54,7 @@ def build_preprocess(b: KernelBuilder, v: Variant) -> None:
 
 def _bwd_decl(b: KernelBuilder, v: Variant):
     qkv, lse, do = input_buffer(b, v, 0), b.buffer(1, f32, "r"), input_buffer(b, v, 2)
-    delta, dqkv = b.buffer(3, f32, "r"), b.buffer(4, f32, "w")
+    delta, dqkv = b.buffer(3, f32, "r"), output_buffer(b, v, 4)
     return qkv, lse, do, delta, dqkv
 
 
@@ -65,7 +69,8 @@ def _prob_and_dscore(b, v, d, s_part, dp_part, lse_i, delta_i, ok, drop_row, dro
 
 
 def build_dq(b: KernelBuilder, v: Variant) -> None:
-    """dQ, query-parallel: RQ rows per invocation stream K/V. Bindings: qkv, lse, do, delta (r), dqkv (w), 5 RNG counter."""
+    """dQ, query-parallel: RQ rows per invocation stream K/V.
+    Bindings: qkv, lse, do, delta (r), dqkv (w), 5 RNG counter."""
     qkv, lse, do, delta, dqkv = _bwd_decl(b, v)
     d = declare(b, counter_binding=5)
     rw = rows(b, v, d)
@@ -216,19 +221,19 @@ def pre_grid(B: int, T: int, H: int) -> tuple[int, int, int]:
 
 
 def dkv_grid(B: int, T: int, Hkv: int, variant: str) -> tuple[int, int, int]:
-    return (ceil_div(T, rows_per_group(VARIANTS[variant])), Hkv, B)
+    return (ceil_div(T, rows_per_group(variant)), Hkv, B)
 
 
 ATTENTION_BACKWARD_PRE = Kernel(
-    "attention_backward_preprocess", build_preprocess, variants={"vec4": {}}, grid=pre_grid,
+    "attention_backward_preprocess", build_preprocess, variants=with_dtypes({"vec4": {}}), grid=pre_grid,
     flops=lambda B, T, H, D: 2 * B * T * H * D, bytes=lambda B, T, H, D: 8 * B * T * H * D + 4 * B * H * T,
 )
 ATTENTION_BACKWARD_DQ = Kernel(
-    "attention_backward_dq", build_dq, variants=VARIANTS, grid=lambda B, T, H, variant: (
-        ceil_div(T, rows_per_group(VARIANTS[variant])), H, B),
+    "attention_backward_dq", build_dq, variants=KERNEL_VARIANTS, grid=lambda B, T, H, variant: (
+        ceil_div(T, rows_per_group(variant)), H, B),
     flops=lambda B, T, H, D, causal=True: 1.5 * attention_flops(B, T, H, D, causal),
 )
 ATTENTION_BACKWARD_DKV = Kernel(
-    "attention_backward_dkv", build_dkv, variants=VARIANTS, grid=dkv_grid,
+    "attention_backward_dkv", build_dkv, variants=KERNEL_VARIANTS, grid=dkv_grid,
     flops=lambda B, T, H, D, causal=True: 2.0 * attention_flops(B, T, H, D, causal),
 )

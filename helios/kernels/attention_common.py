@@ -8,6 +8,10 @@ subgroup and shared through broadcasts (variant "rowwise", TPR = 1: no shared me
 kind on lavapipe) or from BC-row tiles staged in shared memory by the whole workgroup (variant "tiled",
 TPR = 4: the fast kind on GPUs). Dot products over the head dimension are summed over the TPR lanes of a
 row with subgroup shuffles.
+
+Every variant exists for each float dtype (dtypes.with_dtypes: "rowwise", "bf16_rowwise", "fp16_rowwise", ...):
+a half variant reads qkv, o and dO as 16-bit values widened to f32 and stores o and dqkv rounded once; lse,
+Delta, scores, softmax statistics and every accumulator stay f32, so the math is the f32 variant's.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from helios.kernels.dtypes import storage, variant_dtype, with_dtypes
 from helios.kernels.rows import WideView
 from helios.spirv import KernelBuilder, Value, Variant, boolean, ceil_div, f32, u32, u64, vec
 
@@ -34,6 +39,25 @@ VARIANTS = {
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
     "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},
 }
+KERNEL_VARIANTS = with_dtypes(VARIANTS)  # what the kernels declare: VARIANTS for f32, bf16 and fp16
+
+
+class _HalfWideView:
+    """vec4<f32> elements of a bf16/fp16 buffer declared as u64: one 64-bit word holds 4 halves, so a
+    vec4 costs one load on lavapipe instead of four 16-bit ones."""
+
+    def __init__(self, b: KernelBuilder, buf, dtype: str) -> None:
+        self.b, self.words, self.dtype = b, buf, dtype
+
+    def __getitem__(self, k) -> Value:
+        b = self.b
+        lo_hi = b.bitcast(self.words[k], vec(u32, 2))
+        lo, hi = lo_hi[0], lo_hi[1]
+        if self.dtype == "fp16":
+            a, c = (b.glsl("UnpackHalf2x16", w, result=vec(f32, 2)) for w in (lo, hi))
+            return b.vector(a[0], a[1], c[0], c[1])
+        # a bf16 is the top half of an f32: the low half of each u32 moves up, the high half is masked
+        return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec4)
 
 
 class _WideBuffer:
@@ -41,18 +65,25 @@ class _WideBuffer:
     Mesa 22's lavapipe loads buffer data one component per invocation in a scalar loop, so this halves
     the cost of every load."""
 
-    def __init__(self, b: KernelBuilder, binding: int) -> None:
-        self.vec4 = WideView(b, b.buffer(binding, u64, "r"))
+    def __init__(self, b: KernelBuilder, binding: int, dtype: str = "f32") -> None:
+        buf = b.buffer(binding, u64, "r")
+        self.vec4 = WideView(b, buf) if dtype == "f32" else _HalfWideView(b, buf, dtype)
 
 
 def input_buffer(b: KernelBuilder, v: Variant, binding: int):
-    """A read-only f32 buffer read as vec4s (as u64 words on "wide" variants)."""
-    return _WideBuffer(b, binding) if v.get("wide") else b.buffer(binding, f32, "r")
+    """A read-only buffer of the variant's dtype read as vec4<f32>s (as u64 words on "wide" variants)."""
+    dtype = variant_dtype(v.params)
+    return _WideBuffer(b, binding, dtype) if v.get("wide") else b.buffer(binding, storage(dtype), "r")
 
 
-def rows_per_group(v: Variant | dict) -> int:
-    """Rows one workgroup owns."""
-    p = v.params if isinstance(v, Variant) else v
+def output_buffer(b: KernelBuilder, v: Variant, binding: int):
+    """A write-only buffer of the variant's dtype (o, dqkv): vec4<f32> stores, rounded once when half."""
+    return b.buffer(binding, storage(variant_dtype(v.params)), "w")
+
+
+def rows_per_group(v: Variant | dict | str) -> int:
+    """Rows one workgroup owns (v: a variant, its params, or its name in KERNEL_VARIANTS)."""
+    p = KERNEL_VARIANTS[v] if isinstance(v, str) else v.params if isinstance(v, Variant) else v
     return p["wg"] // p["tpr"] * p["rq"]
 
 
@@ -60,7 +91,7 @@ def spec_values(variant: str, head_dim: int, causal: bool, softcap: float, dropo
                 min_subgroup: int = 4) -> dict:
     """Specialization constants of a launch (they pick code paths, so they key the pipeline).
     min_subgroup: the device's smallest subgroup size (bcast slots per lane are sized for it)."""
-    p = VARIANTS[variant]
+    p = KERNEL_VARIANTS[variant]
     d4 = head_dim // 4
     nv = ceil_div(d4, p["tpr"])
     sg = max(1, min(min_subgroup, p["wg"]))

@@ -7,8 +7,8 @@ accumulator; every KB keys it rescales by exp(m_old - m_new) (the online-softmax
 from __future__ import annotations
 
 from helios.kernels.attention_common import (
+    KERNEL_VARIANTS,
     NEG,
-    VARIANTS,
     Stream,
     comp,
     declare,
@@ -16,6 +16,7 @@ from helios.kernels.attention_common import (
     key_index,
     lane_reduce,
     load_rows,
+    output_buffer,
     reg_loop,
     row_regs,
     rows,
@@ -51,8 +52,9 @@ def row_bounds(b: KernelBuilder, v: Variant, d, rw):
 
 
 def build_forward(b: KernelBuilder, v: Variant) -> None:
-    """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w), 3 RNG counter."""
-    qkv, o, lse = input_buffer(b, v, 0), b.buffer(1, f32, "w"), b.buffer(2, f32, "w")
+    """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w), 3 RNG counter.
+    qkv and o have the variant's dtype; lse is f32."""
+    qkv, o, lse = input_buffer(b, v, 0), output_buffer(b, v, 1), b.buffer(2, f32, "w")
     d = declare(b, counter_binding=3)
     rw = rows(b, v, d)
     T, RQ = d.T, v.rq
@@ -127,11 +129,11 @@ def attention_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> floa
 
 
 def forward_grid(B: int, T: int, H: int, variant: str) -> tuple[int, int, int]:
-    return (ceil_div(T, rows_per_group(VARIANTS[variant])), H, B)
+    return (ceil_div(T, rows_per_group(variant)), H, B)
 
 
 ATTENTION_FORWARD = Kernel(
-    "attention_forward", build_forward, variants=VARIANTS, grid=forward_grid,
+    "attention_forward", build_forward, variants=KERNEL_VARIANTS, grid=forward_grid,
     flops=attention_flops,
     bytes=lambda B, T, H, Hkv, D: 4 * B * T * D * (H + 2 * Hkv + H) + 4 * B * H * T,
     requires=(),

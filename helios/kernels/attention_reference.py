@@ -72,8 +72,10 @@ def reference(qkv, B, T, n_head, n_kv_head, head_dim, causal=True, softcap=0.0, 
 
 
 def reference_backward(qkv, do, B, T, n_head, n_kv_head, head_dim, causal=True, softcap=0.0, dropout_p=0.0,
-                       seed=0, offset=0):
-    """dqkv [B, T, (H + 2*Hkv) * D] of reference() for the output gradient do [B, T, H*D]."""
+                       seed=0, offset=0, o=None):
+    """dqkv [B, T, (H + 2*Hkv) * D] of reference() for the output gradient do [B, T, H*D].
+    `o` [B, T, H*D]: the forward output the backward is given (a half-rounded one in mixed precision), used
+    for Delta = rowsum(dO * O) as the kernels do; None uses the exact output."""
     H, Hkv, D = n_head, n_kv_head, head_dim
     group = H // Hkv
     q, k, v = split_qkv(qkv, B, T, H, Hkv, D)
@@ -87,7 +89,11 @@ def reference_backward(qkv, do, B, T, n_head, n_kv_head, head_dim, causal=True, 
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     dvv = (p * z).transpose(0, 1, 3, 2) @ dO
     dp = (dO @ vv.transpose(0, 1, 3, 2)) * z
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    if o is None:
+        delta = (dp * p).sum(axis=-1, keepdims=True)  # = rowsum(dO * O)
+    else:
+        delta = (dO * np.asarray(o).reshape(B, T, H, D).transpose(0, 2, 1, 3)).sum(axis=-1, keepdims=True)
+    ds = p * (dp - delta)
     if t is not None:
         ds = ds * (1.0 - t * t)
     ds = ds / np.sqrt(D)

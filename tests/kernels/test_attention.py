@@ -13,7 +13,7 @@ import helios.runtime as rt
 from helios.kernels import attention as A
 from helios.spirv import validate
 
-VARIANTS = list(A.ATTENTION_FORWARD.variants)
+VARIANTS = list(A.VARIANTS)  # the f32 base variants; the half ones: test_half_attention.py
 KERNELS = [A.ATTENTION_FORWARD, A.ATTENTION_BACKWARD_PRE, A.ATTENTION_BACKWARD_DQ, A.ATTENTION_BACKWARD_DKV]
 
 # (B, T, H, Hkv, D, causal, softcap, dropout_p)

@@ -5,6 +5,10 @@ x @ W^T, tn: dY^T @ X). The variant is the one the op would choose (stored tunin
 `--variant` names a tiling (or "all": every tiling of the device's family). References: numpy (float32,
 interleaved with the device runs) and torch.matmul (on CUDA when available, TF32 off, timed with CUDA
 events; on the CPU otherwise, in the full run only).
+
+`--dtype bf16` (or fp16) times the half-precision matmul instead (a and b and C in that dtype, f32
+accumulation) beside the f32 one of the same tiling, run interleaved: the reference column is then
+"helios-f32" (its GFLOP/s) and ratio = f32 ms / half ms (>1: the half matmul is faster).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layouts", default="nn", help="comma-separated of nn, nt, tn, tt (default nn)")
     parser.add_argument("--variant", help="a tiling (reg8x16, tiled128, ...) or 'all'; default: the op's choice")
     parser.add_argument("--repeats", type=int, default=None, help="timed samples per figure (median)")
+    parser.add_argument("--dtype", choices=("f32", "bf16", "fp16"), default="f32",
+                        help="operand dtype; bf16/fp16 are timed beside f32 (default f32: vs numpy/torch)")
     parser.add_argument("--cpu", action="store_true",
                         help="also report process CPU ms per call (cpu_ms, gflop_per_cpu_s): on a CPU device such as "
                              "lavapipe this is steadier than wall time when other processes share the cores")
@@ -131,6 +137,36 @@ def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats
         sel.set_variant(None)
 
 
+def bench_half(layout: str, M: int, N: int, K: int, tiling: str | None, repeats: int, dtype: str) -> dict:
+    """The record of one shape's half matmul (dtype a, b and C), with the f32 matmul of the same tiling as its
+    reference, the two timed interleaved (A B A B) so neither gets a quiet machine alone."""
+    import statistics
+
+    import helios.runtime as rt
+    from helios.bench.harness import time_device
+    from helios.kernels import matmul as mm
+    from helios.kernels import matmul_select as sel
+    from helios.kernels.dtypes import NUMPY
+
+    a, b = _host(layout, M, N, K)
+    trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
+    f32 = (rt.from_numpy(a), rt.from_numpy(b), rt.empty((M, N)))
+    half = (rt.from_numpy(a.astype(NUMPY[dtype])), rt.from_numpy(b.astype(NUMPY[dtype])),
+            rt.empty((M, N), NUMPY[dtype]))
+    sel.set_variant(tiling)
+    try:
+        fns = [lambda t=t: mm.matmul(t[0], t[1], out=t[2], **trans) for t in (half, f32)]
+        for fn in fns:  # warm up: pipelines built and JIT-compiled before any timing
+            fn()
+        samples = [[time_device(fn, repeats=1, warmup=0) for fn in fns] for _ in range(repeats)]
+        ms, f32_ms = (statistics.median(col) for col in zip(*samples, strict=True))
+        variant = mm.variant_name(layout, M, N, K, 1, tiling, dtype=dtype)
+        return record(f"matmul_{layout}", variant, f"{M}x{N}x{K}", ms, mm.flops(M, N, K),
+                      mm.nbytes(M, N, K, io_bytes=2), "helios-f32", f32_ms, device=device_name())
+    finally:
+        sel.set_variant(None)
+
+
 def format_records(records: list[dict]) -> str:
     """The harness table, plus the CPU-time columns when measured."""
     from helios.bench.harness import format_table
@@ -150,9 +186,13 @@ def run(args) -> list[dict]:
     if torch_mod is not None and args.quick and not cuda:
         torch_mod = None  # the CPU torch reference doubles the run time; numpy is the CPU reference
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    dtype = getattr(args, "dtype", "f32")
     records = []
     for layout in layouts:
         for M, N, K in shapes:
             for tiling in tilings(args.variant):
+                if dtype != "f32":
+                    records.append(bench_half(layout, M, N, K, tiling, repeats, dtype))
+                    continue
                 records.extend(bench_shape(layout, M, N, K, tiling, repeats, torch_mod, cuda, cpu=args.cpu))
     return records

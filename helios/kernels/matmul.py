@@ -10,6 +10,16 @@ Kernels `matmul_<layout>` each have tilings x load widths as named variants: reg
 `tiled32`, `tiled64`, `tiled128` (matmul_tiled.py: for GPUs); `<tiling>` loads vec4s and needs the
 contiguous dimensions to be multiples of 4, `<tiling>_scalar` works for every shape. matmul_select.py
 picks the tiling (tuned winner or table). Epilogue parts are specialization constants.
+
+Dtypes (mixed precision, helios.kernels.dtypes): a and b share one io dtype, f32, bf16 or fp16; C is
+`out`'s dtype when `out` is given, else the io dtype; bias, residual and preact_out are in C's dtype.
+Half operands load exactly as f32, accumulate in f32 registers, and C is rounded once when stored.
+Variant names per kernel, for every tiling name `<t>` above:
+    `<t>`             f32 a, b and C (unchanged by the half variants)
+    `bf16_<t>`        bf16 a, b and C (activations: x @ W^T, dX = dY @ W)      (`fp16_<t>` likewise)
+    `bf16_out32_<t>`  bf16 a and b, f32 C (parameter gradients: dW = dY^T @ X accumulated with beta=1
+                      into the fp32 grad arena)                                  (`fp16_out32_<t>` likewise)
+f32 a and b with a half C is not offered (round the product with helios.ops.cast instead).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import numpy as np
 
 from helios.kernels import matmul_select
 from helios.kernels.activations import reference_gelu
+from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, dtype_variant, with_dtypes
 from helios.kernels.matmul_common import LAYOUTS, launch_params
 from helios.kernels.matmul_reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul_tiled import TILED_TILINGS, build_tiled, tiled_grid
@@ -59,18 +70,28 @@ def flops(M: int, N: int, K: int, batch: int = 1) -> int:
     return 2 * M * N * K * batch
 
 
-def nbytes(M: int, N: int, K: int, batch: int = 1) -> int:
-    """Compulsory traffic: read A and B once, write C once."""
-    return 4 * (M * K + K * N + M * N) * batch
+def nbytes(M: int, N: int, K: int, batch: int = 1, io_bytes: int = 4, c_bytes: int | None = None) -> int:
+    """Compulsory traffic: read A and B once, write C once (elements of io_bytes and c_bytes, 4 = f32)."""
+    c_bytes = io_bytes if c_bytes is None else c_bytes
+    return (io_bytes * (M * K + K * N) + c_bytes * M * N) * batch
 
 
 def _variants(layout: str) -> dict[str, dict]:
-    out = {}
+    """The f32 table, then its half variants (`bf16_<t>`, `fp16_<t>`) and their f32-C forms (`bf16_out32_<t>`)."""
+    base = {}
     for kind, tilings in (("reg", REG_TILINGS), ("tiled", TILED_TILINGS)):
         for name, params in tilings.items():
             for vec, suffix in ((4, ""), (1, "_scalar")):
-                out[name + suffix] = {"kind": kind, "layout": layout, "vec": vec, **params}
+                base[name + suffix] = {"kind": kind, "layout": layout, "vec": vec, **params}
+    out = with_dtypes(base)
+    for dtype in HALF_DTYPES:
+        out.update({out32_variant(name, dtype): {**p, "dtype": dtype, "out": "f32"} for name, p in base.items()})
     return out
+
+
+def out32_variant(name: str, dtype: str) -> str:
+    """The variant of f32 variant `name` reading a and b in half dtype `dtype` and storing an f32 C."""
+    return f"{dtype}_out32_{name}"
 
 
 KERNELS = {
@@ -96,11 +117,32 @@ def _dims(a: Tensor, b: Tensor, trans_a: bool, trans_b: bool) -> tuple[int, int,
     return batch, M, N, Ka
 
 
-def _check(name: str, t: Tensor | None, numel: int) -> None:
+def _dtype_name(t: Tensor, name: str) -> str:
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"matmul: {name} must be float32, bfloat16 or float16, got {t.dtype} {t.shape}")
+    return FLOAT_DTYPES[t.dtype]
+
+
+def dtypes(a: Tensor, b: Tensor, out: Tensor | None) -> tuple[str, str]:
+    """(io dtype, C's dtype) of a matmul, by the mixed-precision rule of the module docstring."""
+    io, other = _dtype_name(a, "a"), _dtype_name(b, "b")
+    if io != other:
+        raise TypeError(f"matmul: a is {io} but b is {other}: a and b must share one dtype; convert one first "
+                        f"(helios.ops.cast, e.g. to the model's {io if io != 'f32' else other} working copy)")
+    c = io if out is None else _dtype_name(out, "out")
+    if c not in (io, "f32"):
+        hint = ("pass an f32 `out` or none (C then takes a's dtype)" if io != "f32" else
+                "pass an f32 `out`, or cast a and b to " + c)
+        raise TypeError(f"matmul: a and b are {io} but out is {c}: C is stored in the io dtype or f32; {hint}")
+    return io, c
+
+
+def _check(name: str, t: Tensor | None, numel: int, dtype: str) -> None:
     if t is None:
         return
-    if t.dtype != np.float32:
-        raise TypeError(f"matmul: {name} must be float32, got {t.dtype}")
+    if FLOAT_DTYPES.get(t.dtype) != dtype:
+        raise TypeError(f"matmul: {name} must be {dtype} like C, got {t.dtype} {t.shape} (epilogue tensors are "
+                        "in C's dtype: `out`'s, else a's; convert it with helios.ops.cast)")
     if t.numel != numel:
         raise ValueError(f"matmul: {name} has shape {t.shape} ({t.numel} elements); expected {numel} elements")
 
@@ -111,12 +153,17 @@ def vec4_ok(layout: str, M: int, N: int, K: int) -> bool:
     return dims["m" if layout[0] == "t" else "k"] % 4 == 0 and dims["k" if layout[1] == "t" else "n"] % 4 == 0
 
 
-def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | None = None) -> str:
-    """The variant of `matmul_<layout>` that runs for this shape (tiling from matmul_select unless given)."""
+def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | None = None, dtype: str = "f32",
+                 out: str | None = None) -> str:
+    """The variant of `matmul_<layout>` that runs for this shape (tiling from matmul_select unless given), for
+    io dtype `dtype` and C dtype `out` (default: the io dtype)."""
     from helios.device import get_device
 
     tiling = tiling or matmul_select.choose(get_device().info, layout, M, N, K, batch)
-    return tiling if vec4_ok(layout, M, N, K) else f"{tiling}_scalar"
+    name = tiling if vec4_ok(layout, M, N, K) else f"{tiling}_scalar"
+    if (out or dtype) != dtype:  # half a and b, f32 C
+        return out32_variant(name, dtype)
+    return dtype_variant(name, dtype)
 
 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, bias: Tensor | None = None,
@@ -127,23 +174,24 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     a is [M, K] ([K, M] with trans_a) or batched [Bt, ...]; b is [K, N] ([N, K] with trans_b), batched or
     a shared 2-D matrix. bias is [N]; residual, out and preact_out hold C's element count. With gelu and
     preact_out, the value before GELU is stored there too (for the backward). beta != 0 reads `out`.
+    a and b share one dtype (float32, bfloat16 or float16); C is `out`'s dtype (that one or float32), else
+    a's; bias, residual and preact_out are in C's dtype. Accumulation is float32.
     """
     batch, M, N, K = _dims(a, b, trans_a, trans_b)
     numel = batch * M * N
-    for name, t in (("a", a), ("b", b)):
-        _check(name, t, t.numel)
-    _check("bias", bias, N)
+    io, cd = dtypes(a, b, out)
+    _check("bias", bias, N, cd)
     for name, t in (("residual", residual), ("out", out), ("preact_out", preact_out)):
-        _check(name, t, numel)
+        _check(name, t, numel, cd)
     if beta != 0.0 and out is None:
         raise ValueError("matmul: beta != 0 accumulates into `out`, which was not given")
     batched = a.ndim == 3 or b.ndim == 3
-    c = out if out is not None else empty((batch, M, N) if batched else (M, N))
+    c = out if out is not None else empty((batch, M, N) if batched else (M, N), NUMPY[cd])
     if numel == 0:
         return c
     layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
     kernel = KERNELS[layout]
-    name = variant_name(layout, M, N, K, batch)
+    name = variant_name(layout, M, N, K, batch, dtype=io, out=cd)
     push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
     # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,

@@ -14,6 +14,11 @@ variant parameter because it decides where vec4 loads go:
 Bindings: 0 A (r), 1 B (r), 2 C (rw; read only when beta != 0), 3 bias [N] (r), 4 residual (r, C's
 layout), 5 pre-activation out (w, C's layout). Unused bindings are bound to a tensor the kernel never
 touches (spec constants switch their code off).
+
+Dtypes: A and B are stored in the variant's io dtype (`dtype`: f32, bf16 or fp16); C and the epilogue
+tensors (bias, residual, pre-activation) in C's dtype, which is the io dtype unless the variant says
+`out="f32"` (half operands, f32 C: parameter gradients accumulated into the fp32 grad arena). Half values
+load exactly as f32 and C is rounded once when stored; accumulation is f32 in registers throughout.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helios.kernels.activations import gelu_value
-from helios.spirv import KernelBuilder, Value, boolean, f32, u32, u64, vec
+from helios.kernels.dtypes import storage, variant_dtype
+from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, u64, vec
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "beta")
@@ -52,28 +58,52 @@ class Operands:
     flags: dict[str, Value]
 
 
-def declare(b: KernelBuilder) -> Operands:
+def c_dtype(v: Variant) -> str:
+    """The dtype of C and the epilogue tensors: the io dtype, or f32 for an `out="f32"` variant."""
+    return "f32" if v.get("out") == "f32" else variant_dtype(v.params)
+
+
+def declare(b: KernelBuilder, v: Variant) -> Operands:
     """Declare bindings, push constants (see PUSH_FIELDS) and epilogue spec constants, in that order."""
-    bufs = [b.buffer(0, f32, "r"), b.buffer(1, f32, "r"), b.buffer(2, f32, "rw"),
-            b.buffer(3, f32, "r"), b.buffer(4, f32, "r"), b.buffer(5, f32, "w")]
+    io, out = storage(variant_dtype(v.params)), storage(c_dtype(v))
+    bufs = [b.buffer(0, io, "r"), b.buffer(1, io, "r"), b.buffer(2, out, "rw"),
+            b.buffer(3, out, "r"), b.buffer(4, out, "r"), b.buffer(5, out, "w")]
     push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
     flags = {name: b.spec(name, boolean, False) for name in EPILOGUE_SPECS}
     return Operands(*bufs, **push, flags=flags)
 
 
 class Vec4Loader:
-    """vec4<f32> loads from a float buffer, optionally moved as two 64-bit words.
+    """vec4<f32> loads from a float buffer, optionally moved as 64-bit words.
 
     Mesa 22's lavapipe loads storage buffers one component per invocation in a scalar loop, so a vec4 of
     f32 costs four trips and a vec2 of u64 (the same 16 bytes) two; on GPUs both are one 128-bit load.
+    A vec4 of a half dtype (8 bytes) is one u64 word, unpacked in registers (`dtype` says how).
     """
 
-    def __init__(self, b: KernelBuilder, buf, wide: bool) -> None:
-        self.b = b
-        self.view = buf.view_as(vec(u64, 2)) if wide else buf.vec4
+    def __init__(self, b: KernelBuilder, buf, wide: bool, dtype: str = "f32") -> None:
+        self.b, self.dtype = b, dtype
+        self.half = wide and dtype != "f32"
+        if self.half:
+            self.view = buf.view_as(u64)
+        else:
+            self.view = buf.view_as(vec(u64, 2)) if wide else buf.vec4
 
     def __getitem__(self, index4) -> Value:
+        if self.half:
+            return unpack4(self.b, self.view[index4], self.dtype)
         return self.b.bitcast(self.view[index4], vec(f32, 4))
+
+
+def unpack4(b: KernelBuilder, word: Value, dtype: str) -> Value:
+    """The vec4<f32> of the 4 halves (bf16 or fp16, lowest address first) in a u64 word; exact."""
+    w = b.bitcast(word, vec(u32, 2))
+    lo, hi = w[0], w[1]
+    if dtype == "fp16":
+        p, q = (b.glsl("UnpackHalf2x16", x, result=vec(f32, 2)) for x in (lo, hi))
+        return b.vector(p[0], p[1], q[0], q[1])
+    # a bf16 is the top half of an f32: shift the low half up, mask the high half in place
+    return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec(f32, 4))
 
 
 def launch_params(a, b, M: int, N: int, K: int, bias, gelu: bool, residual, preact_out, beta: float,
@@ -144,4 +174,4 @@ def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: V
 
 
 __all__ = ["LAYOUTS", "PUSH_FIELDS", "EPILOGUE_SPECS", "Operands", "declare", "contiguous", "a_index", "b_index",
-           "epilogue", "store_block", "launch_params", "u32", "f32"]
+           "epilogue", "store_block", "launch_params", "c_dtype", "unpack4", "u32", "f32"]

@@ -9,7 +9,7 @@ invocation in a scalar loop, so loads cost far more than FMAs. Three things cut 
   loads between them and pass the values round with subgroup broadcasts instead of each loading all of A.
   That needs the workgroup to be a single subgroup: the op uses it only where the subgroup size is at
   least wx (a workgroup smaller than the subgroup is one partial subgroup);
-- `wide`: vec4s are moved as two 64-bit words (half the components; see matmul_common.Vec4Loader).
+- `wide`: vec4s are moved as 64-bit words (two for f32, one for 4 bf16/fp16; see matmul_common.Vec4Loader).
 
 Every load goes through a clamped index (rows past M and columns past N re-read the last valid one; their
 results are never stored), so the loop has no branches. K runs in steps of 4: operands contiguous along K
@@ -21,6 +21,7 @@ multiples of 4 (the op picks `vec=1` otherwise).
 
 from __future__ import annotations
 
+from helios.kernels.dtypes import variant_dtype
 from helios.kernels.matmul_common import Operands, Vec4Loader, contiguous, declare, store_block
 from helios.spirv import KernelBuilder, Value, Variant, ceil_div, f32
 
@@ -35,10 +36,10 @@ class _Operand:
     """
 
     def __init__(self, b: KernelBuilder, buf, base, ld, idx0, count: int, extent, along_k: bool, vec: int,
-                 wide: bool, lanes: int = 1):
+                 wide: bool, lanes: int = 1, dtype: str = "f32"):
         self.b, self.buf, self.ld, self.count, self.along_k, self.vec = b, buf, ld, count, along_k, vec
         self.lanes = lanes
-        self.vec4 = Vec4Loader(b, buf, wide) if vec == 4 else None
+        self.vec4 = Vec4Loader(b, buf, wide, dtype) if vec == 4 else None
         quads = vec == 4 and not along_k  # units are vec4s of 4 rows along a contiguous M or N
         self.per_unit = 4 if quads else 1
         self.units = total = count // self.per_unit
@@ -105,13 +106,14 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     tm, tn, wx, wy, vec = v.tm, v.tn, v.wx, v.wy, v.vec
     share, wide = v.get("share", False), v.get("wide", False)
     b.local_size(wx, wy)
-    o: Operands = declare(b)
+    o: Operands = declare(b, v)
     a_dim, b_dim = contiguous(v.layout)
+    dtype = variant_dtype(v.params)
     z = b.workgroup_id(2)
     n0 = (b.workgroup_id(0) * wx + b.local_id(0)) * tn
     m0 = (b.workgroup_id(1) * wy + b.local_id(1)) * tm
-    A = _Operand(b, o.a, z * o.sa, o.lda, m0, tm, o.M, a_dim == "k", vec, wide, wx if share else 1)
-    B = _Operand(b, o.b, z * o.sb, o.ldb, n0, tn, o.N, b_dim == "k", vec, wide)
+    A = _Operand(b, o.a, z * o.sa, o.lda, m0, tm, o.M, a_dim == "k", vec, wide, wx if share else 1, dtype)
+    B = _Operand(b, o.b, z * o.sb, o.ldb, n0, tn, o.N, b_dim == "k", vec, wide, dtype=dtype)
     acc = [[b.var(f32, 0.0) for _ in range(tn)] for _ in range(tm)]
 
     def fma_block(av: list, bv: list) -> None:

@@ -74,7 +74,7 @@ def build_tiled(b: KernelBuilder, v: Variant) -> None:
     cols_t, rows_t = bn // tn, bm // tm
     threads = cols_t * rows_t
     b.local_size(threads)
-    o: Operands = declare(b)
+    o: Operands = declare(b, v)
     a_dim, b_dim = contiguous(v.layout)
     tid = b.local_id(0)
     tx, ty = tid % cols_t, tid / cols_t

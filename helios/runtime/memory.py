@@ -239,6 +239,7 @@ class BufferPool:
                             self.bytes_in_use += r.size
                             self.capture_regions += 1
                     lists[cls] = [r for r in regions if not r.pins]
+        self.peak_in_use = max(self.peak_in_use, self.bytes_in_use)
 
     def stats(self) -> dict[str, int]:
         """Bytes reserved and in use, regions carved, size classes seen, device allocations so far."""

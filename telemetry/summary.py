@@ -26,6 +26,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     vals = _num([e.get("val_loss") for e in evals])
     clipped = sum(1 for s in steps if isinstance(s.get("clip_coef"), (int, float)) and s["clip_coef"] < 1)
     mfus = _num([s.get("mfu") for s in steps])
+    peaks = _num([s.get("pool_peak_in_use") for s in steps])  # each step's peak, from the device pool
+    reserved = _num([s.get("pool_bytes") for s in steps])
     return {
         "backend": last_cfg.get("backend"),
         "device": last_cfg.get("device"),
@@ -42,12 +44,22 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "tok_per_s": statistics.median(speeds) if speeds else None,
         "step_ms": statistics.median(_num([s.get("step_ms") for s in steps])) if steps else None,
         "mfu": statistics.median(mfus) if mfus else None,
+        "peak_bytes_in_use": int(max(peaks)) if peaks else None,
+        "pool_bytes_reserved": int(max(reserved)) if reserved else None,
         "clipped_steps": clipped,
         "skips": dict(Counter(e.get("reason") for e in events if e["event"] == "skip")),
         "checkpoints": len(ckpts),
         "last_checkpoint": ckpts[-1].get("path") if ckpts else None,
         "wall_s": (events[-1]["t"] - first.get("t", events[-1]["t"])) if events else 0.0,
     }
+
+
+def _memory(s: dict[str, Any]) -> str:
+    peak, reserved = s.get("peak_bytes_in_use"), s.get("pool_bytes_reserved")
+    if peak is None and reserved is None:
+        return "-"
+    mib = lambda v: "-" if v is None else f"{v / (1 << 20):,.0f} MiB"  # noqa: E731
+    return f"{mib(peak)} peak in use, {mib(reserved)} reserved (the device pool's most over the run)"
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -69,6 +81,7 @@ def format_summary(s: dict[str, Any]) -> str:
         ("val loss", f"{f(s['last_val_loss'])} (best {f(s['best_val_loss'])})"),
         ("throughput", f"{f(s['tok_per_s'], ',.0f')} tok/s, {f(s['step_ms'], '.1f')} ms/step (median)"),
         ("mfu", f(s["mfu"], ".1%")),
+        ("device memory", _memory(s)),
         ("clipped steps", str(s["clipped_steps"])),
         ("skipped steps", skips),
         ("checkpoints", f"{s['checkpoints']} written, last {f(s['last_checkpoint'])}"),

@@ -6,9 +6,12 @@
     step.replay()                    # one vkQueueSubmit, one timeline signal, 0 dispatches recorded
 
 What a capture holds: its command buffer (barriers, pipelines, descriptors and push constants as recorded)
-and a reference to every storage a captured dispatch bound, so no captured region returns to the pool and
-the descriptors stay valid. A replay re-runs exactly those commands on exactly those bytes: any scalar baked
-into a push constant, any grid and any buffer binding is frozen at capture. Values that vary per replay must
+and a pin on every pool region a captured command touched, so no captured region goes to another tensor
+and the descriptors stay valid. A region acquired and released inside the scope is reused inside it, as in
+lazy recording (the replay repeats the same commands and barriers); it is held for the replays from the end
+of the scope until `close()` (helios.runtime.memory explains the rule). A replay re-runs exactly those
+commands on exactly those bytes: any scalar baked into a push constant, any grid and any buffer binding is
+frozen at capture. Values that vary per replay must
 be read by the kernels from a device buffer (see `write_input`). A host read inside the scope is an error,
 since it would submit half the capture; so is a host upload (a new tensor from host data), whose bytes would
 be frozen into every replay.
@@ -16,12 +19,16 @@ be frozen into every replay.
 
 from __future__ import annotations
 
+import itertools
+import weakref
+
 import numpy as np
 
 from helios.errors import HeliosError
 from helios.runtime.context import Runtime, get_runtime
 
 _NO_FLUSH = 1 << 62
+_capture_ids = itertools.count(1)
 
 
 class Capture:
@@ -30,7 +37,8 @@ class Capture:
     def __init__(self, runtime: Runtime | None = None):
         self.runtime = runtime or get_runtime()
         self._slot = None
-        self._pins: dict[int, object] = {}  # storage key -> storage, for every region a dispatch bound
+        self._pins: dict[int, tuple] = {}  # region key -> (pool, region), for every region a command touched
+        self._touched: dict[int, weakref.ref] = {}  # region key -> the storage that last touched it
         self._last_value = 0
         self.dispatches = 0
         self.replays = 0
@@ -41,20 +49,28 @@ class Capture:
         if self._slot is not None:
             raise HeliosError("this Capture already holds a recording; make a new one to capture again")
         rec = self.runtime.recorder
-        if "dispatch" in vars(rec):
+        if self.runtime.pool.capture:
             raise HeliosError("a capture is already open on this runtime; captures do not nest")
         self._saved = (rec.flush_threshold, rec.eager_flush)
         self._slot = rec.begin_capture()
         rec.configure(flush_threshold=_NO_FLUSH, eager_flush=0)
         counters = self.runtime.counters
         start = counters.dispatches
-        pins, dispatch = self._pins, rec.dispatch
+        pins, touched, dispatch = self._pins, self._touched, rec.dispatch
+        self.runtime.pool.capture = next(_capture_ids)  # regions acquired from now on may be reused inside
+
+        def touch(s):
+            key = s.key
+            if key not in pins:
+                pins[key] = (s.pool, s.region)
+                s.pool.pin(s.region)
+            touched[key] = weakref.ref(s)
 
         def capturing_dispatch(pipe, buffers, push, gx, gy, gz):
             for t in buffers:
                 s = getattr(t, "_storage", None)
                 if s is not None:
-                    pins[s.key] = s
+                    touch(s)
             dispatch(pipe, buffers, push, gx, gy, gz)
 
         def no_flush():
@@ -64,11 +80,12 @@ class Capture:
         fill, copy = rec.fill, rec.copy
 
         def capturing_fill(storage, lo, nbytes, word):
-            pins[storage.key] = storage
+            touch(storage)
             fill(storage, lo, nbytes, word)
 
         def capturing_copy(src, src_lo, dst, dst_lo, nbytes):
-            pins[src.key], pins[dst.key] = src, dst
+            touch(src)
+            touch(dst)
             copy(src, src_lo, dst, dst_lo, nbytes)
 
         def no_upload(storage, offset, data):
@@ -77,6 +94,9 @@ class Capture:
                               "replay's values with Capture.write_input")
 
         self._start = start
+        # Instance attributes already there (a test's wrappers) come back at the end of the scope.
+        self._restore = [(obj, name, vars(obj).get(name)) for obj, name in (
+            (self.runtime, "upload"), (rec, "fill"), (rec, "copy"), (rec, "dispatch"), (rec, "flush"))]
         self.runtime.upload = no_upload
         rec.fill, rec.copy = capturing_fill, capturing_copy
         rec.dispatch = capturing_dispatch  # instance attributes shadow the methods for the scope only
@@ -85,16 +105,33 @@ class Capture:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         rec = self.runtime.recorder
-        del rec.dispatch, rec.flush, rec.fill, rec.copy, self.runtime.upload
+        for obj, name, value in self._restore:
+            if value is None:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
         self.dispatches = self.runtime.counters.dispatches - self._start
         try:
             rec.end_capture()
         finally:
             rec.configure(flush_threshold=self._saved[0], eager_flush=self._saved[1])
+            self.runtime.pool.end_capture(self._pins)
         if exc_type is not None:
             self.close()
             return
+        self._check_owners()
         self._submit()  # the captured step runs once now, like the lazily recorded step it replaces
+
+    def _check_owners(self) -> None:
+        """Refuse a tensor made inside the scope on a region the capture reused and then never touched as
+        that tensor's: every replay would overwrite it with the earlier owner's scratch values."""
+        for key, (_, region) in self._pins.items():
+            s = self._touched[key]()
+            if not region.held and (s is None or s.region is not region):
+                self.close()
+                raise HeliosError("a tensor allocated inside a capture scope and not used by any captured "
+                                  "command outlives the scope; its memory is the capture's scratch space, "
+                                  "which every replay rewrites: allocate it before the scope")
 
     # -- replay ----------------------------------------------------------------------------------
     def replay(self) -> int:
@@ -106,8 +143,10 @@ class Capture:
 
     def _submit(self) -> int:
         value = self.runtime.recorder.submit_captured(self._slot.cb)
-        for s in self._pins.values():
-            s.last_use = s.last_write = value
+        for ref in self._touched.values():
+            s = ref()
+            if s is not None and s.region is not None:
+                s.last_use = s.last_write = value
         self._last_value = value
         return value
 
@@ -128,7 +167,10 @@ class Capture:
         rec.wait(self._last_value)
         rec.destroy_slot(self._slot)
         self._slot = None
+        for pool, region in self._pins.values():
+            pool.unpin(region, self._last_value)
         self._pins.clear()
+        self._touched.clear()
 
 
 def write_fixed(tensor, data: np.ndarray) -> None:

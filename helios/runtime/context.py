@@ -165,9 +165,11 @@ class Runtime:
         """Write host bytes into a storage that no pending device work uses (a fresh one)."""
         flat = data.reshape(-1).view(np.uint8)
         if self.zero_copy:
+            if storage.last_use > self.recorder.completed:  # a region reused while its old work is pending
+                self.recorder.wait(storage.last_use)
             storage.host_bytes(offset, flat.nbytes)[:] = flat
         else:
-            stage = self.staging.acquire(flat.nbytes)
+            stage = self.staging.acquire(flat.nbytes, host_access=True)
             stage.host_bytes(0, flat.nbytes)[:] = flat
             self.recorder.copy(stage, stage.base, storage, storage.base + offset, flat.nbytes)
             stage.release()  # tagged with the open batch: reused once the copy has run
@@ -179,7 +181,7 @@ class Runtime:
         if self.zero_copy:
             self.recorder.wait(storage.last_write)
             return storage.host_bytes(offset, nbytes).copy()
-        stage = self.staging.acquire(nbytes)
+        stage = self.staging.acquire(nbytes, host_access=True)
         try:
             rec = self.recorder
             if storage.last_write == rec.open_value:  # written by the open batch: the copy follows it

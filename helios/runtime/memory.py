@@ -2,9 +2,23 @@
 
 A `BufferPool` owns blocks of one memory type. Each block has one VkBuffer bound over all of it, so a tensor is
 (VkBuffer, byte offset, byte size) and binding it needs no per-tensor Vulkan object. A released region goes to a
-free list of its size class tagged with the timeline value of the last submit that used it, and is handed out
-again only once the timeline semaphore has passed that value. When no block has room, the pool allocates a new
-block while it stays within its memory budget, and only past the budget waits for an in-flight region of the class.
+free list of its size class tagged with the timeline value of the last batch that used it.
+
+Who gets it back, and when: a tensor the host writes or reads at once (`acquire(host_access=True)`: uploads,
+staging copies) only once the timeline semaphore has passed the tag. A tensor that only device commands touch
+(a kernel's output) may get it while that work is still pending, even in the open batch: the recorder's hazard
+tracking is keyed by region and keeps the old owner's accesses, so the new owner's first write waits behind a
+barrier (write-after-read/write). Without that a training step, one submit, could reuse nothing it frees and
+would reserve about twice what it holds at its peak. The new storage inherits the tag as its `last_use` and
+`last_write`, so a host access to it still waits for the old owner's work.
+
+A capture (helios.runtime.capture) pins the regions its commands touch: a pinned region that is released stays
+held (counted in use) until every capture pinning it is closed, because replays rewrite it. Inside the capture
+being recorded, a region acquired there may be released and reused there (the replay repeats the same
+sequence with the same barriers); one from before the capture may not, since replays must read it unchanged.
+
+When no block has room, the pool allocates a new block while it stays within its memory budget, and only past
+the budget waits for an in-flight region of the class.
 """
 
 from __future__ import annotations
@@ -72,11 +86,14 @@ class Block:
 class Region:
     """A size-class range of a block. Region objects are recycled and keep their `key` for hazard tracking."""
 
-    __slots__ = ("block", "offset", "size", "key", "tag")
+    __slots__ = ("block", "offset", "size", "key", "tag", "pins", "held", "born")
 
     def __init__(self, block: Block, offset: int, size: int, key: int):
         self.block, self.offset, self.size, self.key = block, offset, size, key
         self.tag = 0  # timeline value after which the device no longer touches it
+        self.pins = 0  # live captures whose commands touch it
+        self.held = False  # released while pinned: in use until the last pinning capture closes
+        self.born = 0  # id of the capture being recorded when it was last acquired (0: none)
 
 
 class Storage:
@@ -152,10 +169,13 @@ class BufferPool:
         self.regions = 0  # regions carved and not yet freed with their block (live or free)
         self._classes: set[int] = set()  # size classes carved so far
         self.device_allocs = 0  # vkAllocateMemory calls that succeeded, cumulative
+        self.capture = 0  # id of the capture being recorded (0: none); see the module docstring
+        self.capture_regions = 0  # regions held for live captures after their tensors were released
 
     # -- public --------------------------------------------------------------------------------
-    def acquire(self, nbytes: int) -> Storage:
-        """A storage of at least `nbytes` that no pending device work touches."""
+    def acquire(self, nbytes: int, *, host_access: bool = False) -> Storage:
+        """A storage of at least `nbytes`. With `host_access` (the host writes or reads it right away) no
+        pending device work touches its region; otherwise pending work may, ordered by hazard tracking."""
         if nbytes > self.max_tensor:
             raise TensorTooLargeError(
                 f"a tensor of {nbytes} bytes ({nbytes / MiB:.1f} MiB) exceeds this device's limit of "
@@ -163,33 +183,70 @@ class BufferPool:
                 "bound buffer; split it into several tensors (for example per layer or per chunk of rows)."
             )
         cls = size_class(nbytes)
-        region = self._take_free(cls)
+        region = self._take_free(cls, host_access)
         if region is None:
             region = self._carve(cls, nbytes)
-        if region.tag:
-            # A reused region: its device work has completed (the semaphore passed its tag), so its old
-            # accesses cannot conflict with the new owner's; forgetting them avoids barriers on stale hazards.
-            self.timeline.forget(region.key)
+        tag = region.tag
+        if tag:
+            if tag <= self.timeline.completed:
+                # Its device work has completed, so its old accesses cannot conflict with the new owner's;
+                # forgetting them avoids barriers on stale hazards.
+                self.timeline.forget(region.key)
+                tag = 0
             region.tag = 0
+        region.born = self.capture
         region.block.live += 1
         self.bytes_in_use += cls
         self.peak_in_use = max(self.peak_in_use, self.bytes_in_use)
-        return Storage(self, region, nbytes)
+        storage = Storage(self, region, nbytes)
+        # Pending old work: a host access to the new storage waits for it too.
+        storage.last_use = storage.last_write = tag
+        return storage
 
     def release(self, region: Region, tag: int) -> None:
-        """Put a region back; it is handed out again once the timeline reaches `tag`."""
-        region.tag = tag
-        region.block.live -= 1
-        self.bytes_in_use -= region.size
-        lists = self._ready if tag <= self.timeline.completed else self._pending
-        lists.setdefault(region.size, []).append(region)
+        """Put a region back; see the module docstring for who gets it again and when."""
+        region.tag = max(region.tag, tag)
+        if region.pins and not (self.capture and region.born == self.capture):
+            region.held = True  # a live capture replays into it: in use until that capture closes
+            self.capture_regions += 1
+            return
+        self._free(region)
+
+    def pin(self, region: Region) -> None:
+        """A capture's command touches the region: keep it out of other hands until `unpin`."""
+        region.pins += 1
+
+    def unpin(self, region: Region, tag: int) -> None:
+        """A capture pinning the region closed after its last submit `tag`; a held region is freed now."""
+        region.pins -= 1
+        region.tag = max(region.tag, tag)
+        if region.pins == 0 and region.held:
+            region.held = False
+            self.capture_regions -= 1
+            self._free(region)
+
+    def end_capture(self, pinned) -> None:
+        """The capture being recorded is closed: regions it pinned and released while recording (free for
+        its own later commands until now) are held for its replays."""
+        self.capture = 0
+        for lists in (self._ready, self._pending):
+            for cls, regions in lists.items():
+                if any(r.pins for r in regions):
+                    for r in regions:
+                        if r.pins:
+                            r.held = True
+                            r.block.live += 1
+                            self.bytes_in_use += r.size
+                            self.capture_regions += 1
+                    lists[cls] = [r for r in regions if not r.pins]
+        self.peak_in_use = max(self.peak_in_use, self.bytes_in_use)
 
     def stats(self) -> dict[str, int]:
         """Bytes reserved and in use, regions carved, size classes seen, device allocations so far."""
         return {
             "pool_bytes": self.bytes_reserved, "pool_in_use": self.bytes_in_use, "pool_regions": self.regions,
             "pool_classes": len(self._classes), "device_allocs": self.device_allocs,
-            "pool_peak_in_use": self.peak_in_use,
+            "pool_peak_in_use": self.peak_in_use, "pool_capture_regions": self.capture_regions,
         }
 
     def reset_peak(self) -> int:
@@ -214,7 +271,13 @@ class BufferPool:
         self.bytes_reserved = self.bytes_in_use = 0
 
     # -- internals -----------------------------------------------------------------------------
-    def _take_free(self, cls: int) -> Region | None:
+    def _free(self, region: Region) -> None:
+        region.block.live -= 1
+        self.bytes_in_use -= region.size
+        lists = self._ready if region.tag <= self.timeline.completed else self._pending
+        lists.setdefault(region.size, []).append(region)
+
+    def _take_free(self, cls: int, host_access: bool = True) -> Region | None:
         ready = self._ready.get(cls)
         if ready:
             return ready.pop()
@@ -227,6 +290,10 @@ class BufferPool:
             ready = self._ready.get(cls)
             if ready:
                 return ready.pop()
+            pending = self._pending[cls]
+            if pending and not host_access:
+                # The oldest release first: its accesses are the likeliest to be behind a barrier already.
+                return pending.pop(0)
         return None
 
     def _move_done(self, cls: int, done: int) -> None:
@@ -330,7 +397,7 @@ class BufferPool:
     def _free_empty_blocks(self) -> int:
         done = self.timeline.completed_value()
         free = [r for lists in (self._ready, self._pending) for rs in lists.values() for r in rs]
-        busy = {id(r.block) for r in free if r.tag > done}
+        busy = {id(r.block) for r in free if r.tag > done or r.pins}
         doomed = {id(b) for b in self.blocks if b.live == 0 and id(b) not in busy}
         if not doomed:
             return 0

@@ -154,13 +154,16 @@ class Tensor:
 
 
 # -- constructors ----------------------------------------------------------------------------------
-def empty(shape: int | Iterable[int], dtype=np.float32) -> Tensor:
-    """An uninitialised tensor."""
+def empty(shape: int | Iterable[int], dtype=np.float32, *, host_access: bool = False) -> Tensor:
+    """An uninitialised tensor. `host_access`: the host writes it at once (its region is idle), rather than
+    device commands first (its region may still be used by pending work, ordered by hazard tracking)."""
     rt = context._runtime or context.get_runtime()
     shape = _shape(shape)
     dt = _dtype(dtype, rt)
     nbytes = math.prod(shape) * dt.itemsize
-    return Tensor(rt.pool.acquire(nbytes), 0, shape, dt)
+    # The plain call for device outputs: wrappers of `acquire` (tests that track it) keep working.
+    storage = rt.pool.acquire(nbytes, host_access=True) if host_access else rt.pool.acquire(nbytes)
+    return Tensor(storage, 0, shape, dt)
 
 
 def full(shape: int | Iterable[int], value, dtype=np.float32) -> Tensor:
@@ -184,7 +187,7 @@ def from_numpy(array) -> Tensor:
             raise HeliosError(f"from_numpy: {a.dtype} values do not fit in {dt}")
         a = a.astype(dt)
     a = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes 0-d arrays 1-d
-    t = empty(a.shape, a.dtype)
+    t = empty(a.shape, a.dtype, host_access=True)
     if t.nbytes:
         t.runtime.upload(t._storage, t._offset, a)
     return t

@@ -5,7 +5,8 @@ there; a discrete GPU overlaps them. `HazardShadow` watches what a runtime recor
 account of device accesses by (VkBuffer, byte range), never by the pool's region keys, and notes every:
 - command that touches bytes an earlier, unfinished command wrote (or writes bytes one read) with no
   barrier recorded between them;
-- region handed out by a pool while an unfinished command still touches it (the pool's reuse rule);
+- region handed out for host access while an unfinished command still touches it (the pool's reuse rule;
+  a region handed out for device commands may be in use: those commands are checked like any other);
 - side copy (`copy_now`, which runs before the open batch) of bytes the open batch writes.
 """
 
@@ -111,13 +112,15 @@ class HazardShadow:
     def _wrap_acquire(self, pool) -> None:
         original = pool.acquire
 
-        def checked(nbytes):
-            storage = original(nbytes)
+        def checked(nbytes, *, host_access=False):
+            storage = original(nbytes, host_access=host_access)
+            if not host_access:
+                return storage  # device commands come first: _note checks them against the old owner's
             buf, lo, hi = self._id(storage.buffer), storage.base, storage.base + storage.size
             for b, elo, ehi, _, value in self._live():
                 if b == buf and elo < hi and lo < ehi:
-                    self.errors.append(f"{pool.name} pool handed out bytes [{lo}, {hi}) that batch {value} "
-                                       f"still uses (completed: {self.rec.completed})")
+                    self.errors.append(f"{pool.name} pool handed out bytes [{lo}, {hi}) for host access that "
+                                       f"batch {value} still uses (completed: {self.rec.completed})")
             return storage
 
         pool.acquire = checked

@@ -10,7 +10,7 @@ from helios.errors import HeliosError, OutOfMemoryError
 from tests.runtime.kernels import ADD_INPLACE, AXPB, SLOW, groups, slow_iters
 
 
-def test_region_in_flight_is_not_reused_before_the_semaphore_passes(private_runtime):
+def test_region_in_flight_is_not_handed_to_the_host_before_the_semaphore_passes(private_runtime):
     runtime = private_runtime()  # a fresh pool: no other free regions of these size classes
     n = 1024
     x = rt.from_numpy(np.ones(n, dtype=np.float32))
@@ -23,27 +23,52 @@ def test_region_in_flight_is_not_reused_before_the_semaphore_passes(private_runt
     y.release()
     # The device is still running the slow kernel that writes y's region.
     assert rec.completed_value() < tag, "the slow kernel finished too early for this test to mean anything"
-    other = rt.empty(n)  # held: after the sync y's old region is the only free one of its class
-    fresh = [rt.from_numpy(np.full(n, 7.0, np.float32)) for _ in range(3)]
+    fresh = [rt.from_numpy(np.full(n, 7.0, np.float32)) for _ in range(3)]  # host writes: never y's region
     assert all(t.storage.key != key for t in fresh)
     rt.sync()
     assert rec.completed >= tag
     for t in fresh:  # the slow kernel's writes landed in y's region, not in these
         np.testing.assert_array_equal(t.numpy(), np.full(n, 7.0, np.float32))
-    assert other.storage.key != key and rt.empty(n).storage.key == key  # now it is handed out again
+    assert rt.empty(n, host_access=True).storage.key == key  # now it is handed out again
 
 
-def test_release_of_a_region_used_by_the_open_batch_waits_for_that_batch(private_runtime):
+def test_device_output_reuses_a_region_in_flight_behind_a_barrier(private_runtime):
     private_runtime()
-    x = rt.from_numpy(np.ones(64, dtype=np.float32))
+    n = 1024
+    x = rt.from_numpy(np.ones(n, dtype=np.float32))
+    y = rt.empty(n)
+    rt.launch(SLOW, [x, y], {"n": n, "iters": slow_iters()}, groups(n))
+    rt.flush()
+    key, tag = y.storage.key, y.storage.last_use
+    y.release()
+    rt.reset_counters()
+    z = rt.empty(n)  # only device commands write it: it may take y's region while the slow kernel runs
+    assert z.storage.key == key and z.storage.last_use == tag  # a host access to z still waits for y's work
+    rt.launch(AXPB, [x, z], {"n": n, "a": 3.0, "c": 1.0}, groups(n))
+    c = rt.counters()
+    assert c["barriers"] == 1 and c["host_waits"] == 0 and c["device_allocs"] == 0  # write-after-write
+    np.testing.assert_array_equal(z.numpy(), np.full(n, 4.0, np.float32))
+
+
+def test_release_in_the_open_batch_is_reused_in_that_batch_for_device_outputs(private_runtime):
+    private_runtime()
+    x = rt.from_numpy(np.arange(64, dtype=np.float32))
     y = rt.empty(64)
     rt.launch(AXPB, [x, y], {"n": 64, "a": 1.0, "c": 0.0}, 1)
+    w = rt.empty(64)
+    rt.launch(AXPB, [y, w], {"n": 64, "a": 2.0, "c": 0.0}, 1)  # reads y (a barrier: read-after-write)
     key = y.storage.key
     del y  # used by the open (unsubmitted) batch
-    other = rt.empty(64)  # held, so that after the sync y's old region is the only free one of its class
-    assert other.storage.key != key
-    rt.sync()
-    assert rt.empty(64).storage.key == key
+    host = rt.from_numpy(np.zeros(64, np.float32))  # a host write must not land in bytes the batch still reads
+    assert host.storage.key != key
+    z = rt.empty(64)  # a device output may: its write waits behind a barrier for the read of y
+    assert z.storage.key == key
+    before = rt.counters()["barriers"]
+    rt.launch(AXPB, [x, z], {"n": 64, "a": -1.0, "c": 0.0}, 1)
+    assert rt.counters()["barriers"] == before + 1  # write-after-read on y's old bytes
+    assert rt.counters()["submits"] == 0  # all in one batch
+    np.testing.assert_array_equal(w.numpy(), 2 * np.arange(64, dtype=np.float32))
+    np.testing.assert_array_equal(z.numpy(), -np.arange(64, dtype=np.float32))
 
 
 def _training_step(params):
@@ -126,7 +151,8 @@ def test_a_full_pool_within_budget_grows_instead_of_waiting(private_runtime):
     r = private_runtime(block_size=BLOCK)
     x, key = _in_flight_pair()
     rt.reset_counters()
-    z = rt.empty(N)  # the only free region of the class is in the open batch: waiting would submit it
+    # For a host write, the only free region of the class is in the open batch: waiting would submit it.
+    z = rt.empty(N, host_access=True)
     c = rt.counters()
     assert z.storage.key != key
     assert c["device_allocs"] == 1 and c["submits"] == 0 and c["host_waits"] == 0
@@ -138,7 +164,7 @@ def test_over_budget_the_pool_waits_for_an_in_flight_region(private_runtime):
     private_runtime(block_size=BLOCK, memory_budget=2 * BLOCK)
     x, key = _in_flight_pair()
     rt.reset_counters()
-    z = rt.empty(N)
+    z = rt.empty(N, host_access=True)
     c = rt.counters()
     assert z.storage.key == key and c["device_allocs"] == 0 and c["pool_bytes"] == 2 * BLOCK
     assert c["host_waits"] + c["submits"] >= 1  # it had to let the device finish the batch

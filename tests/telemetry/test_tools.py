@@ -23,7 +23,8 @@ def run_dir(tmp_path):
                       "lr": 1e-3, "grad_norm": None if i == 20 else 1.0 + (i % 5), "clip_coef": 0.5 if i % 5 == 4
                       else 1.0, "skipped": "nan" if i == 20 else None, "tok_per_s": 1000.0 + i, "step_ms": 50.0,
                       "fwd_ms": 20.0, "bwd_ms": 25.0, "opt_ms": 4.0, "wait_ms": 1.0, "dispatches": 120, "submits": 2,
-                      "barriers": 40, "pool_bytes": 2**20 * (10 + i), "pool_regions": 3, "pool_classes": 7,
+                      "barriers": 40, "pool_bytes": 2**20 * (10 + i), "pool_peak_in_use": 2**20 * (5 + i % 7),
+                      "pool_regions": 3, "pool_classes": 7,
                       "device_allocs": 1 if i < 3 else 0, "mfu": 0.05})
         if i == 20:
             lines.append({"event": "skip", "t": i * 0.1, "step": 20, "reason": "nan", "loss": None,
@@ -58,9 +59,11 @@ def test_summary(run_dir, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["step"] == 40 and s["status"] == "done" and s["skips"] == {"nan": 1} and s["clipped_steps"] == 8
     assert s["best_val_loss"] == pytest.approx(5 * math.exp(-40 / 25)) and s["checkpoints"] == 1
+    assert s["peak_bytes_in_use"] == 2**20 * 11 and s["pool_bytes_reserved"] == 2**20 * 50  # maxima over steps
     assert main(["summary", str(run_dir)]) == 0
     text = capsys.readouterr().out
     assert "val loss" in text and "nan: 1" in text and "1,000" in text
+    assert "11 MiB peak in use, 50 MiB reserved" in text
     assert summarize([])["step"] == 0
 
 

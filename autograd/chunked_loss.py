@@ -23,7 +23,7 @@ class _RowChunks(Function):
 
     @staticmethod
     def forward(ctx: Context, x, *, bounds):
-        ctx.shape, ctx.bounds = x.shape, bounds
+        ctx.shape, ctx.dtype, ctx.bounds = x.shape, x.dtype, bounds
         cols = x.shape[-1]
         return tuple(x.view(r0 * cols, (r1 - r0, cols)) for r0, r1 in bounds)
 
@@ -31,7 +31,7 @@ class _RowChunks(Function):
     def backward(ctx: Context, *grads):
         from helios import runtime as rt
 
-        full = rt.empty(ctx.shape)
+        full = rt.empty(ctx.shape, ctx.dtype)  # the gradient of a bf16/fp16 x is in x's dtype
         cols = ctx.shape[-1]
         for (r0, r1), g in zip(ctx.bounds, grads, strict=True):
             part = full.view(r0 * cols, (r1 - r0, cols))

@@ -16,8 +16,8 @@ class AdamW:
     `step()` records at most three dispatches (two for the norm and clip coefficient, one for the update)
     and reads nothing back. With `skip_nonfinite`, a NaN/Inf gradient norm (or one above `skip_above`)
     makes the update kernel change nothing; the caller learns it from `last_check` when it next reads.
-    With `working_dtype="bf16"` the arena's fp32 params are the master weights and `working` a bf16 copy
-    of them that the update kernel rewrites in the same dispatch (mixed precision, issue 17).
+    With `working_dtype="bf16"` (or "fp16") the arena's fp32 params are the master weights and `working` a
+    bf16 (fp16) copy of them that the update kernel rewrites in the same dispatch (mixed precision, issue 17).
     """
 
     def __init__(self, arena: ParameterArena, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.95),
@@ -37,21 +37,21 @@ class AdamW:
         self.step_buffer = None
         # (1,) device tensors of the last step: the gradient norm, the value the skip test read, the clip coefficient
         self.last_raw_norm = self.last_check = self.last_clip = None
-        if working_dtype not in (None, "bf16"):
-            raise ValueError(f"AdamW working_dtype must be None or 'bf16', not {working_dtype!r}")
+        if working_dtype not in (None, "bf16", "fp16"):
+            raise ValueError(f"AdamW working_dtype must be None, 'bf16' or 'fp16', not {working_dtype!r}")
         self.working = None
-        if working_dtype == "bf16":
-            self.working = rt.empty((arena.size,), rt.tensor.BFLOAT16)
+        if working_dtype is not None:
+            from helios.kernels.dtypes import NUMPY
+
+            self.working = rt.empty((arena.size,), NUMPY[working_dtype])
             self.refresh_working_copy()
 
     def refresh_working_copy(self) -> None:
-        """Rewrite the bf16 working copy from the fp32 masters (after they were set from the host)."""
+        """Rewrite the half working copy from the fp32 masters (after they were set from the host)."""
         from helios import runtime as rt
 
         if self.working is not None:
-            from helios.runtime.tensor import BFLOAT16
-
-            rt.copy(rt.from_numpy(self.arena.data.numpy().astype(BFLOAT16)), self.working)
+            rt.copy(rt.from_numpy(self.arena.data.numpy().astype(self.working.dtype)), self.working)
 
     def step(self, lr: float | None = None, skip_extra=None) -> None:
         """One update. `skip_extra` (a (1,) device tensor) is added to the norm the skip test reads, so

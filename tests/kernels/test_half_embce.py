@@ -26,8 +26,8 @@ from helios.kernels.layout import reference_concat
 EMB_SHAPES = [  # (B, T, V, D): rows 1, 7, 33, 513; vocab 1, 7, 33, 513; widths on and off the vec4 path
     (1, 1, 1, 1), (1, 7, 7, 4), (3, 11, 33, 7), (1, 513, 70, 12), (2, 33, 513, 5), (1, 33, 1, 8),
 ]
-CE_CASES = [  # (rows, vocab): vocab 1, 7, 33, 513 take the scalar variant, 4, 12, 516 and 4096 vec4
-    (1, 1), (7, 7), (33, 33), (7, 513), (1, 4), (33, 12), (7, 516), (3, 4096), (513, 33),
+CE_CASES = [  # (rows, vocab): vocab 1, 7, 33, 513, 50257 take the scalar variant, 4, 12, 516, 4096 vec4
+    (1, 1), (7, 7), (33, 33), (7, 513), (1, 4), (33, 12), (7, 516), (3, 4096), (513, 33), (2, 50257),
 ]
 
 

@@ -18,7 +18,10 @@ capture/replay). The decay mask is a float32 0/1 tensor
 shaped like the arena (1 = decay), chosen over a per-tensor segment table because it costs one coalesced
 read per element and no search; `decay_mask=None` decays everything. When `norm` is given, every invocation
 reads it and the whole step is skipped (params, m and v untouched) if it is NaN/Inf or above `skip_above`,
-so the decision never visits the host.
+so the decision never visits the host. With `working_copy` ("*_bf16" / "*_fp16" variants) the same dispatch
+also writes the updated params, rounded to nearest even, into a bf16 or fp16 copy: the mixed-precision
+model's weights. fp16 holds at most 65504 in magnitude (larger params become +-Inf there; the fp32 masters
+are unaffected), bf16 has fp32's range.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import math
 import numpy as np
 
 from helios.kernels.cross_entropy import workgroup_sum
-from helios.spirv import Kernel, KernelBuilder, Variant, bf16, ceil_div, f32, u32
+from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, storage
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 WG = 256
 MAX_PARTIALS = 1024  # workgroups of the first grad-norm stage, per tensor at most
@@ -115,9 +119,9 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
     # The values that change every step (they depend on lr and the step count) come from a buffer, not push
     # constants, so that a captured step can be replayed with new ones (helios.runtime.capture).
     step_buf = b.buffer(7, f32, "r")
-    # "_bf16" variants also write the updated params, rounded to bf16, into a working copy (binding 8): the
-    # mixed-precision model's weights, refreshed in the same pass that updates the fp32 masters.
-    copy_buf = b.buffer(8, bf16, "w") if v.get("copy") else None
+    # "_bf16" / "_fp16" variants also write the updated params, rounded to that dtype, into a working copy
+    # (binding 8): the mixed-precision model's weights, refreshed in the same pass that updates the fp32 masters.
+    copy_buf = b.buffer(8, storage(v.copy), "w") if v.get("copy") else None
     count = b.push("n", u32)
     beta1, beta2, eps, skip_above = (b.push(k, f32) for k in ("beta1", "beta2", "eps", "skip_above"))
     wd_lr, step_size, sqrt_bc2 = step_buf[0], step_buf[1], step_buf[2]
@@ -164,8 +168,10 @@ GRAD_NORM_PARTIAL = Kernel(
 GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar": {}},
                           grid=lambda n: (1, 1, 1), flops=lambda n: n, bytes=lambda n: 4 * n + 8)
 ADAMW = Kernel(
-    "adamw", _build_adamw, variants={"scalar": {"vec": 1}, "vec4": {"vec": 4},
-                                     "scalar_bf16": {"vec": 1, "copy": True}, "vec4_bf16": {"vec": 4, "copy": True}},
+    "adamw", _build_adamw,
+    variants={"scalar": {"vec": 1}, "vec4": {"vec": 4},
+              **{f"{name}_{dtype}": {"vec": n, "copy": dtype} for dtype in HALF_DTYPES
+                 for name, n in (("scalar", 1), ("vec4", 4))}},
     grid=lambda n, vec=4: _grid(n // vec + (1 if n % vec else 0), WG),
     flops=lambda n: 18 * n,
     bytes=lambda n, masked=True: (28 + (4 if masked else 0)) * n,  # p, m, v read+written; g (and mask) read
@@ -248,8 +254,8 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
     """One fused AdamW step over a flat arena (one dispatch); returns params. See the module docstring.
 
     `step_buffer`: a 4-float device tensor that already holds `step_scalars(...)` (a captured step's fixed
-    input); by default a fresh one is uploaded from lr and step. `working_copy`: a bfloat16 tensor of the
-    arena's size that receives the updated params rounded to nearest even, in the same dispatch (left
+    input); by default a fresh one is uploaded from lr and step. `working_copy`: a bfloat16 or float16 tensor
+    of the arena's size that receives the updated params rounded to nearest even, in the same dispatch (left
     untouched when the step is skipped, like the params)."""
     rt = _rt()
     n = int(params.numel)
@@ -267,12 +273,11 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
                clip_coef if clip_coef is not None else one, norm if norm is not None else _constant(0.0), step_buffer]
     variant = "vec4" if vec == 4 else "scalar"
     if working_copy is not None:
-        from helios.runtime.tensor import BFLOAT16
-
-        if working_copy.dtype != BFLOAT16:
-            raise TypeError(f"adamw_step: working_copy must be bfloat16, got {working_copy.dtype}")
+        copy_dtype = FLOAT_DTYPES.get(working_copy.dtype)
+        if copy_dtype not in HALF_DTYPES:
+            raise TypeError(f"adamw_step: working_copy must be bfloat16 or float16, got {working_copy.dtype}")
         buffers.append(working_copy)
-        variant += "_bf16"
+        variant += f"_{copy_dtype}"
     items = n // vec + (1 if n % vec else 0)
     rt.launch(ADAMW, buffers, push=push, grid=_grid(items, WG), variant=variant)
     return params

@@ -12,13 +12,19 @@ Three dispatches, none of which is ever read back by the host:
    loss is deterministic (float atomics would not be).
 When every row is ignored the loss and dlogits are 0 (torch returns NaN). A target outside [0, V) that is
 not ignore_index is treated as ignored (torch raises).
+
+The rows kernel has "bf16_*" and "fp16_*" variants (helios.kernels.dtypes): logits are read and dlogits
+written in that io dtype (one rounding per element); the max, sum, softmax, row losses and the loss are f32.
+fp16 dlogits carry grad_scale / n_valid, so with many rows the small probabilities fall into fp16's
+subnormals (below 6e-5) or to zero: pass a loss scale as grad_scale, as fp16 training does anyway.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
+from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32, vec
 
 WG_ROW = 128  # invocations per row
 WG_REDUCE = 256  # invocations of the single-workgroup count and mean kernels
@@ -111,11 +117,13 @@ def _build_rows(b: KernelBuilder, v: Variant) -> None:
     n = v.vec
     wg = b.spec("WG", u32, WG_ROW)
     b.local_size(wg)
-    logits = b.buffer(0, f32, "r")
+    io = storage(variant_dtype(v.params))
+    logits = b.buffer(0, io, "r")
     lv = logits.view(n)
+    el = vec(f32, n) if n > 1 else f32  # what lv loads (a half view widens to f32)
     targets = b.buffer(1, i32, "r")
     stats = b.buffer(2, f32, "r")
-    dlogits = b.buffer(3, f32, "w").view(n)
+    dlogits = b.buffer(3, io, "w").view(n)
     losses = b.buffer(4, f32, "w")
     n_rows, vocab, ignore, grad_scale = (b.push("n_rows", u32), b.push("vocab", u32), b.push("ignore_index", i32),
                                          b.push("grad_scale", f32))
@@ -124,8 +132,8 @@ def _build_rows(b: KernelBuilder, v: Variant) -> None:
     with b.if_(row < n_rows):  # uniform over the workgroup, so the barrier inside is fine
         cols = vocab / n
         base = row * cols
-        m = b.var(lv.elem, b.splat(b.const(-FLT_MAX), n))
-        s = b.var(lv.elem, b.splat(b.const(0.0), n))
+        m = b.var(el, b.splat(b.const(-FLT_MAX), n))
+        s = b.var(el, b.splat(b.const(0.0), n))
         with b.for_range(lid, cols, step=wg) as j:
             # One exp per element: e = exp(-|x - m|) rescales either the running sum (new max) or x.
             x = lv[base + j]
@@ -188,8 +196,9 @@ CROSS_ENTROPY_COUNT = Kernel("cross_entropy_count", _build_count, variants={"sca
                              bytes=lambda n, vocab: 4 * n + 4)
 CROSS_ENTROPY_ROWS = Kernel(
     "cross_entropy_rows", _build_rows,
-    variants={"scalar": {"vec": 1, "subgroup": False}, "vec4": {"vec": 4, "subgroup": False},
-              "scalar_subgroup": {"vec": 1, "subgroup": True}, "vec4_subgroup": {"vec": 4, "subgroup": True}},
+    variants=with_dtypes({"scalar": {"vec": 1, "subgroup": False}, "vec4": {"vec": 4, "subgroup": False},
+                          "scalar_subgroup": {"vec": 1, "subgroup": True},
+                          "vec4_subgroup": {"vec": 4, "subgroup": True}}),
     grid=lambda n, vocab: _row_grid(n),
     flops=lambda n, vocab: 12 * n * vocab,  # ~2 exps, max, fma in pass 1; exp, sub, mul in pass 2
     bytes=lambda n, vocab: 12 * n * vocab + 12 * n,  # logits read twice, dlogits written once
@@ -233,19 +242,22 @@ def nbytes(n_rows: int, vocab: int) -> int:
 def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1.0, out=None, layout=None):
     """(loss (1,), dlogits) for logits [..., V] and int32 targets [...]; loss is the mean over valid rows and
     dlogits = grad_scale * (softmax - onehot) / n_valid (0 on ignored rows). `out` receives dlogits;
-    `layout` = (variant suffix, workgroup size) overrides `row_layout()` (tests, benchmarks)."""
+    `layout` = (variant suffix, workgroup size) overrides `row_layout()` (tests, benchmarks). logits and
+    dlogits share one dtype (f32, bf16 or fp16; dlogits defaults to the logits'); the loss is f32."""
     import helios.runtime as rt
 
+    dtype = io_dtype("cross_entropy", logits=logits, out=out)
     vocab = int(logits.shape[-1])
     n_rows = int(np.prod(tuple(logits.shape)[:-1]))
     if int(np.prod(tuple(targets.shape))) != n_rows:
         raise ValueError(f"targets {tuple(targets.shape)} do not match the {n_rows} rows of logits")
-    dlogits = rt.empty(tuple(logits.shape)) if out is None else out
+    dlogits = rt.empty(tuple(logits.shape), logits.dtype) if out is None else out
     stats, losses, loss = rt.empty((1,)), rt.empty((max(n_rows, 1),)), rt.empty((1,))
     push = {"n_rows": n_rows, "vocab": vocab, "ignore_index": int(ignore_index)}
     rt.launch(CROSS_ENTROPY_COUNT, [targets, stats], push=push, grid=(1, 1, 1))
     suffix, wg = row_layout() if layout is None else layout
+    variant = dtype_variant(("vec4" if vocab % 4 == 0 else "scalar") + suffix, dtype)
     rt.launch(CROSS_ENTROPY_ROWS, [logits, targets, stats, dlogits, losses], push={**push, "grad_scale": grad_scale},
-              grid=_row_grid(n_rows), variant=("vec4" if vocab % 4 == 0 else "scalar") + suffix, spec={"WG": wg})
+              grid=_row_grid(n_rows), variant=variant, spec={"WG": wg})
     rt.launch(CROSS_ENTROPY_MEAN, [losses, stats, loss], push={"n_rows": n_rows}, grid=(1, 1, 1))
     return loss, dlogits

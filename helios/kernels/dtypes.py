@@ -70,9 +70,35 @@ def check_float(*tensors: Tensor) -> str:
     return float_dtype(tensors)
 
 
+def io_dtype(op: str, **tensors) -> str:
+    """The one float dtype ("f32", "bf16" or "fp16") of an op's io tensors (None ones skipped).
+
+    Activations, their gradients and the weights they are read with share the io dtype; a mix is a
+    TypeError naming each tensor's dtype."""
+    named = {k: t for k, t in tensors.items() if t is not None}
+    for k, t in named.items():
+        if not is_float(t):
+            raise TypeError(f"{op}: {k} is {t.dtype} {t.shape}; expected float32, bfloat16 or float16")
+    found = {k: FLOAT_DTYPES[t.dtype] for k, t in named.items()}
+    if len(set(found.values())) > 1:
+        mix = ", ".join(f"{k} is {d}" for k, d in found.items())
+        raise TypeError(f"{op}: {mix}; these share one dtype (the activations' and the weights' working copy): "
+                        "convert one side first (helios.ops.cast)")
+    return next(iter(found.values()), "f32")
+
+
+def check_f32(op: str, **tensors) -> None:
+    """Statistics, losses and parameter gradients are float32 whatever the io dtype (None ones skipped)."""
+    for k, t in tensors.items():
+        if t is not None and t.dtype != np.float32:
+            raise TypeError(f"{op}: {k} is {t.dtype} {t.shape}; it must be float32 (statistics, losses and "
+                            "parameter gradients stay f32 whatever the activations' dtype)")
+
+
 def element_bytes(dtype: str) -> int:
     return 4 if dtype == "f32" else 2
 
 
 __all__ = ["DTYPES", "HALF_DTYPES", "NUMPY", "FLOAT_DTYPES", "ROUNDING", "storage", "variant_dtype", "with_dtypes",
-           "dtype_variant", "float_dtype", "check_float", "element_bytes", "is_float"]
+           "dtype_variant", "float_dtype", "check_float", "element_bytes", "is_float",
+           "io_dtype", "check_f32"]

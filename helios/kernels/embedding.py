@@ -10,12 +10,17 @@ Backward: `table_grad[v] += sum of dy[n] over n with ids[n] == v`, in one of two
 The position gradient is always the deterministic gather `pos_grad[t] += sum_b dy[b*T + t]`.
 
 An id outside [0, V) reads as a zero row and contributes no gradient (torch would raise instead).
+
+Every kernel has "bf16_*" and "fp16_*" variants (helios.kernels.dtypes): the table, pos_table, out and dy
+are stored in that io dtype (the model reads a half working copy of its weights); the table and position
+gradients stay f32 (the fp32 grad arena), summed in f32.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels.dtypes import check_f32, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
 
 WG = 64  # invocations per workgroup for every kernel here (memory-bound; small groups pack lavapipe's threads)
@@ -70,10 +75,11 @@ def _grid(items: int) -> tuple[int, int, int]:
 def _build_lookup(b: KernelBuilder, v: Variant) -> None:
     """out[n, c] = table[ids[n], c] (+ pos[n % T, c]); one invocation per output element (or quad)."""
     b.local_size(WG)
+    io = storage(variant_dtype(v.params))
     ids = b.buffer(0, i32, "r")
-    table = b.buffer(1, f32, "r").view(v.vec)
-    out = b.buffer(2, f32, "w").view(v.vec)
-    pos = b.buffer(3, f32, "r").view(v.vec) if v.pos else None
+    table = b.buffer(1, io, "r").view(v.vec)
+    out = b.buffer(2, io, "w").view(v.vec)
+    pos = b.buffer(3, io, "r").view(v.vec) if v.pos else None
     n_rows, dv, vocab, seq = b.push("n_rows", u32), b.push("dv", u32), b.push("vocab", u32), b.push("T", u32)
     i = _linear_id(b)
     with b.if_(i < n_rows * dv):
@@ -91,7 +97,7 @@ def _build_scatter_atomic(b: KernelBuilder, v: Variant) -> None:
     """table_grad[ids[n], c] += dy[n, c] with float atomics; one invocation per element of dy."""
     b.local_size(WG)
     ids = b.buffer(0, i32, "r")
-    dy = b.buffer(1, f32, "r")
+    dy = b.buffer(1, storage(variant_dtype(v.params)), "r")
     grad = b.buffer(2, f32, "rw")
     n_rows, d, vocab = b.push("n_rows", u32), b.push("d", u32), b.push("vocab", u32)
     i = _linear_id(b)
@@ -106,7 +112,7 @@ def _build_scatter_scan(b: KernelBuilder, v: Variant) -> None:
     """table_grad[r, c] (+)= sum of dy[n, c] over ids[n] == r, summed in row order; no atomics."""
     b.local_size(WG)
     ids = b.buffer(0, i32, "r")
-    dy = b.buffer(1, f32, "r").view(v.vec)
+    dy = b.buffer(1, storage(variant_dtype(v.params)), "r").view(v.vec)
     grad = b.buffer(2, f32, "rw").view(v.vec)
     n_rows, dv, vocab, accumulate = b.push("n_rows", u32), b.push("dv", u32), b.push("vocab", u32), \
         b.push("accumulate", u32)
@@ -127,7 +133,7 @@ def _build_scatter_scan(b: KernelBuilder, v: Variant) -> None:
 def _build_pos_grad(b: KernelBuilder, v: Variant) -> None:
     """pos_grad[t, c] (+)= sum_b dy[b*T + t, c] for t < T; rows t >= T are left (or set to 0)."""
     b.local_size(WG)
-    dy = b.buffer(0, f32, "r").view(v.vec)
+    dy = b.buffer(0, storage(variant_dtype(v.params)), "r").view(v.vec)
     grad = b.buffer(1, f32, "rw").view(v.vec)
     batch, seq, n_pos, dv, accumulate = (b.push(k, u32) for k in ("B", "T", "n_pos", "dv", "accumulate"))
     i = _linear_id(b)
@@ -152,7 +158,7 @@ def _build_scatter_sorted(b: KernelBuilder, v: Variant) -> None:
     order = b.buffer(0, u32, "r")
     start = b.buffer(1, u32, "r")
     uniq = b.buffer(2, u32, "r")
-    dy = b.buffer(3, f32, "r").view(v.vec)
+    dy = b.buffer(3, storage(variant_dtype(v.params)), "r").view(v.vec)
     grad = b.buffer(4, f32, "rw").view(v.vec)
     segments, dv = b.push("segments", u32), b.push("dv", u32)
     i = _linear_id(b)
@@ -169,33 +175,33 @@ def _build_scatter_sorted(b: KernelBuilder, v: Variant) -> None:
 
 EMBEDDING = Kernel(
     "embedding", _build_lookup,
-    variants={"scalar": {"vec": 1, "pos": False}, "vec4": {"vec": 4, "pos": False},
-              "pos_scalar": {"vec": 1, "pos": True}, "pos_vec4": {"vec": 4, "pos": True}},
+    variants=with_dtypes({"scalar": {"vec": 1, "pos": False}, "vec4": {"vec": 4, "pos": False},
+                          "pos_scalar": {"vec": 1, "pos": True}, "pos_vec4": {"vec": 4, "pos": True}}),
     grid=lambda n, d, vec=1: _grid(n * d // vec),
     flops=lambda n, d, pos=False: n * d if pos else 0,
     bytes=lambda n, d, pos=False: 4 * n + 4 * n * d * (3 if pos else 2),
 )
 EMBEDDING_BACKWARD_ATOMIC = Kernel(
-    "embedding_backward_atomic", _build_scatter_atomic, variants={"atomic": {}},
+    "embedding_backward_atomic", _build_scatter_atomic, variants=with_dtypes({"atomic": {}}),
     grid=lambda n, d: _grid(n * d),
     flops=lambda n, d: n * d, bytes=lambda n, d: 4 * n + 12 * n * d,
     requires=("float_atomic_add_buffer",),
 )
 EMBEDDING_BACKWARD_SCAN = Kernel(
     "embedding_backward_scan", _build_scatter_scan,
-    variants={"scan": {"vec": 1}, "scan_vec4": {"vec": 4}},
+    variants=with_dtypes({"scan": {"vec": 1}, "scan_vec4": {"vec": 4}}),
     grid=lambda vocab, d, vec=1: _grid(vocab * d // vec),
     flops=lambda n, vocab, d: n * d, bytes=lambda n, vocab, d: 4 * n * vocab * d + 4 * n * d + 8 * vocab * d,
 )
 EMBEDDING_BACKWARD_SORTED = Kernel(
     "embedding_backward_sorted", _build_scatter_sorted,
-    variants={"sorted": {"vec": 1}, "sorted_vec4": {"vec": 4}},
+    variants=with_dtypes({"sorted": {"vec": 1}, "sorted_vec4": {"vec": 4}}),
     grid=lambda segments, d, vec=1: _grid(segments * d // vec),
     flops=lambda n, d: n * d, bytes=lambda n, segments, d: 8 * n + 8 * segments + 4 * n * d + 8 * segments * d,
 )
 EMBEDDING_POS_BACKWARD = Kernel(
     "embedding_pos_backward", _build_pos_grad,
-    variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
+    variants=with_dtypes({"scalar": {"vec": 1}, "vec4": {"vec": 4}}),
     grid=lambda n_pos, d, vec=1: _grid(n_pos * d // vec),
     flops=lambda n, d: n * d, bytes=lambda n, n_pos, d: 4 * n * d + 8 * n_pos * d,
 )
@@ -216,18 +222,20 @@ def _rows(ids) -> tuple[int, int]:
 
 
 def embedding(ids, table, pos_table=None, out=None):
-    """Rows of `table` [V, D] for ids [B, T] as [N, D] (N = B*T); with pos_table adds pos_table[n % T]."""
+    """Rows of `table` [V, D] for ids [B, T] as [N, D] (N = B*T); with pos_table adds pos_table[n % T].
+    table, pos_table and out share one float dtype (f32, bf16 or fp16; out defaults to the table's)."""
     rt = _rt()
+    dtype = io_dtype("embedding", table=table, pos_table=pos_table, out=out)
     n, seq = _rows(ids)
     vocab, d = int(table.shape[0]), int(table.shape[1])
     if pos_table is not None and int(pos_table.shape[0]) < seq:
         raise ValueError(f"pos_table has {pos_table.shape[0]} rows but the sequences are {seq} long")
-    out = rt.empty((n, d)) if out is None else out
+    out = rt.empty((n, d), table.dtype) if out is None else out
     vec = 4 if d % 4 == 0 else 1
     name = ("pos_" if pos_table is not None else "") + ("vec4" if vec == 4 else "scalar")
     buffers = [ids, table, out] + ([pos_table] if pos_table is not None else [])
     rt.launch(EMBEDDING, buffers, push={"n_rows": n, "dv": d // vec, "vocab": vocab, "T": seq},
-              grid=_grid(n * d // vec), variant=name)
+              grid=_grid(n * d // vec), variant=dtype_variant(name, dtype))
     return out
 
 
@@ -292,8 +300,12 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
     """Scatter-add dy [N, D] rows into table_grad [V, D] (and position rows into pos_grad); returns
     (table_grad, pos_grad). Without accumulate the gradients are overwritten. `variant`: "sorted"
     (deterministic; needs `plan` from `sorted_segments`, the default when one is given), "atomic" or
-    "scan" (default without a plan: `scatter_variant()`)."""
+    "scan" (default without a plan: `scatter_variant()`). dy may be f32, bf16 or fp16 (the variant follows
+    it); the gradients are always f32 and summed in f32."""
     rt = _rt()
+    dtype = io_dtype("embedding_backward", dy=dy)
+    check_f32("embedding_backward", table_grad=table_grad, pos_grad=pos_grad)
+    pick = lambda name: dtype_variant(name, dtype)  # noqa: E731
     n, seq = _rows(ids)
     vocab, d = int(table_grad.shape[0]), int(table_grad.shape[1])
     vec = 4 if d % 4 == 0 else 1
@@ -307,16 +319,16 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
         if segments:
             rt.launch(EMBEDDING_BACKWARD_SORTED, [order, starts, uniq, dy, table_grad],
                       push={"segments": segments, "dv": d // vec},
-                      grid=_grid(segments * d // vec), variant="sorted_vec4" if vec == 4 else "sorted")
+                      grid=_grid(segments * d // vec), variant=pick("sorted_vec4" if vec == 4 else "sorted"))
     elif variant == "atomic":
         if not accumulate:
             rt.fill(table_grad, 0.0)
         rt.launch(EMBEDDING_BACKWARD_ATOMIC, [ids, dy, table_grad], push={"n_rows": n, "d": d, "vocab": vocab},
-                  grid=_grid(n * d), variant="atomic")
+                  grid=_grid(n * d), variant=pick("atomic"))
     elif variant == "scan":
         rt.launch(EMBEDDING_BACKWARD_SCAN, [ids, dy, table_grad],
                   push={"n_rows": n, "dv": d // vec, "vocab": vocab, "accumulate": int(accumulate)},
-                  grid=_grid(vocab * d // vec), variant="scan_vec4" if vec == 4 else "scan")
+                  grid=_grid(vocab * d // vec), variant=pick("scan_vec4" if vec == 4 else "scan"))
     else:
         raise ValueError(f"embedding_backward variant must be 'sorted', 'atomic' or 'scan', not {variant!r}")
     if pos_grad is not None:
@@ -325,5 +337,5 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
             raise ValueError(f"pos_grad has {n_pos} rows but the sequences are {seq} long")
         rt.launch(EMBEDDING_POS_BACKWARD, [dy, pos_grad],
                   push={"B": n // seq, "T": seq, "n_pos": n_pos, "dv": d // vec, "accumulate": int(accumulate)},
-                  grid=_grid(n_pos * d // vec), variant="vec4" if vec == 4 else "scalar")
+                  grid=_grid(n_pos * d // vec), variant=pick("vec4" if vec == 4 else "scalar"))
     return table_grad, pos_grad

@@ -3,16 +3,18 @@
 `copy_columns` moves a [rows, n] block from columns [src_off, src_off + n) of a [rows, src_cols]
 tensor into columns [dst_off, dst_off + n) of a [rows, dst_cols] tensor, optionally adding into it.
 Most layout changes never need it (attention reads fused QKV in place, matmuls read transposes in
-place); it serves `concat` for users who build fused projections out of separate ones.
+place); it serves `concat` for users who build fused projections out of separate ones. "bf16_*" and "fp16_*"
+variants copy (or add, in f32 then rounded once) tensors of that dtype; src and dst share one dtype.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.elementwise import LOCAL, grid_2d
 from helios.runtime import Tensor, empty, launch
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, u32
 
 
 def reference_concat(parts: list[np.ndarray]) -> np.ndarray:
@@ -21,8 +23,9 @@ def reference_concat(parts: list[np.ndarray]) -> np.ndarray:
 
 def build_copy_columns(b: KernelBuilder, v: Variant) -> None:
     b.local_size(LOCAL)
-    src = b.buffer(0, f32, "r")
-    dst = b.buffer(1, f32, "rw" if v.accumulate else "w")
+    io = storage(variant_dtype(v.params))
+    src = b.buffer(0, io, "r")
+    dst = b.buffer(1, io, "rw" if v.accumulate else "w")
     rows, n = b.push("rows", u32), b.push("n", u32)
     src_cols, src_off = b.push("src_cols", u32), b.push("src_off", u32)
     dst_cols, dst_off = b.push("dst_cols", u32), b.push("dst_off", u32)
@@ -39,14 +42,15 @@ def build_copy_columns(b: KernelBuilder, v: Variant) -> None:
 
 COPY_COLUMNS = Kernel(
     "copy_columns", build_copy_columns,
-    variants={"copy": {"accumulate": False}, "add": {"accumulate": True}},
+    variants=with_dtypes({"copy": {"accumulate": False}, "add": {"accumulate": True}}),
     grid=lambda rows, n: grid_2d(rows * n),
     flops=lambda rows, n: 0, bytes=lambda rows, n: 8 * rows * n,
 )
 
 
 def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int, accumulate: bool = False) -> None:
-    """dst[:, dst_off:dst_off+n] (+)= src[:, src_off:src_off+n] over the last axis of both."""
+    """dst[:, dst_off:dst_off+n] (+)= src[:, src_off:src_off+n] over the last axis of both (one float dtype)."""
+    dtype = io_dtype("copy_columns", src=src, dst=dst)
     src_cols, dst_cols = src.shape[-1], dst.shape[-1]
     rows = src.numel // src_cols
     if dst.numel // dst_cols != rows:
@@ -55,19 +59,21 @@ def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int
         raise ValueError(f"copy_columns: columns {src_off}+{n} of {src_cols} -> {dst_off}+{n} of {dst_cols} overflow")
     if rows * n == 0:
         return
-    launch(COPY_COLUMNS, [src, dst], variant="add" if accumulate else "copy", grid=COPY_COLUMNS.grid(rows, n),
+    launch(COPY_COLUMNS, [src, dst], variant=dtype_variant("add" if accumulate else "copy", dtype),
+           grid=COPY_COLUMNS.grid(rows, n),
            push={"rows": rows, "n": n, "src_cols": src_cols, "src_off": src_off, "dst_cols": dst_cols,
                  "dst_off": dst_off})
 
 
 def concat(parts: list[Tensor]) -> Tensor:
-    """Concatenate along the last axis (leading dimensions must match): one dispatch per part."""
+    """Concatenate along the last axis (leading dimensions must match, one float dtype): one dispatch per part."""
+    io_dtype("concat", **{f"parts[{k}]": p for k, p in enumerate(parts)})
     lead = parts[0].shape[:-1]
     for p in parts:
         if p.shape[:-1] != lead:
             raise ValueError(f"concat: leading dimensions differ: {[tuple(q.shape) for q in parts]}")
     total = sum(p.shape[-1] for p in parts)
-    out = empty((*lead, total))
+    out = empty((*lead, total), parts[0].dtype)
     offset = 0
     for p in parts:
         copy_columns(p, out, src_off=0, dst_off=offset, n=p.shape[-1])
@@ -77,6 +83,6 @@ def concat(parts: list[Tensor]) -> Tensor:
 
 def slice_columns(x: Tensor, start: int, stop: int) -> Tensor:
     """x[..., start:stop] as a new contiguous tensor."""
-    out = empty((*x.shape[:-1], stop - start))
+    out = empty((*x.shape[:-1], stop - start), x.dtype)
     copy_columns(x, out, src_off=start, dst_off=0, n=stop - start)
     return out

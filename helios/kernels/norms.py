@@ -21,13 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels import rows as rowlib
-from helios.kernels.dtypes import NUMPY, with_dtypes
+from helios.kernels.dtypes import NUMPY, check_f32, io_dtype, with_dtypes
 from helios.kernels.reduce import sum_rows_into
 from helios.kernels.rows import (
     RowLayout,
-    check_f32,
     device_info,
-    io_dtype,
     layout_of,
     row_grid,
     row_variants,

@@ -15,17 +15,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from helios.kernels import rows as rowlib
-from helios.kernels.dtypes import check_float, dtype_variant, storage, variant_dtype, with_dtypes
+from helios.kernels.dtypes import check_f32, check_float, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.rows import (
     MAX_GROUPS,
     PackedHalfView,
     WideView,
-    check_f32,
     combine,
     flat_group,
     horizontal,
     identity,
-    io_dtype,
     layout_of,
     row_grid,
     rows_of,

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels.dtypes import NUMPY, dtype_variant, storage, variant_dtype, with_dtypes
-from helios.kernels.rows import io_dtype
+from helios.kernels.dtypes import NUMPY, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 WG = 64

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from helios.kernels.dtypes import DTYPES, FLOAT_DTYPES, dtype_variant, is_float, storage, variant_dtype, with_dtypes
+from helios.kernels.dtypes import DTYPES, dtype_variant, storage, variant_dtype, with_dtypes
 from helios.kernels.elementwise import _pack_half, _unpack_half
 from helios.spirv import KernelBuilder, Value, ceil_div, f32, u32, u64, vec
 
@@ -298,31 +298,6 @@ def rows_of(x) -> tuple[int, int]:
     """(rows, row length) of x seen as a 2-D [M, N] over its last axis."""
     n = x.shape[-1] if x.shape else 1
     return (x.numel // n if n else 0), n
-
-
-def io_dtype(op: str, **tensors) -> str:
-    """The one float dtype ("f32", "bf16" or "fp16") of an op's io tensors (None ones skipped).
-
-    Activations, their gradients and the weights they are read with share the io dtype; a mix is a
-    TypeError naming each tensor's dtype."""
-    named = {k: t for k, t in tensors.items() if t is not None}
-    for k, t in named.items():
-        if not is_float(t):
-            raise TypeError(f"{op}: {k} is {t.dtype} {t.shape}; expected float32, bfloat16 or float16")
-    found = {k: FLOAT_DTYPES[t.dtype] for k, t in named.items()}
-    if len(set(found.values())) > 1:
-        mix = ", ".join(f"{k} is {d}" for k, d in found.items())
-        raise TypeError(f"{op}: {mix}; these share one dtype (the activations' and the weights' working copy): "
-                        "convert one side first (helios.ops.cast)")
-    return next(iter(found.values()), "f32")
-
-
-def check_f32(op: str, **tensors) -> None:
-    """Statistics and parameter gradients are float32 whatever the io dtype (None ones skipped)."""
-    for k, t in tensors.items():
-        if t is not None and t.dtype != np.float32:
-            raise TypeError(f"{op}: {k} is {t.dtype} {t.shape}; it must be float32 (statistics and parameter "
-                            "gradients stay f32 whatever the activations' dtype)")
 
 
 def layout_of(b: KernelBuilder, v) -> RowLayout:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels import rows as rowlib
-from helios.kernels.dtypes import NUMPY
-from helios.kernels.rows import FLT_MAX, horizontal, io_dtype, layout_of, row_grid, row_variants, rows_of
+from helios.kernels.dtypes import NUMPY, io_dtype
+from helios.kernels.rows import FLT_MAX, horizontal, layout_of, row_grid, row_variants, rows_of
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant, f32
 

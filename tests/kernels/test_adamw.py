@@ -227,3 +227,65 @@ def test_optimizer_keeps_a_bf16_working_copy_of_its_masters():
     assert not opts[1].working.numpy().astype(np.float32).any()
     with pytest.raises(ValueError, match="working_dtype"):
         AdamW(models[0].arena, working_dtype="fp8")
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 33, 513, 4723])
+def test_fp16_working_copy_written_in_the_same_dispatch(n):
+    """The "_fp16" variants: the fp32 masters update exactly as the plain ones, the copy is them rounded to
+    nearest even in fp16 (beyond 65504 an Inf there, the masters unaffected), and a skipped step leaves it."""
+    rng = np.random.default_rng(n)
+    params, grad = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    params[::5] *= 1e5  # some out of fp16's range (and some rounding to fp16 subnormals below)
+    params[1::7] *= 1e-6
+    mask = (np.arange(n) % 3 > 0).astype(np.float32)
+    runs = []
+    for with_copy in (False, True):
+        p, g, m, v, k = (rt.from_numpy(a) for a in (params, grad, np.zeros(n, np.float32),
+                                                      np.zeros(n, np.float32), mask))
+        copy = rt.from_numpy(np.zeros(n, np.float16)) if with_copy else None
+        rt.reset_counters()
+        A.adamw_step(p, g, m, v, k, **HP, step=2, working_copy=copy)
+        assert rt.counters()["dispatches"] == 1
+        runs.append((p.numpy(), m.numpy(), v.numpy(), copy))
+    (p0, m0, v0, _), (p1, m1, v1, copy) = runs
+    for a, b_ in ((p0, p1), (m0, m1), (v0, v1)):
+        np.testing.assert_array_equal(a, b_)
+    with np.errstate(over="ignore"):
+        want = p1.astype(np.float16)
+    np.testing.assert_array_equal(copy.numpy().view(np.uint16), want.view(np.uint16))
+    stale = copy.numpy()
+    A.adamw_step(rt.from_numpy(p1), rt.from_numpy(grad), rt.from_numpy(m1), rt.from_numpy(v1), None, **HP, step=3,
+                 norm=rt.from_numpy(np.array([math.inf], np.float32)), working_copy=copy)
+    np.testing.assert_array_equal(copy.numpy().view(np.uint16), stale.view(np.uint16))
+
+
+def test_working_copy_must_be_half():
+    x = rt.from_numpy(np.zeros(8, np.float32))
+    with pytest.raises(TypeError, match="bfloat16 or float16"):
+        A.adamw_step(x, x, x, x, None, **HP, step=1, working_copy=rt.from_numpy(np.zeros(8, np.int32)))
+
+
+def test_optimizer_keeps_an_fp16_working_copy_of_its_masters():
+    """AdamW(working_dtype="fp16"): the masters follow the plain optimizer exactly and the working copy is
+    them rounded to fp16 after every step and after load_state."""
+    from autograd.nn import GPT, GPTConfig
+    from autograd.optim import AdamW
+
+    cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2, n_kv_head=2, block_size=8, vocab_size=32)
+    models = [GPT(cfg, seed=0) for _ in range(2)]
+    opts = [AdamW(models[0].arena, lr=1e-2), AdamW(models[1].arena, lr=1e-2, working_dtype="fp16")]
+    assert opts[1].working.dtype == np.float16
+    np.testing.assert_array_equal(opts[1].working.numpy(), models[1].arena.data.numpy().astype(np.float16))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        g = rng.standard_normal(models[0].arena.size).astype(np.float32)
+        for model, opt in zip(models, opts, strict=True):
+            rt.copy(rt.from_numpy(g), model.arena.grads)
+            opt.step()
+        masters = models[1].arena.data.numpy()
+        np.testing.assert_array_equal(models[0].arena.data.numpy(), masters)
+        np.testing.assert_array_equal(opts[1].working.numpy().view(np.uint16),
+                                      masters.astype(np.float16).view(np.uint16))
+    rt.copy(rt.from_numpy(np.zeros(models[1].arena.size, np.float32)), models[1].arena.data)
+    opts[1].load_state(opts[0].state())
+    assert not opts[1].working.numpy().astype(np.float32).any()

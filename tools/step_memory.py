@@ -16,6 +16,7 @@ bytes the pool reserved from the device, and that breakdown.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import subprocess
@@ -36,13 +37,15 @@ def _live_storages():
     return [o for o in gc.get_objects() if isinstance(o, Storage) and o.region is not None]
 
 
-def measure(config: str, batch: int | None, mode: str) -> dict:
+def measure(config: str, batch: int | None, mode: str, dtype: str | None = None) -> dict:
     import autograd
     from helios import runtime as rt
     from trainer.backends.helios import HeliosBackend
     from trainer.config import load_config
 
     cfg = load_config(config)
+    if dtype:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
     B, T, V = batch or cfg.train.batch_size, cfg.model.block_size, cfg.model.vocab_size
     backend = HeliosBackend.create(cfg.model, cfg.optim, seed=0)
     backend.set_activation_checkpointing(mode)
@@ -74,7 +77,8 @@ def measure(config: str, batch: int | None, mode: str) -> dict:
     peaks.append(step()[0])  # captured
     replay_peak, replayed = step()
     peaks.append(replay_peak)
-    return {"config": config, "batch": B, "block": T, "mode": mode, "params": backend.num_params(),
+    return {"config": config, "batch": B, "block": T, "mode": mode, "dtype": cfg.model.dtype,
+            "params": backend.num_params(),
             "peak_in_use_mib": max(peaks) / MiB, "step_peaks_mib": [p / MiB for p in peaks],
             "replayed": replayed, "reserved_mib": pool.stats()["pool_bytes"] / MiB,
             "fixed_mib": before / MiB, "adam_mib": 16 * backend.num_params() / MiB,
@@ -87,11 +91,12 @@ def main(argv=None) -> int:
     parser.add_argument("config")
     parser.add_argument("--batch", type=int, help="micro-batch size (default: the config's)")
     parser.add_argument("--modes", default="none,block", help="activation checkpointing modes to measure")
+    parser.add_argument("--dtype", help="model.dtype to measure: fp32, bf16 or fp16 (default: the config's)")
     parser.add_argument("--json", action="store_true", help="one JSON object per mode")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: measure this mode, print JSON
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(measure(args.config, args.batch, args.one)))
+        print(json.dumps(measure(args.config, args.batch, args.one, args.dtype)))
         return 0
     if not args.json:
         print(f"{'mode':<6} {'batch':>5} {'peak in use':>12} {'reserved':>10} {'before fwd':>11} "
@@ -100,6 +105,8 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, args.config, "--one", mode]
         if args.batch:
             cmd += ["--batch", str(args.batch)]
+        if args.dtype:
+            cmd += ["--dtype", args.dtype]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         if args.json:

@@ -45,7 +45,7 @@ class Linear(Function):
     def forward(ctx, x, w, b=None, residual=None, gelu: bool = False):
         x2 = _rows(x)
         res2 = _rows(residual) if residual is not None else None
-        preact = rt.empty((x2.shape[0], w.shape[0])) if gelu else None
+        preact = rt.empty((x2.shape[0], w.shape[0]), x2.dtype) if gelu else None
         y = ops.matmul(x2, w, trans_b=True, bias=b, gelu=gelu, residual=res2, preact_out=preact)
         ctx.gelu, ctx.has_bias, ctx.x_shape = gelu, b is not None, tuple(x.shape)
         ctx.save_for_backward(x2, w, preact)

@@ -1,36 +1,37 @@
 """Every op function of docs/OPS.md in one namespace: `from helios import ops; ops.gelu(x)`.
 
-Each name maps to the kernel file that declares it; the kernel module is imported on first use, so
-importing helios stays cheap and a kernel family is only built when something calls it.
+Nothing is listed here. A kernel file names its op functions next to their definitions, in a top-level
+`OPS = (...)` tuple, or declares them as op specs (helios.kernels.spec). The `OPS` tuples are read from the
+files' source without importing them, so importing helios stays cheap and a kernel family is only built
+when something calls one of its ops.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+from pathlib import Path
 
-_FAMILIES = {
-    "helios.kernels.elementwise": (
-        "add", "sub", "mul", "div", "scale", "neg", "clone", "masked_fill", "add_inplace",
-    ),
-    "helios.kernels.activations": (
-        "clamp", "softcap", "clamp_backward", "softcap_backward",
-    ),
-    "helios.kernels.fused": ("swiglu", "swiglu_backward", "residual_dropout_add", "residual_dropout_add_backward"),
-    "helios.kernels.dropout": ("dropout", "dropout_backward"),
-    "helios.kernels.reduce": ("sum", "mean", "max", "sum_rows", "sumsq"),
-    "helios.kernels.softmax": ("softmax", "softmax_backward"),
-    "helios.kernels.norms": ("layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward"),
-    "helios.kernels.embedding": ("embedding", "embedding_backward"),
-    "helios.kernels.rope": ("rope",),
-    "helios.kernels.cross_entropy": ("cross_entropy",),
-    "helios.kernels.adamw": ("grad_norm", "adamw_step"),
-    "helios.kernels.matmul": ("matmul",),
-    "helios.kernels.attention": ("flash_attention", "flash_attention_backward"),
-    "helios.kernels.layout": ("concat", "slice_columns", "copy_columns"),
-    "helios.kernels.cast": ("cast", "scale_by"),
-    "helios.kernels.loss_scale": ("loss_scale_update",),
-}
-_WHERE = {name: module for module, names in _FAMILIES.items() for name in names}
+_KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
+@functools.cache
+def _declared() -> dict[str, str]:
+    """helios.ops name -> kernel module, from each kernel file's top-level `OPS = (...)` tuple."""
+    where: dict[str, str] = {}
+    for path in sorted(_KERNELS.glob("*.py")):
+        source = path.read_text()
+        if "\nOPS = (" not in source:
+            continue
+        module = f"helios.kernels.{path.stem}"
+        for node in ast.parse(source, str(path)).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["OPS"]:
+                for name in ast.literal_eval(node.value):
+                    if name in where:
+                        raise ValueError(f"helios.ops: {name!r} is declared by {where[name]} and {module}")
+                    where[name] = module
+    return where
 
 
 def _spec_ops() -> dict[str, str]:
@@ -42,8 +43,8 @@ def _spec_ops() -> dict[str, str]:
 
 def __getattr__(name: str):
     if name == "__all__":
-        return sorted(_WHERE | _spec_ops())
-    module = _WHERE.get(name) or _spec_ops().get(name)
+        return sorted(_declared() | _spec_ops())
+    module = _declared().get(name) or _spec_ops().get(name)
     if module is None:
         raise AttributeError(f"helios.ops has no op {name!r}; the ops are listed in docs/OPS.md")
     kernels = importlib.import_module(module)
@@ -53,4 +54,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(_WHERE | _spec_ops())
+    return sorted(_declared() | _spec_ops())

@@ -56,6 +56,7 @@ class StepResult:
     record_ms: float = 0.0  # host time spent recording commands (fwd + bwd + opt; 0 for replayed parts)
     dtype: str = "fp32"  # what the model computed in ("fp32", "bf16", "fp16")
     loss_scale: float | None = None  # fp16's dynamic loss scale after this step (None without scaling)
+    loss_scale_overflows: int | None = None  # fp16: steps skipped for overflow so far in this run (device counter)
 
 
 class Backend(ABC):

@@ -219,7 +219,8 @@ class Trainer:
             self.emit("step", step=self.step, loss=res.loss, lr=lr, grad_norm=res.grad_norm, clip_coef=res.clip_coef,
                       skipped=res.skipped, tok_per_s=tok_s, step_ms=step_s * 1000, fwd_ms=res.fwd_ms,
                       bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, replayed=res.replayed,
-                      record_ms=res.record_ms, dtype=res.dtype, loss_scale=res.loss_scale, **counters,
+                      record_ms=res.record_ms, dtype=res.dtype, loss_scale=res.loss_scale,
+                      loss_scale_overflows=res.loss_scale_overflows, **counters,
                       mfu=fpt * tok_s / peak if peak else None, rss_mb=rss_mb(),
                       **({"world_size": self.world.size, "allreduce_ms": self.world.reduce_ms}
                          if self.world.size > 1 else {}))

@@ -212,3 +212,6 @@ pointwise("silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), lambda b, x
 _POINTWISE = ("exp", "log", "sqrt", "relu", "gelu", "silu")
 REFERENCE = {n: spec_of(n).reference for n in _POINTWISE}
 REFERENCE_GRAD = {n: spec_of(n).reference_grad for n in _POINTWISE}
+
+# the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = ("clamp", "softcap", "clamp_backward", "softcap_backward")

@@ -149,3 +149,6 @@ __all__ = [
     "set_variant", "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ",
     "ATTENTION_BACKWARD_DKV",
 ]
+
+# the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = ("flash_attention", "flash_attention_backward")

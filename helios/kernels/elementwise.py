@@ -378,3 +378,6 @@ def add_inplace(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
 
 def reference_masked_fill(x: np.ndarray, mask: np.ndarray, value: float) -> np.ndarray:
     return np.where(mask != 0, np.asarray(value, dtype=x.dtype), x)
+
+# the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = ("add", "sub", "mul", "div", "scale", "neg", "clone", "masked_fill", "add_inplace")

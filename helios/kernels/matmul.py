@@ -199,3 +199,5 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     launch(kernel, buffers=buffers, push=push, grid=grid(M, N, batch, kernel.variant(name)), spec=spec,
            variant=name)
     return c
+
+OPS = ("matmul",)  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -362,3 +362,6 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
 
 # The public op names (helios.ops.sum / helios.ops.max) without shadowing the builtins in this module.
 OP_NAMES = {"sum": reduce_sum, "max": reduce_max}
+
+# the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = ("sum", "mean", "max", "sum_rows", "sumsq")

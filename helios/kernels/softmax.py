@@ -146,3 +146,5 @@ def softmax_backward(y: Tensor, dy: Tensor, out: Tensor | None = None) -> Tensor
         launch(SOFTMAX_BACKWARD, buffers=[y, dy, dx], push={"rows": rows, "cols": cols},
                grid=SOFTMAX_BACKWARD.grid(rows, cols, SOFTMAX_BACKWARD.variant(variant)), variant=variant)
     return dx
+
+OPS = ("softmax", "softmax_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -4,6 +4,8 @@ differences, spirv-val validity of every variant, the autograd Function, and doc
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -64,6 +66,25 @@ def test_helios_ops_exports_every_spec():
     for s in SPECS:
         assert getattr(ops, s.name) is s.forward and getattr(ops, f"{s.name}_backward") is s.backward
         assert s.name in ops.__all__
+
+
+def test_helios_ops_finds_every_declared_op():
+    """helios.ops reads each kernel file's OPS tuple from its source: every name resolves to a function of that
+    file, and a file's public op function that it forgot to declare would be missed (docs/OPS.md names it)."""
+    from helios import ops
+
+    declared = ops._declared()
+    assert {"matmul", "flash_attention", "layernorm", "cast", "loss_scale_update", "sum", "adamw_step"} <= set(declared)
+    for name, module in declared.items():
+        fn = getattr(ops, name)
+        assert callable(fn) and fn.__module__ == module, (name, module, fn)
+    doc = optable.DOC.read_text()
+    for name in declared:
+        assert f"`{name}(" in doc or f"`{name}`" in doc, f"docs/OPS.md does not document helios.ops.{name}"
+    documented = set(re.findall(r"^\| `([a-z_0-9]+)\(", doc, re.M))  # each table row's first op function
+    assert documented and documented <= set(ops.__all__), f"documented but not found: {documented - set(ops.__all__)}"
+    with pytest.raises(AttributeError, match="docs/OPS.md"):
+        ops.no_such_op  # noqa: B018
 
 
 def test_ops_table_is_current():

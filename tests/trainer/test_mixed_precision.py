@@ -57,9 +57,11 @@ def test_half_training_reaches_fp32_val_loss(dtype, fp32_run, make_config, tmp_p
     assert all(e["dtype"] == dtype for e in steps)
     if dtype == "fp16":
         assert all(e["loss_scale"] and e["loss_scale"] >= 1.0 for e in steps)
-        assert sum(e["skipped"] == "overflow" for e in steps) <= 10
+        overflowed = sum(e["skipped"] == "overflow" for e in steps)
+        assert overflowed <= 10
+        assert steps[-1]["loss_scale_overflows"] == overflowed, "the device counter counts the skipped steps"
     else:
-        assert all(e["loss_scale"] is None for e in steps)
+        assert all(e["loss_scale"] is None and e["loss_scale_overflows"] is None for e in steps)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

@@ -166,8 +166,9 @@ class HeliosBackend(Backend):
         replayed = micro_replayed and opt_replayed
         record_ms = (0.0 if micro_replayed else fwd_ms + bwd_ms) + (0.0 if opt_replayed else opt_ms)
         loss_scale = float(scale_state[0]) if scale_state is not None else None
+        overflows = int(scale_state[2]) if scale_state is not None else None
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms,
-                          dtype=self.dtype, loss_scale=loss_scale)
+                          dtype=self.dtype, loss_scale=loss_scale, loss_scale_overflows=overflows)
 
     def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None) -> None:
         """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds."""

@@ -45,9 +45,9 @@ class GPTConfig:
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
     # What activations, their gradients and the working copy of the weights are stored in: "fp32", or
-    # "bf16"/"fp16" with fp32 master weights, gradients and optimizer state (mixed precision); "auto" is fp32
-    # on CPU drivers and bf16 on GPUs (resolve_dtype).
-    dtype: str = "fp32"
+    # "bf16"/"fp16" with fp32 master weights, gradients and optimizer state (mixed precision); "auto" (the
+    # default) is fp32 on CPU drivers and bf16 on GPUs (resolve_dtype).
+    dtype: str = "auto"
 
     @property
     def kv_heads(self) -> int:

@@ -128,10 +128,11 @@ def fused(A, tq, tdo, B: int, H: int, T: int, D: int):
 def run(args) -> list[dict]:
     import helios.runtime as rt
     from helios.kernels import attention as A
+    from helios.kernels import selection
     from helios.kernels.attention_backward import backward_flops
 
-    A.set_variant(getattr(args, "variant", None))
-    variant = A.choose_variant()
+    selection.force("attention", getattr(args, "variant", None))
+    variant = selection.choose("attention", (64,))
     torch, cuda = torch_reference()
     records = []
     rng = np.random.default_rng(0)
@@ -164,5 +165,5 @@ def run(args) -> list[dict]:
                 rec = records[-1]
                 rec.update(ref="helios_unfused", ref_ms=unfused["ms"], ref_gflops=unfused["gflops"],
                            ratio=unfused["ms"] / rec["ms"], ref_mem_mb=ref_mem)
-    A.set_variant(None)
+    selection.force("attention", None)
     return records

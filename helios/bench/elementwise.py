@@ -127,6 +127,7 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     from helios.kernels import dropout as D
     from helios.kernels import elementwise as E
     from helios.kernels import fused as F
+    from helios.kernels import selection
     from helios.kernels.spec import specs
 
     rng = np.random.default_rng(0)
@@ -162,7 +163,7 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     records = []
     for name, kernel, count, device_fn, ref_fn in cases:
         bcast = "row" if name == "add_bias" else "full"
-        variant = E.choose_variant(count, bcast, COLS)
+        variant = selection.choose("elementwise", (count, bcast, COLS))
         nbytes = kernel.bytes(count) - (4 * count if bcast == "row" else 0)  # the bias row stays cached
         shape = f"{rows}x{COLS}" if bcast == "row" else str(n)
         common = dict(flops=kernel.flops(count), nbytes=nbytes, repeats=repeats)

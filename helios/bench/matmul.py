@@ -106,14 +106,14 @@ def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats
     """Records for one shape and tiling: helios vs numpy, and vs torch when torch_mod is given."""
     import helios.runtime as rt
     from helios.kernels import matmul as mm
-    from helios.kernels import matmul_select as sel
+    from helios.kernels import selection
 
     a, b = _host(layout, M, N, K)
     ta, tb = rt.from_numpy(a), rt.from_numpy(b)
     c = rt.empty((M, N))
     trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
     variant = mm.variant_name(layout, M, N, K, 1, tiling)
-    sel.set_variant(tiling)
+    selection.force("matmul", tiling)
     try:
         def device_fn():
             mm.matmul(ta, tb, out=c, **trans)
@@ -134,7 +134,7 @@ def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats
                 r.update(cpu_ms=c, gflop_per_cpu_s=mm.flops(M, N, K) / (c * 1e6))
         return out
     finally:
-        sel.set_variant(None)
+        selection.force("matmul", None)
 
 
 def bench_half(layout: str, M: int, N: int, K: int, tiling: str | None, repeats: int, dtype: str) -> dict:
@@ -145,7 +145,7 @@ def bench_half(layout: str, M: int, N: int, K: int, tiling: str | None, repeats:
     import helios.runtime as rt
     from helios.bench.harness import time_device
     from helios.kernels import matmul as mm
-    from helios.kernels import matmul_select as sel
+    from helios.kernels import selection
     from helios.kernels.dtypes import NUMPY
 
     a, b = _host(layout, M, N, K)
@@ -153,7 +153,7 @@ def bench_half(layout: str, M: int, N: int, K: int, tiling: str | None, repeats:
     f32 = (rt.from_numpy(a), rt.from_numpy(b), rt.empty((M, N)))
     half = (rt.from_numpy(a.astype(NUMPY[dtype])), rt.from_numpy(b.astype(NUMPY[dtype])),
             rt.empty((M, N), NUMPY[dtype]))
-    sel.set_variant(tiling)
+    selection.force("matmul", tiling)
     try:
         fns = [lambda t=t: mm.matmul(t[0], t[1], out=t[2], **trans) for t in (half, f32)]
         for fn in fns:  # warm up: pipelines built and JIT-compiled before any timing
@@ -164,7 +164,7 @@ def bench_half(layout: str, M: int, N: int, K: int, tiling: str | None, repeats:
         return record(f"matmul_{layout}", variant, f"{M}x{N}x{K}", ms, mm.flops(M, N, K),
                       mm.nbytes(M, N, K, io_bytes=2), "helios-f32", f32_ms, device=device_name())
     finally:
-        sel.set_variant(None)
+        selection.force("matmul", None)
 
 
 def format_records(records: list[dict]) -> str:

@@ -31,6 +31,7 @@ def run(args) -> list[dict]:
     import helios.runtime as rt
     from helios.device import get_device
     from helios.kernels import matmul_coopmat as mc
+    from helios.kernels import selection
 
     info = get_device().info
     if not mc.supported(info):
@@ -58,7 +59,7 @@ def run(args) -> list[dict]:
                 def ref_fn(xa=xa, xb=xb, out=out):
                     torch.matmul(xa, xb, out=out)
             for tiling in tilings:
-                name = tiling or mc.choose(info, M, N, K)
+                name = tiling or selection.choose("matmul_coopmat", (M, N, K, 1), "fp16", info)
 
                 def device_fn(name=name, ta=ta, tb=tb, c=c, trans=trans):
                     mc.matmul_half(ta, tb, out=c, tiling=name, **trans)

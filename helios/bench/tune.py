@@ -39,18 +39,18 @@ def tune_shape(layout: str, M: int, N: int, K: int, names: list[str], repeats: i
     import helios.runtime as rt
     from helios.bench.matmul import _host
     from helios.kernels import matmul as mm
-    from helios.kernels import matmul_select as sel
+    from helios.kernels import selection
 
     a, b = _host(layout, M, N, K)
     ta, tb, c = rt.from_numpy(a), rt.from_numpy(b), rt.empty((M, N))
     trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
     records = []
     for name in names:
-        sel.set_variant(name)
+        selection.force("matmul", name)
         try:
             ms = time_device(lambda: mm.matmul(ta, tb, out=c, **trans), repeats=repeats, warmup=1)
         finally:
-            sel.set_variant(None)
+            selection.force("matmul", None)
         records.append(record(f"matmul_{layout}", mm.variant_name(layout, M, N, K, 1, name), f"{M}x{N}x{K}", ms,
                               mm.flops(M, N, K), mm.nbytes(M, N, K), device=dev, tiling=name, winner=False))
     best = min(records, key=lambda r: r["ms"])

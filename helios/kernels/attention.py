@@ -8,8 +8,9 @@ query-parallel kernel for dQ, and a key-parallel kernel for dK/dV that also sums
 each KV group (GQA), so every gradient element is written exactly once by one invocation.
 
 Two variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only; lavapipe) and
-"tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). `choose_variant(head_dim)` picks by device
-type; head dims over 128 (up to 256, any multiple of 4) run "rowwise" everywhere.
+"tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
+(helios.kernels.selection, shape = (head_dim,)) picks by device type; head dims over 128 (up to 256, any
+multiple of 4) run "rowwise" everywhere, even when a variant is forced.
 
 Mixed precision: qkv, o, do and dqkv share one io dtype (float32, bfloat16 or float16: the variant's
 "bf16_"/"fp16_" prefix, taken from qkv); lse (and the backward's Delta) are float32 whatever it is, and scores,
@@ -23,7 +24,7 @@ import math
 
 import numpy as np
 
-from helios.kernels import attention_reference
+from helios.kernels import attention_reference, selection
 from helios.kernels.attention_backward import (
     ATTENTION_BACKWARD_DKV,
     ATTENTION_BACKWARD_DQ,
@@ -38,29 +39,25 @@ from helios.kernels.dtypes import FLOAT_DTYPES, check_float, dtype_variant, vari
 from helios.kernels.rng import counter_or_zero, seed_words
 from helios.runtime import Tensor, empty, launch
 
-_override: str | None = None
+
+def _base_variant(name: str) -> str:
+    """A forced variant's base name: a dtype-prefixed one ("bf16_tiled") forces its base variant, since the
+    dtype always follows the tensors."""
+    if name not in KERNEL_VARIANTS:
+        raise ValueError(f"unknown attention variant {name!r} (variants: {', '.join(VARIANTS)})")
+    return name.removeprefix(f"{variant_dtype(KERNEL_VARIANTS[name])}_")
 
 
-def choose_variant(head_dim: int = 64) -> str:
+@selection.rule("attention", check=_base_variant)
+def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     """"rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere; head dims
     over TILED_MAX_D run rowwise everywhere (the tiled variant's shared-memory tiles would not fit)."""
+    (head_dim,) = shape
     if head_dim > TILED_MAX_D:
         return "rowwise"
-    if _override is not None:
-        return _override
-    from helios.device import get_device
-
-    info = get_device().info
+    if forced is not None:
+        return forced
     return "rowwise" if info.is_cpu or info.subgroup_size < 4 else "tiled"
-
-
-def set_variant(name: str | None) -> None:
-    """Force a variant for every later call (tests and benchmarks); None restores the device's choice.
-    A dtype-prefixed name ("bf16_tiled") forces its base variant: the dtype always follows the tensors."""
-    global _override
-    if name is not None and name not in KERNEL_VARIANTS:
-        raise ValueError(f"unknown attention variant {name!r} (variants: {', '.join(VARIANTS)})")
-    _override = None if name is None else name.removeprefix(f"{variant_dtype(KERNEL_VARIANTS[name])}_")
 
 
 def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: float) -> None:
@@ -110,7 +107,7 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
     H, Hkv, D = n_head, n_kv_head, head_dim
     dtype = check_float(qkv)
     _check(qkv, B, T, H, Hkv, D, dropout_p)
-    variant = choose_variant(D)
+    variant = selection.choose("attention", (D,), dtype)
     o, lse = empty((B, T, H * D), qkv.dtype), empty((B, H, T))
     launch(ATTENTION_FORWARD, [qkv, o, lse, counter_or_zero(counter)],
            push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset), grid=forward_grid(B, T, H, variant),
@@ -128,7 +125,7 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
     H, Hkv, D = n_head, n_kv_head, head_dim
     dtype = _backward_dtype(qkv, o, lse, do)
     _check(qkv, B, T, H, Hkv, D, dropout_p)
-    variant = choose_variant(D)
+    variant = selection.choose("attention", (D,), dtype)
     push = _push(T, H, Hkv, D, softcap, dropout_p, seed, offset)
     spec = _spec(variant, D, causal, softcap, dropout_p)
     delta = empty((B, H, T))
@@ -145,9 +142,7 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
 
 __all__ = [
     "flash_attention", "flash_attention_backward", "reference", "reference_backward", "attention_reference",
-    "choose_variant",
-    "set_variant", "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ",
-    "ATTENTION_BACKWARD_DKV",
+    "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ", "ATTENTION_BACKWARD_DKV",
 ]
 
 # the helios.ops names this file declares (helios/ops.py finds them here)

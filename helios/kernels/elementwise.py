@@ -22,18 +22,17 @@ on devices limited to 65535 groups per dimension. FLOP and byte counts are `kern
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.dtypes import check_float, dtype_variant, float_dtype, storage, with_dtypes
 from helios.runtime import Tensor, copy, empty, launch
 from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64, vec
 from helios.spirv.memory import bf16_bits
 
 LOCAL = 256  # invocations per workgroup; a multiple of every subgroup size in use (8 .. 64)
-ACCESS: str | None = None  # force "scalar", "vec4" or "u64x2" (tests); None: the best the device and shape allow
 MAX_GROUPS: tuple[int, int] | None = None  # (x, y) limit; tests lower it to exercise the 2-D grid; None: the device
 
 Body = Callable[..., Value | Sequence[Value]]
@@ -215,18 +214,13 @@ def map_kernel(name: str, body: Body, n_in: int = 1, n_out: int = 1, params: Seq
                   bytes=lambda n: moved * n)
 
 
-@functools.cache
-def preferred_access() -> str:
-    """u64x2 on lavapipe-like CPU devices with 64-bit integers, f32 vec4 elsewhere (decided once per process)."""
-    from helios.device import get_device
-
-    info = get_device().info
-    return "u64x2" if info.is_cpu and info.int64 else "vec4"
-
-
-def choose_variant(n: int, bcast: str = "full", cols: int = 0, dtype: str = "f32") -> str:
-    """The variant for n elements: 4 per invocation when the broadcast layout allows, u64x2 only without a tail."""
-    access = ACCESS or preferred_access()
+@selection.rule("elementwise", choices=ACCESSES)
+def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
+    """shape = (n, bcast, cols). Access: the forced one, else u64x2 on lavapipe-like CPU devices with 64-bit
+    integers and f32 vec4 elsewhere; 4 per invocation only where the broadcast layout allows, u64x2 only
+    without a tail."""
+    n, bcast, cols = shape
+    access = forced or ("u64x2" if info.is_cpu and info.int64 else "vec4")
     if access != "scalar" and (n < 4 or (bcast != "full" and cols % 4)):
         access = "scalar"
     if access == "u64x2" and n % 4:
@@ -241,7 +235,8 @@ def run_map(kernel: Kernel, tensors: Sequence[Tensor], n: int, bcast: str = "ful
     follows the float operands (`float_operands` when some float tensors are read as raw words, else all)."""
     if n == 0:
         return
-    variant = choose_variant(n, bcast, cols, float_dtype(tensors if float_operands is None else float_operands))
+    dtype = float_dtype(tensors if float_operands is None else float_operands)
+    variant = selection.choose("elementwise", (n, bcast, cols), dtype)
     push = {"n": n, **params}
     if bcast != "full":
         push["cols"] = cols

@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels import matmul_select
+from helios.kernels import (
+    matmul_select,  # noqa: F401  (declares the "matmul" selection rule)
+    selection,
+)
 from helios.kernels.activations import reference_gelu
 from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, dtype_variant, with_dtypes
 from helios.kernels.matmul_common import LAYOUTS, launch_params
@@ -157,9 +160,7 @@ def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | 
                  out: str | None = None) -> str:
     """The variant of `matmul_<layout>` that runs for this shape (tiling from matmul_select unless given), for
     io dtype `dtype` and C dtype `out` (default: the io dtype)."""
-    from helios.device import get_device
-
-    tiling = tiling or matmul_select.choose(get_device().info, layout, M, N, K, batch)
+    tiling = tiling or selection.choose("matmul", (layout, M, N, K, batch), dtype)
     name = tiling if vec4_ok(layout, M, N, K) else f"{tiling}_scalar"
     if (out or dtype) != dtype:  # half a and b, f32 C
         return out32_variant(name, dtype)

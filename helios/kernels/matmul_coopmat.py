@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.matmul_common import LAYOUTS, PUSH_FIELDS, Operands, a_index, b_index, epilogue, launch_params
 from helios.spirv import Kernel, KernelBuilder, Variant, boolean, ceil_div, f16, f32, u32
 from helios.spirv.coopmat import coopmat
@@ -124,10 +125,15 @@ KERNELS = {
 }
 
 
-def choose(info, M: int, N: int, K: int, batch: int = 1) -> str | None:
-    """The tiling for this shape on this device, or None where the matrix units cannot run it."""
+@selection.rule("matmul_coopmat", choices=("cm64", "cm128"))
+def choose(info, shape: tuple, dtype: str = "fp16", forced: str | None = None) -> str | None:
+    """The tiling for shape = (M, N, K, batch) on this device (the forced one if any), or None where the
+    matrix units cannot run it."""
+    M, N, _K, batch = shape
     if not supported(info):
         return None
+    if forced is not None:
+        return forced
     blocks_128 = ceil_div(M, 128) * ceil_div(N, 128) * batch
     return "cm128" if blocks_128 >= 132 else "cm64"  # enough 128-blocks to fill an H100's 132 SMs
 
@@ -158,7 +164,7 @@ def matmul_half(a, b, trans_a: bool = False, trans_b: bool = False, bias=None, g
                           ("preact_out", preact_out, np.float32)):
         if t is not None and t.dtype != want:
             raise TypeError(f"matmul_half: {name} must be {np.dtype(want).name}, got {t.dtype}")
-    tiling = tiling or choose(info, M, N, K, batch)
+    tiling = tiling or selection.choose("matmul_coopmat", (M, N, K, batch), "fp16", info)
     if tiling is None:
         raise HeliosError(f"the device '{info.name}' has no fp16 cooperative matrices (VK_KHR_cooperative_matrix "
                           "16x16x16 f16 -> f32); use the float32 matmul")

@@ -3,8 +3,9 @@
 The table: on CPU devices (lavapipe) register-blocked tilings, on GPUs shared-memory tiled ones; within
 each, the largest block that still gives enough workgroups to fill the device. `python -m helios.bench
 tune matmul` times the candidates for given shapes and stores the winners in
-`helios.env.cache_dir()/tuning-<device key>.json`; `choose()` uses a stored winner for the exact
-(layout, M, N, K, batch) when there is one.
+`helios.env.cache_dir()/tuning-<device key>.json`; the rule uses a stored winner for the exact
+(layout, M, N, K, batch) when there is one. It is helios.kernels.selection's "matmul" rule: tests, benchmarks
+and the tuner force a tiling with `selection.force("matmul", tiling)`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from pathlib import Path
 
 from helios import env
+from helios.kernels import selection
 from helios.spirv import ceil_div
 
 REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
@@ -21,7 +23,6 @@ TILED = ("tiled32", "tiled64", "tiled128")
 BLOCKS = {"reg8x8": (8, 64), "reg16x16": (16, 128), "reg32x16": (32, 128),  # (rows, columns) of C per workgroup
           "tiled32": (32, 32), "tiled64": (64, 64), "tiled128": (128, 128)}
 
-_override: str | None = None
 _tuned: dict[str, dict[str, str]] = {}  # device key -> {shape key: tiling}
 
 
@@ -72,14 +73,6 @@ def save_tuning(info, winners: dict[str, str]) -> Path:
     return path
 
 
-def set_variant(name: str | None) -> None:
-    """Force a tiling for every later matmul (tests, benchmarks, the tuner); None restores the choice."""
-    global _override
-    if name is not None and name not in BLOCKS:
-        raise ValueError(f"unknown matmul tiling {name!r} (tilings: {', '.join(BLOCKS)})")
-    _override = name
-
-
 def reg_ok(info) -> bool:
     """Register-blocked tilings pass loads round an 8-invocation workgroup by subgroup broadcasts, so the
     workgroup must fit in one subgroup."""
@@ -98,9 +91,12 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
     return family[0]
 
 
-def choose(info, layout: str, M: int, N: int, K: int, batch: int) -> str:
-    """The tiling to run: the forced one, else a stored tuning winner, else the table's."""
-    choice = _override or load_tuning(info).get(shape_key(layout, M, N, K, batch))
+@selection.rule("matmul", choices=BLOCKS)
+def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) -> str:
+    """The tiling for shape = (layout, M, N, K, batch): the forced one, else a stored tuning winner, else the
+    table's (a register tiling where the device cannot run one gives way to the table)."""
+    layout, M, N, K, batch = shape
+    choice = forced or load_tuning(info).get(shape_key(layout, M, N, K, batch))
     if choice is None or (choice in REG and not reg_ok(info)):
         return table_choice(info, M, N, batch)
     return choice

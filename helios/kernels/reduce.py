@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from helios.kernels import rows as rowlib
+from helios.kernels import selection
 from helios.kernels.dtypes import check_f32, check_float, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.rows import (
     MAX_GROUPS,
@@ -144,7 +145,8 @@ def all_groups(n: int) -> int:
 
 
 def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float, groups: int) -> None:
-    variant = dtype_variant(f"{op}_{'vec4' if rowlib.VEC == 4 and n >= 4 else 'scalar'}", check_float(x))
+    scalar = n < 4 or (selection.forced("rows") or rowlib.RowChoice()).width == "scalar"
+    variant = dtype_variant(f"{op}_{'scalar' if scalar else 'vec4'}", check_float(x))
     launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot}, grid=(groups, 1, 1),
            variant=variant)
 

@@ -21,9 +21,11 @@ Buffers a kernel asks for as "f32" (statistics, partial sums) stay f32 whatever 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.dtypes import DTYPES, dtype_variant, storage, variant_dtype, with_dtypes
 from helios.kernels.elementwise import _pack_half, _unpack_half
 from helios.spirv import KernelBuilder, Value, ceil_div, f32, u32, u64, vec
@@ -35,10 +37,6 @@ NEG_INF = float("-inf")
 FLT_MAX = float(np.finfo(np.float32).max)
 CACHE_TIERS = {"sg": (4, 8, 16, 32), "wg": (4,)}  # register slots per invocation of the cached variants
 STREAM_UNROLL = 4  # elements per invocation per trip of a streaming loop
-VEC = 4  # preferred width; tests set 1 to force the scalar variants
-WIDE: bool | None = None  # tests force u64x2 (True) or f32 vec4 (False); None: u64x2 on CPUs
-LAYOUT: str | None = None  # tests force "sg" or "wg"; None picks by device and row length
-CACHE: int | None = None  # tests force 0 (streaming) or a tier; None picks the smallest tier that fits
 
 
 # Mesa 22's lavapipe moves storage-buffer data one component per invocation in a scalar loop (with a
@@ -209,13 +207,31 @@ class RowLayout:
 WIDTHS = (("scalar", 1, False), ("vec4", 4, False), ("u64x2", 4, True))
 
 
-def width_name(cols: int) -> str:
-    """"scalar" for rows not a multiple of 4; else "u64x2" on CPUs with 64-bit integers, "vec4" elsewhere."""
-    if VEC == 1 or cols % 4:
+class RowChoice(NamedTuple):
+    """What tests and benchmarks force for the row kernels (selection.force("rows", RowChoice(...))); a None
+    field is left to the rule."""
+
+    layout: str | None = None  # "sg" or "wg"
+    width: str | None = None   # "scalar", "vec4" or "u64x2"
+    cache: int | None = None   # 0 (streaming) or a register tier
+
+
+def _check_choice(choice) -> RowChoice:
+    choice = RowChoice(*choice)
+    if choice.layout not in (None, *CACHE_TIERS) or choice.width not in (None, *(w for w, _, _ in WIDTHS)):
+        raise ValueError(f"unknown row kernel choice {choice}: layout sg/wg, width scalar/vec4/u64x2")
+    return choice
+
+
+def width_name(cols: int, info=None, forced: RowChoice | None = None) -> str:
+    """"scalar" for rows not a multiple of 4; else "u64x2" on CPUs with 64-bit integers, "vec4" elsewhere
+    (or the forced width)."""
+    forced = forced or selection.forced("rows") or RowChoice()
+    if forced.width == "scalar" or cols % 4:
         return "scalar"
-    if WIDE is not None:
-        return "u64x2" if WIDE else "vec4"
-    info = device_info()
+    if forced.width is not None:
+        return forced.width
+    info = info or device_info()
     return "u64x2" if info.is_cpu and info.int64 else "vec4"
 
 
@@ -232,18 +248,18 @@ def row_variants(cached: bool = True, dtypes: Sequence[str] = DTYPES, **params) 
     return with_dtypes(out, dtypes)
 
 
-def _subgroup_width() -> int:
-    return min(SG_LOCAL, max(1, device_info().subgroup_size))
+def _subgroup_width(info) -> int:
+    return min(SG_LOCAL, max(1, info.subgroup_size))
 
 
-def _pick(units: int, cacheable: bool) -> tuple[str, int]:
+def _pick(info, units: int, cacheable: bool) -> tuple[str, int]:
     """(layout, cache) for rows of `units`: the first register tier the row fits, else streaming.
 
     CPUs always use "sg" (barriers are costly there). GPUs give a row to a subgroup while it fits in a
     few registers per invocation, then to a workgroup.
     """
-    sg = _subgroup_width()
-    if device_info().is_cpu:
+    sg = _subgroup_width(info)
+    if info.is_cpu:
         tiers, fallback = [("sg", r, sg) for r in CACHE_TIERS["sg"]], "sg"
     else:
         tiers = [("sg", CACHE_TIERS["sg"][0], sg), ("wg", CACHE_TIERS["wg"][0], WG_LOCAL)]
@@ -254,25 +270,29 @@ def _pick(units: int, cacheable: bool) -> tuple[str, int]:
     return fallback, 0
 
 
-def choose(rows: int, cols: int, cacheable: bool = True, dtype: str = "f32") -> str:
-    """The variant name for `rows` rows of length `cols` of dtype (the module knobs override it in tests)."""
-    return dtype_variant(_choose(rows, cols, cacheable), dtype)
-
-
-def _choose(rows: int, cols: int, cacheable: bool) -> str:
-    vec = 4 if VEC == 4 and cols % 4 == 0 else 1
-    if LAYOUT is not None or CACHE is not None:
-        layout, cache = LAYOUT or "sg", (CACHE or 0) if cacheable else 0
-        width = _subgroup_width() if layout == "sg" else WG_LOCAL
-        if cols // vec > cache * width:
+@selection.rule("rows", check=_check_choice)
+def _choose(info, shape: tuple, dtype: str, forced: RowChoice | None) -> str:
+    """shape = (rows, cols, cacheable): the variant for `rows` rows of length `cols` of dtype."""
+    _rows, cols, cacheable = shape
+    forced = forced or RowChoice()
+    width = width_name(cols, info, forced)
+    vec = 1 if width == "scalar" else 4
+    if forced.layout is not None or forced.cache is not None:
+        layout, cache = forced.layout or "sg", (forced.cache or 0) if cacheable else 0
+        lanes = _subgroup_width(info) if layout == "sg" else WG_LOCAL
+        if cols // vec > cache * lanes:
             cache = 0  # a forced tier the row does not fit: stream
     else:
-        layout, cache = _pick(cols // vec, cacheable)
-    width = width_name(cols)
+        layout, cache = _pick(info, cols // vec, cacheable)
     if layout != "sg" and width == "u64x2":
         width = "vec4"
     name = f"{layout}_{width}"
-    return f"{name}_reg{cache}" if cache else name
+    return dtype_variant(f"{name}_reg{cache}" if cache else name, dtype)
+
+
+def choose(rows: int, cols: int, cacheable: bool = True, dtype: str = "f32") -> str:
+    """The row kernels' variant for `rows` rows of length `cols` (helios.kernels.selection's "rows" rule)."""
+    return selection.choose("rows", (rows, cols, cacheable), dtype)
 
 
 def row_grid(rows: int, v, rows_per_worker: int = 1) -> tuple[int, int, int]:
@@ -281,7 +301,7 @@ def row_grid(rows: int, v, rows_per_worker: int = 1) -> tuple[int, int, int]:
     Kernels that hold per-column values in registers (norm weights) ask for several rows per worker, so
     those are loaded once per worker rather than once per row.
     """
-    per_group = max(1, SG_LOCAL // _subgroup_width()) if v.layout == "sg" else 1
+    per_group = max(1, SG_LOCAL // _subgroup_width(device_info())) if v.layout == "sg" else 1
     return (max(1, min(MAX_GROUPS, ceil_div(rows, per_group * rows_per_worker))), 1, 1)
 
 

@@ -5,11 +5,26 @@ from __future__ import annotations
 import pytest
 
 from helios.kernels import elementwise as E
+from helios.kernels import selection
+
+
+@pytest.fixture
+def force():
+    """force(family, choice): helios.kernels.selection.force for this test only (restored after it)."""
+    saved: dict = {}
+
+    def force_choice(family: str, choice) -> None:
+        saved.setdefault(family, selection.forced(family))
+        selection.force(family, choice)
+
+    yield force_choice
+    for family, before in saved.items():
+        selection.force(family, before)
 
 
 @pytest.fixture(params=E.ACCESSES)
-def access(request, monkeypatch):
+def access(request, force):
     """Run the test with each elementwise access variant forced (scalar, vec4 with a scalar tail, u64x2 where
     n % 4 == 0)."""
-    monkeypatch.setattr(E, "ACCESS", request.param)
+    force("elementwise", request.param)
     return request.param

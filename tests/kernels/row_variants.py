@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from helios.kernels import rows as RW
+from helios.kernels.rows import RowChoice
 
 
-def force_variant(monkeypatch, layout: str, width: str, cache: int | None = None) -> None:
-    """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels."""
-    monkeypatch.setattr(RW, "LAYOUT", layout)
-    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
-    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
-    monkeypatch.setattr(RW, "CACHE", cache)
+def force_variant(force, layout: str, width: str, cache: int | None = None) -> None:
+    """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels
+    (`force` is the kernel tests' fixture of that name)."""
+    force("rows", RowChoice(layout, width, cache))
 
 
 def layout_fixture(layouts: list[tuple]):
@@ -20,8 +18,8 @@ def layout_fixture(layouts: list[tuple]):
     not fit the tier stream; no tier: the kernels pick). Assign it to a module-level name `layout`."""
 
     @pytest.fixture(params=layouts, ids=lambda p: "-".join((p[0], p[1], *(f"reg{c}" for c in p[2:]))))
-    def layout(request, monkeypatch):
-        force_variant(monkeypatch, *request.param)
+    def layout(request, force):
+        force_variant(force, *request.param)
         return request.param
 
     return layout

@@ -11,6 +11,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import attention as A
+from helios.kernels import selection
 from helios.spirv import validate
 
 VARIANTS = list(A.VARIANTS)  # the f32 base variants; the half ones: test_half_attention.py
@@ -49,9 +50,8 @@ def _id(case):
 
 @pytest.fixture(params=VARIANTS)
 def variant(request):
-    A.set_variant(request.param)
-    yield request.param
-    A.set_variant(None)
+    with selection.forcing("attention", request.param):
+        yield request.param
 
 
 def _inputs(B, T, H, Hkv, D, seed=0):
@@ -174,4 +174,4 @@ def test_rejects_bad_arguments(bad):
 
 
 def test_variant_choice_follows_the_device(device):
-    assert A.choose_variant() == ("rowwise" if device.info.is_cpu else "tiled")
+    assert selection.choose("attention", (64,)) == ("rowwise" if device.info.is_cpu else "tiled")

@@ -9,7 +9,6 @@ import pytest
 
 import helios.runtime as rt
 from helios import ops
-from helios.kernels import elementwise as E
 from helios.kernels.cast import CAST_TO_F32, CAST_TO_HALF, SCALE_BY, reference_cast
 from helios.kernels.dtypes import NUMPY
 from helios.spirv import validate
@@ -18,8 +17,8 @@ SIZES = (1, 7, 33, 513, 4096, 4097)
 
 
 @pytest.fixture(params=["scalar", "vec4", "u64x2"])
-def access(request, monkeypatch):
-    monkeypatch.setattr(E, "ACCESS", request.param)
+def access(request, force):
+    force("elementwise", request.param)
     return request.param
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import elementwise as E
+from helios.kernels import selection
 from helios.spirv import validate
 
 # awkward sizes: rows of 1, 7, 33, 513; columns not a multiple of 4 or of the workgroup
@@ -44,15 +45,21 @@ def test_binary_against_numpy(op, access):
             _close(got, E.reference_binary(op, a, b))
 
 
-def test_variant_choice(monkeypatch):
-    monkeypatch.setattr(E, "ACCESS", "u64x2")
-    assert E.choose_variant(4096) == "u64x2"
-    assert E.choose_variant(4097) == "vec4"  # u64x2 has no scalar tail
-    assert E.choose_variant(3) == "scalar"
-    assert E.choose_variant(33 * 12, "row", 12) == "row_u64x2"
-    assert E.choose_variant(33 * 13, "col", 13) == "col_scalar"
-    monkeypatch.setattr(E, "ACCESS", None)
-    assert E.choose_variant(4096) == ("u64x2" if rt.get_runtime().info.is_cpu else "vec4")
+def test_variant_choice(force):
+    def choose(n, bcast="full", cols=0, dtype="f32"):
+        return selection.choose("elementwise", (n, bcast, cols), dtype)
+
+    force("elementwise", "u64x2")
+    assert choose(4096) == "u64x2"
+    assert choose(4097) == "vec4"  # u64x2 has no scalar tail
+    assert choose(3) == "scalar"
+    assert choose(33 * 12, "row", 12) == "row_u64x2"
+    assert choose(33 * 13, "col", 13) == "col_scalar"
+    assert choose(4096, dtype="bf16") == "bf16_u64x2"
+    force("elementwise", None)
+    assert choose(4096) == ("u64x2" if rt.get_runtime().info.is_cpu else "vec4")
+    with pytest.raises(ValueError, match="unknown elementwise choice 'vec8'"):
+        force("elementwise", "vec8")
 
 
 def test_broadcast_shapes_and_errors():
@@ -116,7 +123,7 @@ def test_2d_grid_logic(monkeypatch, access):
     """With at most 3 workgroups in x, 5000 work items need a 3 x 7 grid; every element is covered once."""
     monkeypatch.setattr(E, "MAX_GROUPS", (3, 65535))
     n = {"scalar": 5000, "vec4": 4 * 4997 + 3, "u64x2": 4 * 5000}[access]
-    variant = E.choose_variant(n)
+    variant = selection.choose("elementwise", (n, "full", 0))
     assert variant == access
     assert E.grid_2d(E.work_items(n, E.ADD.variant(variant).vec)) == (3, 7, 1)
     x = np.arange(n, dtype=np.float32)

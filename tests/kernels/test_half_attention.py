@@ -21,6 +21,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import attention as A
+from helios.kernels import selection
 from helios.kernels.attention_common import VARIANTS
 from helios.kernels.dtypes import NUMPY, ROUNDING
 
@@ -56,9 +57,8 @@ def half(request):
 
 @pytest.fixture(params=list(VARIANTS))
 def variant(request):
-    A.set_variant(request.param)
-    yield request.param
-    A.set_variant(None)
+    with selection.forcing("attention", request.param):
+        yield request.param
 
 
 def _inputs(half, B, T, H, Hkv, D, seed=0):
@@ -157,13 +157,11 @@ def test_backward_rejects_a_dtype_mix(half):
 
 
 def test_dtype_prefixed_variant_names_force_the_base_variant(half):
-    try:
-        A.set_variant(f"{half}_tiled")
-        assert A.choose_variant(64) == "tiled"
-    finally:
-        A.set_variant(None)
-    with pytest.raises(ValueError):
-        A.set_variant("f32_tiled")
+    with selection.forcing("attention", f"{half}_tiled"):
+        assert selection.choose("attention", (64,), half) == "tiled"
+        assert selection.choose("attention", (192,), half) == "rowwise"  # tiles of D > 128 would not fit
+    with pytest.raises(ValueError, match="unknown attention variant"):
+        selection.force("attention", "f32_tiled")
 
 
 def test_reads_half_qkv_in_place_from_a_view(half):

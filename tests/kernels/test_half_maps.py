@@ -13,7 +13,6 @@ import pytest
 
 import helios.runtime as rt
 from helios import ops
-from helios.kernels import elementwise as E
 from helios.kernels.activations import reference_clamp, reference_softcap
 from helios.kernels.dropout import reference_dropout
 from helios.kernels.dtypes import NUMPY, ROUNDING
@@ -31,8 +30,8 @@ def half(request):
 
 
 @pytest.fixture(params=["scalar", "vec4", "u64x2"])
-def bf16_access(request, monkeypatch):
-    monkeypatch.setattr(E, "ACCESS", request.param)
+def bf16_access(request, force):
+    force("elementwise", request.param)
     return request.param
 
 

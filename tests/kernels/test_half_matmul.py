@@ -21,7 +21,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import matmul as mm
-from helios.kernels import matmul_select as sel
+from helios.kernels import selection
 from helios.kernels.dtypes import HALF_DTYPES, NUMPY, ROUNDING
 
 LAYOUTS = ["nn", "nt", "tn", "tt"]
@@ -32,7 +32,7 @@ SHAPES_VEC4 = [(36, 68, 12), (4, 20, 36)]  # contiguous dimensions multiples of 
 @pytest.fixture(autouse=True)
 def _restore_choice():
     yield
-    sel.set_variant(None)
+    selection.force("matmul", None)
 
 
 def _half(rng, shape, dtype: str, scale: float = 1.0) -> np.ndarray:
@@ -77,7 +77,7 @@ def _tiling(*indices: int) -> str:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_layouts(dtype, c_dtype, width, layout):
     c_dtype = dtype if c_dtype == "half" else "f32"
-    sel.set_variant(_tiling(LAYOUTS.index(layout), width == "scalar", c_dtype == "f32"))
+    selection.force("matmul", _tiling(LAYOUTS.index(layout), width == "scalar", c_dtype == "f32"))
     trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
     for M, N, K in SHAPES_VEC4 if width == "vec4" else SHAPES_ANY:
         name = mm.variant_name(layout, M, N, K, 1, dtype=dtype, out=c_dtype)
@@ -109,7 +109,7 @@ def test_epilogues(dtype, c_dtype, epi):
     # Rotated so the training forms are among them: half C nt + bias + GELU (a layer's forward), f32 C tn + beta=1
     # (dW = dY^T @ X accumulated into the fp32 grad arena).
     layout = LAYOUTS[(i + 3 * (c_dtype == "f32")) % 4]
-    sel.set_variant(_tiling(i, c_dtype == "f32", dtype == "fp16"))
+    selection.force("matmul", _tiling(i, c_dtype == "f32", dtype == "fp16"))
     M, N, K = EPI_SHAPES[layout]
     rng = np.random.default_rng(1)
     a, b = _operands(dtype, layout, M, N, K)
@@ -137,7 +137,7 @@ def test_epilogues(dtype, c_dtype, epi):
 @pytest.mark.parametrize("b_batched", [True, False])
 def test_batched(dtype, b_batched):
     for layout, c_dtype, (M, N, K, batch) in [("nt", dtype, (33, 7, 65, 3)), ("tn", "f32", (36, 68, 12, 2))]:
-        sel.set_variant(_tiling(b_batched, c_dtype == "f32"))
+        selection.force("matmul", _tiling(b_batched, c_dtype == "f32"))
         a, b = _operands(dtype, layout, M, N, K, batch=batch, b_batched=b_batched)
         ref, _ = mm.reference(f64(a), f64(b), layout[0] == "t", layout[1] == "t")
         out = rt.empty((batch, M, N), NUMPY["f32"]) if c_dtype == "f32" else None

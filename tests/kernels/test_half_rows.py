@@ -198,10 +198,9 @@ def test_reduce_all_two_stage(half, n):
 @pytest.mark.parametrize("single_pass", [R.SINGLE_PASS, 0], ids=["one-pass", "two-stage"])
 @pytest.mark.parametrize("width", ["u64x2", "vec4", "scalar"])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (65, 7), (513, 64), (3000, 36), (33, 4100)])
-def test_sum_rows_half_into_f32(shape, width, single_pass, half, monkeypatch):
+def test_sum_rows_half_into_f32(shape, width, single_pass, half, monkeypatch, force):
     """Bias gradients: column sums of a half [M, N] into f32, fresh and accumulated into an arena view."""
-    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
-    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
+    force("rows", RW.RowChoice(width=width))
     monkeypatch.setattr(R, "SINGLE_PASS", single_pass)
     x = _rounded(np.random.default_rng(4).standard_normal(shape), half)
     want = R.reference_sum_rows(_wide(x))
@@ -267,8 +266,8 @@ def test_mixing_dtypes_is_an_error_naming_the_tensors():
         P.rope(F(np.ones((1, 2, 12), NUMPY["bf16"])), 1, 1, 4, 500.0, out=F(np.ones((1, 2, 12), np.float32)))
 
 
-def test_half_variants_are_chosen(monkeypatch):
+def test_half_variants_are_chosen(force):
     """The op functions pick the variant of their tensors' dtype (same base name as f32)."""
-    force_variant(monkeypatch, "sg", "u64x2", 4)
+    force_variant(force, "sg", "u64x2", 4)
     assert RW.choose(7, 516, dtype="bf16") == "bf16_" + RW.choose(7, 516)
     assert RW.choose(7, 33, dtype="fp16") == "fp16_" + RW.choose(7, 33)

@@ -24,6 +24,7 @@ import helios.runtime as rt
 from helios.kernels import limits as L
 from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
+from helios.kernels import selection
 from helios.spirv import validate
 
 TILINGS = list(sel.BLOCKS)
@@ -36,7 +37,7 @@ SHAPES_VEC4 = [(36, 68, 12), (4, 132, 36), (68, 4, 132)]
 @pytest.fixture(autouse=True)
 def _restore_choice():
     yield
-    sel.set_variant(None)
+    selection.force("matmul", None)
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in [*mm.KERNELS.values(), L.LIMITS_FMA, L.LIMITS_COPY]
@@ -86,7 +87,7 @@ def test_variant_against_reference(layout, tiling, width):
         # Its shader takes ~10 s to JIT on a cold lavapipe; the same builder code runs at reg8x8/reg16x16 for
         # every layout and width, so only the forward layer's combination (vec4 nt) is compiled here.
         pytest.skip("reg32x16 is run for vec4 nt only")
-    sel.set_variant(tiling)
+    selection.force("matmul", tiling)
     for M, N, K in SHAPES_ANY if width == "scalar" else SHAPES_VEC4:
         assert mm.variant_name(layout, M, N, K, 1).endswith("_scalar") == (width == "scalar")
         a, b = _operands(layout, M, N, K)
@@ -107,7 +108,7 @@ EPILOGUES = [
 @pytest.mark.parametrize("layout,M,N,K", [("nt", 33, 65, 12), ("nn", 7, 36, 65), ("tn", 36, 33, 7)])
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "+".join(e))
 def test_epilogues(layout, M, N, K, epi):
-    sel.set_variant(["reg8x8", "tiled32"][(EPILOGUES.index(epi) + "nt nn tn".split().index(layout)) % 2])
+    selection.force("matmul", ["reg8x8", "tiled32"][(EPILOGUES.index(epi) + "nt nn tn".split().index(layout)) % 2])
     rng = np.random.default_rng(1)
     a, b = _operands(layout, M, N, K)
     bias = rng.standard_normal(N).astype(np.float32) if epi.get("bias") else None
@@ -135,7 +136,7 @@ def test_epilogues(layout, M, N, K, epi):
 @pytest.mark.parametrize("tiling", ["reg8x8", "tiled32"])
 @pytest.mark.parametrize("b_batched", [True, False])
 def test_batched(layout, tiling, b_batched):
-    sel.set_variant(tiling)
+    selection.force("matmul", tiling)
     for M, N, K, batch in [(33, 7, 65, 3), (36, 68, 12, 2)]:
         a, b = _operands(layout, M, N, K, batch=batch, b_batched=b_batched)
         ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), layout[0] == "t", layout[1] == "t")

@@ -39,14 +39,14 @@ def test_every_variant_is_valid_spirv(layout, tiling):
 
 def test_chosen_only_where_the_device_has_fp16_matrices():
     info = get_device().info
-    assert mc.choose(info, 512, 512, 512) is None or info.cooperative_matrix  # lavapipe: none
+    assert mc.choose(info, (512, 512, 512, 1)) is None or info.cooperative_matrix  # lavapipe: none
     gpu = _with(info, cooperative_matrix=NVIDIA_SHAPES, min_subgroup_size=32, max_subgroup_size=32,
                 float16=True, storage_16bit=True)
-    assert mc.choose(gpu, 512, 512, 512) == "cm64"
-    assert mc.choose(gpu, 4096, 4096, 1024) == "cm128"  # 1024 blocks of 128: enough to fill the GPU
-    assert mc.choose(_with(gpu, cooperative_matrix=NVIDIA_SHAPES[1:]), 512, 512, 512) is None  # no f32 accumulate
-    assert mc.choose(_with(gpu, min_subgroup_size=64, max_subgroup_size=64), 512, 512, 512) is None  # wave64 only
-    assert mc.choose(_with(gpu, float16=False), 512, 512, 512) is None
+    assert mc.choose(gpu, (512, 512, 512, 1)) == "cm64"
+    assert mc.choose(gpu, (4096, 4096, 1024, 1)) == "cm128"  # 1024 blocks of 128: enough to fill the GPU
+    assert mc.choose(_with(gpu, cooperative_matrix=NVIDIA_SHAPES[1:]), (512, 512, 512, 1)) is None  # no f32 accumulate
+    assert mc.choose(_with(gpu, min_subgroup_size=64, max_subgroup_size=64), (512, 512, 512, 1)) is None  # wave64 only
+    assert mc.choose(_with(gpu, float16=False), (512, 512, 512, 1)) is None
 
 
 def test_matmul_half_refuses_a_device_without_matrix_units():

@@ -94,9 +94,9 @@ def test_rmsnorm(layout, cols):
 
 
 @pytest.mark.parametrize("cols", [512])
-def test_register_tier_16(cols, monkeypatch):
+def test_register_tier_16(cols, force):
     """A big cached tier (slow to compile on lavapipe, so one shape): both norms, forward and backward."""
-    force_variant(monkeypatch, "sg", "u64x2", 16)
+    force_variant(force, "sg", "u64x2", 16)
     x, w, b, dy = _data(20, cols)
     x64 = x.astype(np.float64)
     y, mean, rstd = N.layernorm(F(x), F(w), F(b), EPS)

@@ -72,9 +72,8 @@ def test_all_two_stage(n):
 @pytest.mark.parametrize("single_pass", [R.SINGLE_PASS, 0], ids=["one-pass", "two-stage"])
 @pytest.mark.parametrize("width", ["u64x2", "vec4", "scalar"])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (64, 12), (65, 7), (513, 4097 // 64), (3000, 36), (4097, 5)])
-def test_sum_rows(shape, width, single_pass, monkeypatch):
-    monkeypatch.setattr(RW, "VEC", 1 if width == "scalar" else 4)
-    monkeypatch.setattr(RW, "WIDE", width == "u64x2")
+def test_sum_rows(shape, width, single_pass, monkeypatch, force):
+    force("rows", RW.RowChoice(width=width))
     monkeypatch.setattr(R, "SINGLE_PASS", single_pass)
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     want = R.reference_sum_rows(x.astype(np.float64))

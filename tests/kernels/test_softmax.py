@@ -6,11 +6,14 @@ relative to max |dx| for the backward.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import helios.runtime as rt
 from helios.kernels import rows as RW
+from helios.kernels import selection
 from helios.kernels import softmax as S
 from helios.spirv import validate
 from tests.kernels.row_variants import force_variant, layout_fixture
@@ -56,9 +59,9 @@ def test_forward_backward(layout, cols):
 
 
 @pytest.mark.parametrize("cache,cols", [(16, 512), (32, 1024), (32, 1023)])
-def test_large_register_tiers(cache, cols, monkeypatch):
+def test_large_register_tiers(cache, cols, force):
     """The big cached tiers (slow to compile on lavapipe, so one shape each)."""
-    force_variant(monkeypatch, "sg", "u64x2", cache)
+    force_variant(force, "sg", "u64x2", cache)
     x, dy = _data(9, cols)
     y = S.softmax(rt.from_numpy(x))
     want = S.reference(x.astype(np.float64))
@@ -68,21 +71,24 @@ def test_large_register_tiers(cache, cols, monkeypatch):
     np.testing.assert_allclose(dx, want_dx, atol=1e-5 * np.abs(want_dx).max())
 
 
-def test_variant_choice(monkeypatch):
+def test_variant_choice():
     """Smallest register tier the row fits on CPUs; on GPUs a workgroup per long row."""
-    monkeypatch.setattr(RW, "_subgroup_width", lambda: 8)
-    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": True, "int64": True})())
-    assert RW.choose(1024, 256) == "sg_u64x2_reg8"
-    assert RW.choose(1024, 33) == "sg_scalar_reg8"
-    assert RW.choose(3, 1024) == "sg_u64x2_reg32"
-    assert RW.choose(3, 4097) == "sg_scalar"
-    assert RW.choose(3, 4096) == "sg_u64x2"
-    monkeypatch.setattr(RW, "_subgroup_width", lambda: 32)
-    monkeypatch.setattr(RW, "device_info", lambda: type("Info", (), {"is_cpu": False, "int64": True})())
-    assert RW.choose(3, 256) == "sg_vec4_reg4"
-    assert RW.choose(3, 4096) == "wg_vec4_reg4"
-    assert RW.choose(3, 8192) == "wg_vec4"
-    assert RW.choose(3, 999) == "wg_scalar_reg4"
+    def choose(rows, cols, **info):
+        return selection.choose("rows", (rows, cols, True), info=SimpleNamespace(int64=True, **info))
+
+    cpu = {"is_cpu": True, "subgroup_size": 8}
+    assert choose(1024, 256, **cpu) == "sg_u64x2_reg8"
+    assert choose(1024, 33, **cpu) == "sg_scalar_reg8"
+    assert choose(3, 1024, **cpu) == "sg_u64x2_reg32"
+    assert choose(3, 4097, **cpu) == "sg_scalar"
+    assert choose(3, 4096, **cpu) == "sg_u64x2"
+    gpu = {"is_cpu": False, "subgroup_size": 32}
+    assert choose(3, 256, **gpu) == "sg_vec4_reg4"
+    assert choose(3, 4096, **gpu) == "wg_vec4_reg4"
+    assert choose(3, 8192, **gpu) == "wg_vec4"
+    assert choose(3, 999, **gpu) == "wg_scalar_reg4"
+    with pytest.raises(ValueError, match="unknown row kernel choice"):
+        selection.force("rows", RW.RowChoice(width="vec8"))
 
 
 def test_long_rows_many_rows():

@@ -1,0 +1,96 @@
+"""How every kernel family picks its variant: one rule signature, and one way to force a choice.
+
+A family declares its rule once, next to its kernels:
+
+    @selection.rule("matmul", choices=BLOCKS)
+    def _choose(info, shape, dtype, forced): ...   # -> the variant (or tiling) to launch
+
+`info` is the device's DeviceInfo, `shape` the family's own tuple of sizes (matmul: layout, M, N, K, batch;
+rows: rows, cols, cacheable; ...), `dtype` "f32", "bf16" or "fp16", and `forced` what tests, benchmarks or
+the tuner forced for the family (None: the rule decides; stored tuning results plug in inside the rule, as
+matmul's does). Op functions call `choose(family, shape, dtype)`; tests and benchmarks call
+`force(family, choice)` or use `forcing(family, choice)` as a context manager. No family keeps knobs of
+its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+Rule = Callable[[Any, tuple, str, Any], str]  # (device info, shape, dtype, forced) -> variant
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    rule: Rule
+    check: Callable[[Any], Any]  # validates (and may normalise) a forced choice; raises ValueError
+
+
+_FAMILIES: dict[str, Family] = {}
+_FORCED: dict[str, Any] = {}
+
+
+def rule(family: str, choices: Collection | None = None, check: Callable[[Any], Any] | None = None):
+    """Register `family`'s rule. A forced choice must be one of `choices` (or pass `check`)."""
+
+    def checked(choice):
+        if choices is not None and choice not in choices:
+            raise ValueError(f"unknown {family} choice {choice!r} (choices: {', '.join(map(str, choices))})")
+        return check(choice) if check is not None else choice
+
+    def register(fn: Rule) -> Rule:
+        _FAMILIES[family] = Family(family, fn, checked)
+        return fn
+
+    return register
+
+
+def _family(name: str) -> Family:
+    if name not in _FAMILIES:  # its kernel module is not imported yet: import them all (rules register there)
+        from helios.kernels import discover
+
+        discover()
+    if name not in _FAMILIES:
+        raise ValueError(f"no kernel family {name!r} selects variants (families: {', '.join(sorted(_FAMILIES))})")
+    return _FAMILIES[name]
+
+
+def choose(family: str, shape: tuple, dtype: str = "f32", info=None) -> str:
+    """The variant `family` runs for `shape` in `dtype` on this device (or on `info`'s)."""
+    if info is None:
+        from helios.device import get_device
+
+        info = get_device().info
+    return _family(family).rule(info, tuple(shape), dtype, _FORCED.get(family))
+
+
+def force(family: str, choice) -> None:
+    """Force `family`'s choice for every later launch; None gives the choice back to its rule."""
+    f = _family(family)
+    if choice is None:
+        _FORCED.pop(family, None)
+    else:
+        _FORCED[family] = f.check(choice)
+
+
+def forced(family: str):
+    """What is forced for `family` now, or None."""
+    return _FORCED.get(family)
+
+
+@contextmanager
+def forcing(family: str, choice) -> Iterator[None]:
+    """`force(family, choice)` for the duration of a with-block, restoring what was forced before."""
+    before = _FORCED.get(family)
+    force(family, choice)
+    try:
+        yield
+    finally:
+        force(family, before)
+
+
+__all__ = ["rule", "choose", "force", "forced", "forcing", "Family"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -166,83 +167,27 @@ def test_small_arenas_and_the_scalar_variant(n):
     np.testing.assert_allclose(v.numpy(), rv, rtol=2e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("n", [1, 3, 7, 33, 513, 4723])
-def test_bf16_working_copy_written_in_the_same_dispatch(n):
-    """The "_bf16" variants update the fp32 masters exactly as the plain ones and write the new params, rounded
-    to nearest even, into a bf16 working copy; a skipped step leaves the copy untouched too."""
-    import ml_dtypes
+HALF = {"bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
 
-    bf16 = np.dtype(ml_dtypes.bfloat16)
+
+@pytest.mark.parametrize("n", [1, 3, 7, 33, 513, 4723])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_working_copy_written_in_the_same_dispatch(dtype, n):
+    """The "_bf16"/"_fp16" variants update the fp32 masters exactly as the plain ones and write the new params,
+    rounded to nearest even, into a half working copy (fp16: beyond 65504 an Inf there, the masters
+    unaffected); a skipped step leaves the copy untouched too."""
+    half = HALF[dtype]
     rng = np.random.default_rng(n)
     params, grad = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    if dtype == "fp16":
+        params[::5] *= 1e5  # some out of fp16's range (and some rounding to fp16 subnormals below)
+        params[1::7] *= 1e-6
     mask = (np.arange(n) % 3 > 0).astype(np.float32)
     runs = []
     for with_copy in (False, True):
         p, g, m, v, k = (rt.from_numpy(a) for a in (params, grad, np.zeros(n, np.float32),
                                                       np.zeros(n, np.float32), mask))
-        copy = rt.from_numpy(np.zeros(n, bf16)) if with_copy else None
-        rt.reset_counters()
-        A.adamw_step(p, g, m, v, k, **HP, step=2, working_copy=copy)
-        assert rt.counters()["dispatches"] == 1
-        runs.append((p.numpy(), m.numpy(), v.numpy(), copy))
-    (p0, m0, v0, _), (p1, m1, v1, copy) = runs
-    for a, b_ in ((p0, p1), (m0, m1), (v0, v1)):
-        np.testing.assert_array_equal(a, b_)
-    np.testing.assert_array_equal(copy.numpy().view(np.uint16), p1.astype(bf16).view(np.uint16))
-    stale = copy.numpy()
-    A.adamw_step(rt.from_numpy(p1), rt.from_numpy(grad), rt.from_numpy(m1), rt.from_numpy(v1), None, **HP, step=3,
-                 norm=rt.from_numpy(np.array([math.nan], np.float32)), working_copy=copy)
-    np.testing.assert_array_equal(copy.numpy().view(np.uint16), stale.view(np.uint16))
-
-
-def test_working_copy_must_be_bf16():
-    x = rt.from_numpy(np.zeros(8, np.float32))
-    with pytest.raises(TypeError, match="bfloat16"):
-        A.adamw_step(x, x, x, x, None, **HP, step=1, working_copy=rt.from_numpy(np.zeros(8, np.float32)))
-
-
-def test_optimizer_keeps_a_bf16_working_copy_of_its_masters():
-    """AdamW(working_dtype="bf16") on a GPT's arena: the fp32 masters follow exactly the plain optimizer's
-    steps, and after every step (and after load_state) the working copy is the masters rounded to bf16."""
-    import ml_dtypes
-
-    from autograd.nn import GPT, GPTConfig
-    from autograd.optim import AdamW
-
-    cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2, n_kv_head=2, block_size=8, vocab_size=32)
-    bf16 = np.dtype(ml_dtypes.bfloat16)
-    models = [GPT(cfg, seed=0) for _ in range(2)]
-    opts = [AdamW(models[0].arena, lr=1e-2), AdamW(models[1].arena, lr=1e-2, working_dtype="bf16")]
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-        g = rng.standard_normal(models[0].arena.size).astype(np.float32)
-        for model, opt in zip(models, opts, strict=True):
-            rt.copy(rt.from_numpy(g), model.arena.grads)
-            opt.step()
-        masters = models[1].arena.data.numpy()
-        np.testing.assert_array_equal(models[0].arena.data.numpy(), masters)
-        np.testing.assert_array_equal(opts[1].working.numpy().view(np.uint16), masters.astype(bf16).view(np.uint16))
-    rt.copy(rt.from_numpy(np.zeros(models[1].arena.size, np.float32)), models[1].arena.data)
-    opts[1].load_state(opts[0].state())
-    assert not opts[1].working.numpy().astype(np.float32).any()
-    with pytest.raises(ValueError, match="working_dtype"):
-        AdamW(models[0].arena, working_dtype="fp8")
-
-
-@pytest.mark.parametrize("n", [1, 3, 7, 33, 513, 4723])
-def test_fp16_working_copy_written_in_the_same_dispatch(n):
-    """The "_fp16" variants: the fp32 masters update exactly as the plain ones, the copy is them rounded to
-    nearest even in fp16 (beyond 65504 an Inf there, the masters unaffected), and a skipped step leaves it."""
-    rng = np.random.default_rng(n)
-    params, grad = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    params[::5] *= 1e5  # some out of fp16's range (and some rounding to fp16 subnormals below)
-    params[1::7] *= 1e-6
-    mask = (np.arange(n) % 3 > 0).astype(np.float32)
-    runs = []
-    for with_copy in (False, True):
-        p, g, m, v, k = (rt.from_numpy(a) for a in (params, grad, np.zeros(n, np.float32),
-                                                      np.zeros(n, np.float32), mask))
-        copy = rt.from_numpy(np.zeros(n, np.float16)) if with_copy else None
+        copy = rt.from_numpy(np.zeros(n, half)) if with_copy else None
         rt.reset_counters()
         A.adamw_step(p, g, m, v, k, **HP, step=2, working_copy=copy)
         assert rt.counters()["dispatches"] == 1
@@ -251,31 +196,35 @@ def test_fp16_working_copy_written_in_the_same_dispatch(n):
     for a, b_ in ((p0, p1), (m0, m1), (v0, v1)):
         np.testing.assert_array_equal(a, b_)
     with np.errstate(over="ignore"):
-        want = p1.astype(np.float16)
+        want = p1.astype(half)
     np.testing.assert_array_equal(copy.numpy().view(np.uint16), want.view(np.uint16))
     stale = copy.numpy()
-    A.adamw_step(rt.from_numpy(p1), rt.from_numpy(grad), rt.from_numpy(m1), rt.from_numpy(v1), None, **HP, step=3,
-                 norm=rt.from_numpy(np.array([math.inf], np.float32)), working_copy=copy)
-    np.testing.assert_array_equal(copy.numpy().view(np.uint16), stale.view(np.uint16))
+    for bad in (math.nan, math.inf):
+        A.adamw_step(rt.from_numpy(p1), rt.from_numpy(grad), rt.from_numpy(m1), rt.from_numpy(v1), None, **HP,
+                     step=3, norm=rt.from_numpy(np.array([bad], np.float32)), working_copy=copy)
+        np.testing.assert_array_equal(copy.numpy().view(np.uint16), stale.view(np.uint16))
 
 
 def test_working_copy_must_be_half():
     x = rt.from_numpy(np.zeros(8, np.float32))
-    with pytest.raises(TypeError, match="bfloat16 or float16"):
-        A.adamw_step(x, x, x, x, None, **HP, step=1, working_copy=rt.from_numpy(np.zeros(8, np.int32)))
+    for wrong in (np.float32, np.int32):
+        with pytest.raises(TypeError, match="bfloat16 or float16"):
+            A.adamw_step(x, x, x, x, None, **HP, step=1, working_copy=rt.from_numpy(np.zeros(8, wrong)))
 
 
-def test_optimizer_keeps_an_fp16_working_copy_of_its_masters():
-    """AdamW(working_dtype="fp16"): the masters follow the plain optimizer exactly and the working copy is
-    them rounded to fp16 after every step and after load_state."""
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_optimizer_keeps_a_half_working_copy_of_its_masters(dtype):
+    """AdamW(working_dtype=...) on a GPT's arena: the fp32 masters follow exactly the plain optimizer's steps,
+    and after every step (and after load_state) the working copy is the masters rounded to the half dtype."""
     from autograd.nn import GPT, GPTConfig
     from autograd.optim import AdamW
 
+    half = HALF[dtype]
     cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2, n_kv_head=2, block_size=8, vocab_size=32)
     models = [GPT(cfg, seed=0) for _ in range(2)]
-    opts = [AdamW(models[0].arena, lr=1e-2), AdamW(models[1].arena, lr=1e-2, working_dtype="fp16")]
-    assert opts[1].working.dtype == np.float16
-    np.testing.assert_array_equal(opts[1].working.numpy(), models[1].arena.data.numpy().astype(np.float16))
+    opts = [AdamW(models[0].arena, lr=1e-2), AdamW(models[1].arena, lr=1e-2, working_dtype=dtype)]
+    assert opts[1].working.dtype == half
+    np.testing.assert_array_equal(opts[1].working.numpy(), models[1].arena.data.numpy().astype(half))
     rng = np.random.default_rng(0)
     for _ in range(3):
         g = rng.standard_normal(models[0].arena.size).astype(np.float32)
@@ -284,8 +233,9 @@ def test_optimizer_keeps_an_fp16_working_copy_of_its_masters():
             opt.step()
         masters = models[1].arena.data.numpy()
         np.testing.assert_array_equal(models[0].arena.data.numpy(), masters)
-        np.testing.assert_array_equal(opts[1].working.numpy().view(np.uint16),
-                                      masters.astype(np.float16).view(np.uint16))
+        np.testing.assert_array_equal(opts[1].working.numpy().view(np.uint16), masters.astype(half).view(np.uint16))
     rt.copy(rt.from_numpy(np.zeros(models[1].arena.size, np.float32)), models[1].arena.data)
     opts[1].load_state(opts[0].state())
     assert not opts[1].working.numpy().astype(np.float32).any()
+    with pytest.raises(ValueError, match="working_dtype"):
+        AdamW(models[0].arena, working_dtype="fp8")

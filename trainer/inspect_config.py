@@ -23,10 +23,12 @@ def model_size(cfg: Config) -> dict[str, float]:
     m, t = cfg.model, cfg.train
     n = count_params(m)
     tokens = t.batch_size * m.block_size
+    half = m.dtype in ("bf16", "fp16")  # "auto" is counted as fp32 (what it is on lavapipe) without a device
     return {"parameters": n, "flops_per_token": flops_per_token(m, n),
             "tokens_per_step": tokens * t.grad_accum,
-            "fixed_mib": 16 * n / MiB,  # fp32 parameters, gradients, AdamW m and v
-            "logits_mib": 2 * 4 * tokens * m.vocab_size / MiB}  # logits and their gradient, fp32
+            # fp32 parameters, gradients, AdamW m and v (+ the 16-bit working copy of mixed precision)
+            "fixed_mib": (18 if half else 16) * n / MiB,
+            "logits_mib": 2 * (2 if half else 4) * tokens * m.vocab_size / MiB}  # logits and their gradient
 
 
 def describe(cfg: Config, as_json: bool = False) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autograd.nn.gpt import GPTConfig
+from autograd.nn.gpt import MODEL_DTYPES, GPTConfig
 from trainer.errors import ConfigError
 
 
@@ -144,7 +144,7 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("model", "vocab_size"): (lambda v: 257 <= v <= 2**32 - 1, "an integer from 257 (256 bytes + end-of-text) up"),
     ("model", "dropout"): _fraction, ("model", "softcap"): _nonneg,
     ("model", "rope_base"): _pos, ("model", "norm_eps"): _pos,
-    ("model", "dtype"): (lambda v: v in ("auto", "fp32", "bf16", "fp16"), 'one of "auto", "fp32", "bf16", "fp16"'),
+    ("model", "dtype"): (lambda v: v in MODEL_DTYPES, "one of " + ", ".join(f'"{d}"' for d in MODEL_DTYPES)),
     ("data", "tokenizer"): (lambda v: v == "bpe", '"bpe" (byte-level BPE trained on the training split)'),
     ("data", "dataset"): (lambda v: v == "shakespeare", '"shakespeare" (or use path = "FILE.txt")'),
     ("data", "path"): (lambda v: v != "", "a path to a UTF-8 text file"),

@@ -143,13 +143,14 @@ class GPT(Module):
 
 
 KERNEL_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "fp16"}  # config names -> helios.kernels.dtypes names
+MODEL_DTYPES = ("auto", *KERNEL_DTYPE)  # what model.dtype accepts
 
 
 def resolve_dtype(dtype: str) -> str:
     """A config dtype with "auto" decided for this device: fp32 on CPU drivers (lavapipe computes in f32
     either way and gains little from 16-bit loads), bf16 on GPUs."""
-    if dtype not in ("auto", *KERNEL_DTYPE):
-        raise ValueError(f"model dtype must be one of auto, fp32, bf16, fp16; got {dtype!r}")
+    if dtype not in MODEL_DTYPES:
+        raise ValueError(f"model dtype must be one of {', '.join(MODEL_DTYPES)}; got {dtype!r}")
     if dtype != "auto":
         return dtype
     from helios import runtime as rt

@@ -213,5 +213,6 @@ _POINTWISE = ("exp", "log", "sqrt", "relu", "gelu", "silu")
 REFERENCE = {n: spec_of(n).reference for n in _POINTWISE}
 REFERENCE_GRAD = {n: spec_of(n).reference_grad for n in _POINTWISE}
 
+
 # the helios.ops names this file declares (helios/ops.py finds them here)
 OPS = ("clamp", "softcap", "clamp_backward", "softcap_backward")

@@ -282,4 +282,5 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
     rt.launch(ADAMW, buffers, push=push, grid=_grid(items, WG), variant=variant)
     return params
 
+
 OPS = ("grad_norm", "adamw_step")  # the helios.ops names this file declares (helios/ops.py finds them here)

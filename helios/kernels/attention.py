@@ -145,5 +145,6 @@ __all__ = [
     "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ", "ATTENTION_BACKWARD_DKV",
 ]
 
+
 # the helios.ops names this file declares (helios/ops.py finds them here)
 OPS = ("flash_attention", "flash_attention_backward")

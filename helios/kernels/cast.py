@@ -63,4 +63,5 @@ def scale_by(x: Tensor, s: Tensor, out: Tensor | None = None) -> Tensor:
 
 __all__ = ["cast", "scale_by", "reference_cast"]
 
+
 OPS = ("cast", "scale_by")  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -262,4 +262,5 @@ def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1
     rt.launch(CROSS_ENTROPY_MEAN, [losses, stats, loss], push={"n_rows": n_rows}, grid=(1, 1, 1))
     return loss, dlogits
 
+
 OPS = ("cross_entropy",)  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -69,4 +69,5 @@ def reference_dropout(x: np.ndarray, p: float, seed: int, offset: int) -> np.nda
     keep = keep_mask_reference(seed, offset, x.size, p).reshape(x.shape)
     return np.where(keep, x * x.dtype.type(1.0 / (1.0 - p)), x.dtype.type(0.0))
 
+
 OPS = ("dropout", "dropout_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)

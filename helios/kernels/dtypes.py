@@ -95,10 +95,6 @@ def check_f32(op: str, **tensors) -> None:
                             "parameter gradients stay f32 whatever the activations' dtype)")
 
 
-def element_bytes(dtype: str) -> int:
-    return 4 if dtype == "f32" else 2
-
-
 __all__ = ["DTYPES", "HALF_DTYPES", "NUMPY", "FLOAT_DTYPES", "ROUNDING", "storage", "variant_dtype", "with_dtypes",
-           "dtype_variant", "float_dtype", "check_float", "element_bytes", "is_float",
+           "dtype_variant", "float_dtype", "check_float", "is_float",
            "io_dtype", "check_f32"]

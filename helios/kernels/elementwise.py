@@ -243,12 +243,6 @@ def run_map(kernel: Kernel, tensors: Sequence[Tensor], n: int, bcast: str = "ful
     launch(kernel, buffers=list(tensors), push=push, grid=kernel.grid(n, kernel.variant(variant)), variant=variant)
 
 
-def check_f32(*tensors: Tensor) -> None:
-    for t in tensors:
-        if t.dtype != np.float32:
-            raise TypeError(f"expected a float32 tensor, got {t.dtype} {t.shape}")
-
-
 def output(like: Tensor, out: Tensor | None) -> Tensor:
     """`out` checked against `like`'s element count and dtype, or a new tensor of `like`'s shape and dtype."""
     if out is None:
@@ -373,6 +367,7 @@ def add_inplace(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
 
 def reference_masked_fill(x: np.ndarray, mask: np.ndarray, value: float) -> np.ndarray:
     return np.where(mask != 0, np.asarray(value, dtype=x.dtype), x)
+
 
 # the helios.ops names this file declares (helios/ops.py finds them here)
 OPS = ("add", "sub", "mul", "div", "scale", "neg", "clone", "masked_fill", "add_inplace")

@@ -340,4 +340,5 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
                   grid=_grid(n_pos * d // vec), variant=pick("vec4" if vec == 4 else "scalar"))
     return table_grad, pos_grad
 
+
 OPS = ("embedding", "embedding_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -86,5 +86,6 @@ def reference_swiglu_backward(gate: np.ndarray, up: np.ndarray, dy: np.ndarray) 
     s = reference_sigmoid(gate)
     return dy * up * s * (1.0 + gate * (1.0 - s)), dy * gate * s
 
+
 # the helios.ops names this file declares (helios/ops.py finds them here)
 OPS = ("swiglu", "swiglu_backward", "residual_dropout_add", "residual_dropout_add_backward")

@@ -87,5 +87,6 @@ def slice_columns(x: Tensor, start: int, stop: int) -> Tensor:
     copy_columns(x, out, src_off=start, dst_off=0, n=stop - start)
     return out
 
+
 # the helios.ops names this file declares (helios/ops.py finds them here)
 OPS = ("concat", "slice_columns", "copy_columns")

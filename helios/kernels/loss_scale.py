@@ -100,4 +100,5 @@ def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWT
 
 __all__ = ["loss_scale_update", "initial_state", "reference_update", "INITIAL_SCALE", "GROWTH_INTERVAL"]
 
+
 OPS = ("loss_scale_update",)  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -201,4 +201,5 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
            variant=name)
     return c
 
+
 OPS = ("matmul",)  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -393,5 +393,6 @@ def rmsnorm_backward(x: Tensor, w: Tensor, rstd: Tensor, dy: Tensor, dw_out: Ten
     dx = _backward(RMSNORM_BACKWARD, [x, w, rstd, dy], x, rows, cols, _variant(rows, cols, dtype), outs)
     return dx, outs[0][0]
 
+
 # the helios.ops names this file declares (helios/ops.py finds them here)
 OPS = ("layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward")

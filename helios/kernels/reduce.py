@@ -15,7 +15,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from helios.kernels import rows as rowlib
-from helios.kernels import selection
 from helios.kernels.dtypes import check_f32, check_float, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.rows import (
     MAX_GROUPS,
@@ -145,7 +144,7 @@ def all_groups(n: int) -> int:
 
 
 def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float, groups: int) -> None:
-    scalar = n < 4 or (selection.forced("rows") or rowlib.RowChoice()).width == "scalar"
+    scalar = n < 4 or rowlib.forced_choice().width == "scalar"
     variant = dtype_variant(f"{op}_{'scalar' if scalar else 'vec4'}", check_float(x))
     launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot}, grid=(groups, 1, 1),
            variant=variant)
@@ -364,6 +363,7 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
 
 # The public op names (helios.ops.sum / helios.ops.max) without shadowing the builtins in this module.
 OP_NAMES = {"sum": reduce_sum, "max": reduce_max}
+
 
 # the helios.ops names this file declares (helios/ops.py finds them here)
 OPS = ("sum", "mean", "max", "sum_rows", "sumsq")

@@ -160,4 +160,5 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
                     "copy_v": 0 if inplace else 1, "sign": -1.0 if backward else 1.0})
     return out
 
+
 OPS = ("rope",)  # the helios.ops names this file declares (helios/ops.py finds them here)

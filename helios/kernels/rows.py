@@ -223,10 +223,15 @@ def _check_choice(choice) -> RowChoice:
     return choice
 
 
+def forced_choice() -> RowChoice:
+    """What is forced for the row kernels now (all fields None: nothing)."""
+    return selection.forced("rows") or RowChoice()
+
+
 def width_name(cols: int, info=None, forced: RowChoice | None = None) -> str:
     """"scalar" for rows not a multiple of 4; else "u64x2" on CPUs with 64-bit integers, "vec4" elsewhere
     (or the forced width)."""
-    forced = forced or selection.forced("rows") or RowChoice()
+    forced = forced or forced_choice()
     if forced.width == "scalar" or cols % 4:
         return "scalar"
     if forced.width is not None:

@@ -147,4 +147,5 @@ def softmax_backward(y: Tensor, dy: Tensor, out: Tensor | None = None) -> Tensor
                grid=SOFTMAX_BACKWARD.grid(rows, cols, SOFTMAX_BACKWARD.variant(variant)), variant=variant)
     return dx
 
+
 OPS = ("softmax", "softmax_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from helios import env
+from helios import driver, env
 from helios.errors import SetupError, ValidationError
 
 _TYPE_NAMES = {0: "other", 1: "integrated_gpu", 2: "discrete_gpu", 3: "virtual_gpu", 4: "cpu"}
@@ -79,8 +79,8 @@ class DeviceInfo:
     maintenance4: bool
     push_descriptor: bool
     # Kernels may read and write memory through 64-bit device addresses (bufferDeviceAddress + shaderInt64).
-    # helios enables it on CPU drivers only: there a load whose address differs per invocation becomes one
-    # gather instead of lavapipe's bounds-checked per-lane loop (docs/BENCHMARKS.md); untested on GPUs.
+    # helios enables it where it measured a gain (helios.driver.gathers_pay_off: lavapipe from Mesa 25, whose
+    # loads through an address are gathers, not its bounds-checked per-lane loop); GPUs are not measured yet.
     buffer_device_address: bool
     float_atomic_add_buffer: bool
     float_atomic_add_shared: bool
@@ -347,8 +347,7 @@ class Device:
             synchronization2=bool(f13.synchronization2) if f13 else False,
             maintenance4=bool(f13.maintenance4) if f13 else False,
             push_descriptor="VK_KHR_push_descriptor" in ext_names,
-            buffer_device_address=(bool(f12.bufferDeviceAddress) and bool(f2.features.shaderInt64)
-                                   and p.properties.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU),
+            buffer_device_address=False,  # decided below, from the driver
             float_atomic_add_buffer=bool(fat.shaderBufferFloat32AtomicAdd) if fat else False,
             float_atomic_add_shared=bool(fat.shaderSharedFloat32AtomicAdd) if fat else False,
             subgroup_size=int(sg.subgroupSize),
@@ -371,6 +370,8 @@ class Device:
             unified_memory=unified,
             cooperative_matrix=coopmat,
         )
+        offered = bool(f12.bufferDeviceAddress) and bool(f2.features.shaderInt64)
+        info = dataclasses.replace(info, buffer_device_address=offered and driver.gathers_pay_off(info))
         return info, {"f2": f2, "f11": f11, "f12": f12, "f13": f13, "atomic": fat, "extensions": ext_names}
 
     def _cooperative_matrix_shapes(self, phys) -> tuple:

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from helios import env
+from helios import driver, env
 from helios.errors import SetupError, ValidationError
 
 _TYPE_NAMES = {0: "other", 1: "integrated_gpu", 2: "discrete_gpu", 3: "virtual_gpu", 4: "cpu"}
@@ -78,6 +78,10 @@ class DeviceInfo:
     synchronization2: bool
     maintenance4: bool
     push_descriptor: bool
+    # Kernels may read and write memory through 64-bit device addresses (bufferDeviceAddress + shaderInt64).
+    # helios enables it where it measured a gain (helios.driver.gathers_pay_off: lavapipe from Mesa 25, whose
+    # loads through an address are gathers, not its bounds-checked per-lane loop); GPUs are not measured yet.
+    buffer_device_address: bool
     float_atomic_add_buffer: bool
     float_atomic_add_shared: bool
     subgroup_size: int
@@ -343,6 +347,7 @@ class Device:
             synchronization2=bool(f13.synchronization2) if f13 else False,
             maintenance4=bool(f13.maintenance4) if f13 else False,
             push_descriptor="VK_KHR_push_descriptor" in ext_names,
+            buffer_device_address=False,  # decided below, from the driver
             float_atomic_add_buffer=bool(fat.shaderBufferFloat32AtomicAdd) if fat else False,
             float_atomic_add_shared=bool(fat.shaderSharedFloat32AtomicAdd) if fat else False,
             subgroup_size=int(sg.subgroupSize),
@@ -365,6 +370,8 @@ class Device:
             unified_memory=unified,
             cooperative_matrix=coopmat,
         )
+        offered = bool(f12.bufferDeviceAddress) and bool(f2.features.shaderInt64)
+        info = dataclasses.replace(info, buffer_device_address=offered and driver.gathers_pay_off(info))
         return info, {"f2": f2, "f11": f11, "f12": f12, "f13": f13, "atomic": fat, "extensions": ext_names}
 
     def _cooperative_matrix_shapes(self, phys) -> tuple:
@@ -437,9 +444,9 @@ class Device:
             setattr(f11, name, getattr(have["f11"], name))
         for name in ("timelineSemaphore", "shaderFloat16", "shaderInt8", "storageBuffer8BitAccess",
                      "vulkanMemoryModel", "vulkanMemoryModelDeviceScope", "scalarBlockLayout",
-                     "hostQueryReset", "bufferDeviceAddress"):
+                     "hostQueryReset"):
             setattr(f12, name, getattr(have["f12"], name))
-        f12.bufferDeviceAddress = 0  # not used; enabling it changes allocation requirements
+        f12.bufferDeviceAddress = int(info.buffer_device_address)
         if have["f13"] is not None:
             f13 = chain[3]
             for name in ("synchronization2", "maintenance4", "subgroupSizeControl", "computeFullSubgroups"):
@@ -471,6 +478,13 @@ class Device:
         if result != vk.VK_SUCCESS:
             raise SetupError(f"Creating a Vulkan device on '{info.name}' failed (VkResult {result}).")
         return handle[0]
+
+    def buffer_address(self, buffer) -> int:
+        """The device address of a VkBuffer created with the shader-device-address usage."""
+        info = self.ffi.new("VkBufferDeviceAddressInfo*")
+        info.sType = self.vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO
+        info.buffer = buffer
+        return int(self.vk.lib.vkGetBufferDeviceAddress(self.device, info))
 
     def wait_idle(self) -> None:
         self.vk.vkDeviceWaitIdle(self.device)

@@ -21,6 +21,18 @@ def is_lavapipe(info) -> bool:
     return "llvmpipe" in (info.name or "").lower() or "llvmpipe" in (info.driver_name or "").lower()
 
 
+# lavapipe from Mesa 25 turns a load through a device address that differs per invocation into one gather,
+# where a storage-buffer load is a bounds-checked loop over the lanes: matmul 1.4x, AdamW 1.75x. Mesa 22.3
+# does the opposite (matmul 2.4x and AdamW 4x slower through addresses), so it keeps descriptors.
+GATHER_MESA = (25, 0)
+
+
+def gathers_pay_off(info) -> bool:
+    """Whether kernels should read through device addresses on this driver (measured: lavapipe, Mesa 25+)."""
+    version = mesa_version(info.driver_info)
+    return is_lavapipe(info) and version is not None and version[:2] >= GATHER_MESA
+
+
 def slow_driver_note(info) -> str | None:
     """One line for users of a lavapipe older than Mesa 24, saying that it is slow and how to upgrade."""
     version = mesa_version(info.driver_info)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helios.device import get_device
-from helios.driver import mesa_version, slow_driver_note
+from helios.driver import gathers_pay_off, mesa_version, slow_driver_note
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,6 +34,18 @@ def test_the_note_names_old_lavapipe_only():
     radv = dataclasses.replace(info, name="AMD Radeon RX 7900 (RADV NAVI31)", driver_name="radv",
                                driver_info="Mesa 22.3.6")
     assert slow_driver_note(radv) is None  # only lavapipe's load path was the slow one
+
+
+def test_device_addresses_only_where_they_measured_faster():
+    """lavapipe from Mesa 25 reads through device addresses (gathers); 22.3 and other drivers keep descriptors."""
+    info = get_device().info
+    lavapipe = dataclasses.replace(info, name="llvmpipe (LLVM 15.0.6, 256 bits)", driver_name="llvmpipe")
+    assert gathers_pay_off(dataclasses.replace(lavapipe, driver_info="Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)"))
+    assert gathers_pay_off(dataclasses.replace(lavapipe, driver_info="Mesa 26.1.0"))
+    assert not gathers_pay_off(dataclasses.replace(lavapipe, driver_info="Mesa 22.3.6 (LLVM 15.0.6)"))
+    gpu = dataclasses.replace(info, name="NVIDIA H100 80GB HBM3", driver_name="NVIDIA", driver_info="580.159.04")
+    assert not gathers_pay_off(gpu)
+    assert info.buffer_device_address == gathers_pay_off(info)  # what the device enabled follows the rule
 
 
 def test_helios_info_prints_the_note_on_mesa_22():

@@ -80,7 +80,7 @@ def tilings(which: str | None) -> list[str | None]:
     if which is None:
         return [None]
     if which == "all":
-        return list(sel.REG if get_device().info.is_cpu else sel.TILED)
+        return list(sel.device_tilings(get_device().info))
     return [which]
 
 

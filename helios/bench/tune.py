@@ -31,7 +31,7 @@ def candidates(info, all_tilings: bool) -> list[str]:
 
     if all_tilings:
         return list(sel.BLOCKS)
-    return list(sel.REG if info.is_cpu else sel.TILED)
+    return list(sel.device_tilings(info))
 
 
 def tune_shape(layout: str, M: int, N: int, K: int, names: list[str], repeats: int, dev: str) -> list[dict]:

@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.cross_entropy import workgroup_sum
 from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, storage
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
@@ -114,7 +115,7 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
     """One invocation per element (or vec4 of elements; the invocation after the last quad does the tail)."""
     n = v.vec
     b.local_size(WG)
-    bufs = [b.buffer(k, f32, acc) for k, acc in enumerate(("rw", "r", "rw", "rw", "r"))]
+    bufs = [b.buffer(k, f32, acc, v.get("addressed", False)) for k, acc in enumerate(("rw", "r", "rw", "rw", "r"))]
     clip_buf, norm_buf = b.buffer(5, f32, "r"), b.buffer(6, f32, "r")
     # The values that change every step (they depend on lr and the step count) come from a buffer, not push
     # constants, so that a captured step can be replayed with new ones (helios.runtime.capture).
@@ -159,6 +160,25 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
                     update(bufs + [copy_buf], k)
 
 
+# "_addr": p, g, m, v and the mask through device addresses, where the device offers them (CPU drivers):
+# 1.75x faster on lavapipe 25 (each invocation's loads become gathers instead of a per-lane loop).
+BASE_VARIANTS = {"scalar": {"vec": 1}, "vec4": {"vec": 4},
+                 "scalar_addr": {"vec": 1, "addressed": True}, "vec4_addr": {"vec": 4, "addressed": True}}
+
+
+@selection.rule("adamw", choices=BASE_VARIANTS)
+def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) -> str:
+    """vec4 loads from 4 elements on, through device addresses where the device enables them."""
+    (n,) = shape
+    if forced is not None:
+        if forced.endswith("_addr") and not info.buffer_device_address:
+            raise ValueError(f"adamw variant {forced!r} reads through device addresses, which this device "
+                             "does not enable (DeviceInfo.buffer_device_address); force a variant without _addr")
+        return forced
+    name = "vec4" if n >= 4 else "scalar"
+    return name + "_addr" if info.buffer_device_address else name
+
+
 GRAD_NORM_PARTIAL = Kernel(
     "grad_norm_partial", _build_partial,
     variants={"scalar": {"vec": 1, "lanes": False}, "vec4": {"vec": 4, "lanes": False},
@@ -169,9 +189,8 @@ GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar":
                           grid=lambda n: (1, 1, 1), flops=lambda n: n, bytes=lambda n: 4 * n + 8)
 ADAMW = Kernel(
     "adamw", _build_adamw,
-    variants={"scalar": {"vec": 1}, "vec4": {"vec": 4},
-              **{f"{name}_{dtype}": {"vec": n, "copy": dtype} for dtype in HALF_DTYPES
-                 for name, n in (("scalar", 1), ("vec4", 4))}},
+    variants={**BASE_VARIANTS, **{f"{name}_{dtype}": {**p, "copy": dtype} for dtype in HALF_DTYPES
+                                  for name, p in BASE_VARIANTS.items()}},
     grid=lambda n, vec=4: _grid(n // vec + (1 if n % vec else 0), WG),
     flops=lambda n: 18 * n,
     bytes=lambda n, masked=True: (28 + (4 if masked else 0)) * n,  # p, m, v read+written; g (and mask) read
@@ -265,13 +284,13 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
     scalars = step_scalars(lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, step=step)
     if step_buffer is None:
         step_buffer = rt.from_numpy(scalars)
-    vec = 4 if n >= 4 else 1
+    variant = selection.choose("adamw", (n,))
+    vec = ADAMW.variant(variant).vec
     one = _constant(1.0)
     push = {"n": n, "beta1": beta1, "beta2": beta2, "eps": eps,
             "skip_above": skip_above if norm is not None else math.inf, "masked": int(decay_mask is not None)}
     buffers = [params, grads, m, v, decay_mask if decay_mask is not None else one,
                clip_coef if clip_coef is not None else one, norm if norm is not None else _constant(0.0), step_buffer]
-    variant = "vec4" if vec == 4 else "scalar"
     if working_copy is not None:
         copy_dtype = FLOAT_DTYPES.get(working_copy.dtype)
         if copy_dtype not in HALF_DTYPES:

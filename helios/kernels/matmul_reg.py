@@ -137,7 +137,8 @@ def reg_grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
     return ceil_div(N, v.tn * v.wx), ceil_div(M, v.tm * v.wy), batch
 
 
-# name -> parameters (layout and vec are added per kernel): small, medium and large blocks.
+# name -> parameters (layout and vec are added per kernel): small, medium and large blocks, and the
+# addressed block that CPU drivers with device addresses run (see REG_ADDRESSED).
 # Bigger blocks load less per FMA but JIT superlinearly slower on lavapipe (cold compile of one pipeline,
 # measured: 8x8 0.4 s, 16x16 2.2 s, 32x16 11 s, 64x16 73 s; Mesa's disk cache makes later runs instant),
 # so 32x16 is the largest offered.
@@ -145,4 +146,9 @@ REG_TILINGS = {
     "reg8x8": {"tm": 8, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg16x16": {"tm": 16, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg32x16": {"tm": 32, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
+    "reg12x8a": {"tm": 12, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True},
 }
+# With A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
+# per-lane loop, so loads stop dominating and a block whose 96 accumulators spill less wins: on lavapipe 25,
+# 1.4x the table's descriptor-bound tilings over the default config's training shapes (docs/BENCHMARKS.md).
+REG_ADDRESSED = "reg12x8a"

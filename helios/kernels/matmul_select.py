@@ -20,7 +20,9 @@ from helios.spirv import ceil_div
 
 REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
 TILED = ("tiled32", "tiled64", "tiled128")
+ADDRESSED = ("reg12x8a",)  # read A and B through device addresses (DeviceInfo.buffer_device_address)
 BLOCKS = {"reg8x8": (8, 64), "reg16x16": (16, 128), "reg32x16": (32, 128),  # (rows, columns) of C per workgroup
+          "reg12x8a": (12, 64),
           "tiled32": (32, 32), "tiled64": (64, 64), "tiled128": (128, 128)}
 
 _tuned: dict[str, dict[str, str]] = {}  # device key -> {shape key: tiling}
@@ -79,8 +81,26 @@ def reg_ok(info) -> bool:
     return info.min_subgroup_size >= 8
 
 
+def runnable(info, tiling: str) -> bool:
+    """Whether this device can run `tiling` (register tilings need an 8-wide subgroup; addressed ones also
+    device addresses)."""
+    if tiling in TILED:
+        return True
+    return reg_ok(info) and (tiling in REG or info.buffer_device_address)
+
+
+def device_tilings(info) -> tuple[str, ...]:
+    """The tilings this device family runs (what the tuner and `bench matmul --variant all` try)."""
+    if not (info.is_cpu and reg_ok(info)):
+        return TILED
+    return REG + ADDRESSED if info.buffer_device_address else REG
+
+
 def table_choice(info, M: int, N: int, batch: int) -> str:
-    """The table's tiling for an M x N (x batch) output on this device."""
+    """The table's tiling for an M x N (x batch) output on this device: on CPU drivers with device addresses
+    the addressed register tiling for every shape."""
+    if info.is_cpu and reg_ok(info) and info.buffer_device_address:
+        return ADDRESSED[0]
     family = REG if info.is_cpu and reg_ok(info) else TILED
     # Enough workgroups to keep every core (CPU) or a GPU's many multiprocessors busy.
     wanted = 8 if info.is_cpu else 128
@@ -96,7 +116,10 @@ def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) ->
     """The tiling for shape = (layout, M, N, K, batch): the forced one, else a stored tuning winner, else the
     table's (a register tiling where the device cannot run one gives way to the table)."""
     layout, M, N, K, batch = shape
+    if forced in ADDRESSED and not info.buffer_device_address:
+        raise ValueError(f"matmul tiling {forced!r} reads through device addresses, which this device does not "
+                         "enable (DeviceInfo.buffer_device_address); force a tiling without the 'a' suffix")
     choice = forced or load_tuning(info).get(shape_key(layout, M, N, K, batch))
-    if choice is None or (choice in REG and not reg_ok(info)):
+    if choice is None or not runnable(info, choice):
         return table_choice(info, M, N, batch)
     return choice

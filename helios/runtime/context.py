@@ -111,7 +111,8 @@ class Runtime:
             known, t0 = len(self.pipelines), time.perf_counter()
             module = self.module_of(kernel_or_module, variant)
             # The kernel object is kept in the entry so that its id(), the outer key, is never reused.
-            entry = per_kernel[key] = (self.pipelines.get(module, spec), push_packer(module), kernel_or_module)
+            entry = per_kernel[key] = (self.pipelines.get(module, spec), push_packer(module), kernel_or_module,
+                                       module.addressed)
             if self.on_compile is not None and len(self.pipelines) > known:
                 self.on_compile(f"{module.name}:{module.variant}", len(self.pipelines),
                                 (time.perf_counter() - t0) * 1000.0)
@@ -136,6 +137,8 @@ class Runtime:
             gx, gy, gz = self._grid(pipe, grid)
             if not gx:
                 return  # an empty grid does no work
+        if entry[3]:
+            push = with_addresses(push, buffers, entry[3])
         self.recorder.dispatch(pipe, buffers, entry[1](push) if pipe.push_size else None, gx, gy, gz)
 
     def _grid(self, pipe, grid) -> tuple[int, int, int]:
@@ -250,6 +253,19 @@ def _heap_budget(info, memory_type) -> int:
 
 
 _PUSH_CODES = {"f32": "f", "u32": "I", "i32": "i"}
+
+
+def with_addresses(push: Mapping[str, Any] | None, buffers: Sequence, addressed: tuple[int, ...]) -> dict:
+    """push plus the device address of each addressed binding's tensor, as the fields the kernel declared."""
+    out = dict(push) if push else {}
+    for k in addressed:
+        a = buffers[k].address
+        if not a:  # a pool without the device-address usage: the kernel would read through a null pointer
+            raise HeliosError(f"binding {k} is read through its device address, but this device does not enable "
+                              "buffer device addresses (helios info: buffer_device_address); launch a variant "
+                              "that binds it as a storage buffer")
+        out[f"addr{k}_lo"], out[f"addr{k}_hi"] = a & 0xFFFFFFFF, a >> 32
+    return out
 
 
 def push_packer(module):

@@ -34,6 +34,9 @@ from helios.errors import HeliosError, OutOfMemoryError, TensorTooLargeError
 # offset is a legal descriptor offset on every device, and views only have to respect the device's own limit.
 REGION_ALIGN = 256
 MiB = 1 << 20
+# Vulkan 1.2 core values the `vulkan` binding leaves as None (it exposes only their _KHR/_EXT aliases, unset).
+SHADER_DEVICE_ADDRESS_BIT = 0x00020000  # VkBufferUsageFlagBits
+MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT = 0x00000002  # VkMemoryAllocateFlagBits
 
 
 # One key sequence for every pool (device and staging): hazard tracking is keyed by region, so two pools
@@ -70,7 +73,7 @@ class Timeline(Protocol):
 class Block:
     """One VkDeviceMemory allocation with a VkBuffer over all of it, carved from the bottom up."""
 
-    __slots__ = ("memory", "buffer", "handle", "size", "top", "live", "host", "dedicated", "index")
+    __slots__ = ("memory", "buffer", "handle", "size", "top", "live", "host", "dedicated", "index", "address")
 
     def __init__(self, memory, buffer, handle: int, size: int, host: np.ndarray | None, dedicated: bool,
                  index: int):
@@ -81,6 +84,7 @@ class Block:
         self.host = host  # uint8 view of the persistent mapping, or None when not host visible
         self.dedicated = dedicated
         self.index = index
+        self.address = 0  # the buffer's device address (0 where the device has no bufferDeviceAddress)
 
 
 class Region:
@@ -158,7 +162,8 @@ class BufferPool:
         vk = self.vk
         self.usage = usage if usage is not None else (
             vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-            | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+            | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
+            | (SHADER_DEVICE_ADDRESS_BIT if device.info.buffer_device_address else 0))
         self.blocks: list[Block] = []
         self._ready: dict[int, list[Region]] = {}  # size class -> regions the device is done with
         self._pending: dict[int, list[Region]] = {}  # size class -> released regions still possibly in use
@@ -370,7 +375,10 @@ class BufferPool:
             allowed = [t for t in self.memory_types if req.memoryTypeBits & (1 << t)]
             if not allowed:
                 raise HeliosError(f"no memory type suits the {self.name} pool's buffers on this device")
-            alloc = vk.VkMemoryAllocateInfo(allocationSize=req.size, memoryTypeIndex=allowed[0])
+            flags = None
+            if self.usage & SHADER_DEVICE_ADDRESS_BIT:
+                flags = vk.VkMemoryAllocateFlagsInfo(flags=MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT)
+            alloc = vk.VkMemoryAllocateInfo(pNext=flags, allocationSize=req.size, memoryTypeIndex=allowed[0])
             memory = self._allocate_memory(alloc)
             vk.vkBindBufferMemory(dev, buffer, memory, 0)
             host = None
@@ -384,6 +392,8 @@ class BufferPool:
             raise
         handle = int(self.ffi.cast("uintptr_t", buffer))
         block = Block(memory, buffer, handle, size, host, dedicated, self._next_block)
+        if self.usage & SHADER_DEVICE_ADDRESS_BIT:
+            block.address = self.device.buffer_address(buffer)
         self._next_block += 1
         self.blocks.append(block)
         self.bytes_reserved += size

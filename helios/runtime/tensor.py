@@ -86,6 +86,12 @@ class Tensor:
         return s.buffer, s.base + self._offset, self.nbytes
 
     @property
+    def address(self) -> int:
+        """The device address of the first element (kernels with addressed bindings read through it)."""
+        s = self.storage
+        return s.region.block.address + s.base + self._offset
+
+    @property
     def runtime(self):
         return self.storage.runtime
 

@@ -60,6 +60,7 @@ class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
         self._builtins: dict[tuple[str, int], Value] = {}
         self._builtin_vars: dict[str, tuple[int, DType]] = {}
         self._result: ShaderModule | None = None
+        self._strided_pointers: set[int] = set()  # PhysicalStorageBuffer pointer types given an ArrayStride
 
     # -- low-level emission (used by Value, memory and the mixins) -------------------------------
     def _op_id(self, opcode: int, result_type: int, *operands) -> int:
@@ -129,15 +130,20 @@ class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
             dims.append(d)
         self._local_size = tuple(dims)
 
-    def buffer(self, binding: int, dtype: ScalarType, access: str = "rw") -> Buffer:
-        """Storage buffer `binding` (set 0) of dtype scalars; access "r", "w" or "rw"."""
+    def buffer(self, binding: int, dtype: ScalarType, access: str = "rw", addressed: bool = False) -> Buffer:
+        """Storage buffer `binding` (set 0) of dtype scalars; access "r", "w" or "rw". An `addressed` buffer
+        is still bound (the runtime tracks hazards by binding) but read and written through its device
+        address, which the runtime pushes as the fields `addr<binding>_lo` and `addr<binding>_hi`."""
         if access not in ACCESS:
             raise SpirvError(f"buffer access must be one of {ACCESS}, got {access!r}")
         if not isinstance(dtype, ScalarType) or dtype.is_bool:
             raise SpirvError(f"buffers hold f32, f16, i32, u32 or u64, not {dtype!r}")
         if binding in self._buffers:
             raise SpirvError(f"binding {binding} is declared twice")
-        buf = Buffer(self, binding, dtype, access)
+        address = None
+        if addressed:
+            address = (self.push(f"addr{binding}_lo", u32), self.push(f"addr{binding}_hi", u32))
+        buf = Buffer(self, binding, dtype, access, address)
         self._buffers[binding] = buf
         return buf
 
@@ -301,7 +307,9 @@ class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
         fn_type = m.type_function(void)
         # Cooperative matrices require the Vulkan memory model; everything else keeps GLSL450.
         model = g.MemoryModel.Vulkan if "VulkanMemoryModel" in m.capabilities else g.MemoryModel.GLSL450
-        m.emit(m.memory_model, g.Op.MemoryModel, g.AddressingModel.Logical, model)
+        addressing = (g.AddressingModel.PhysicalStorageBuffer64 if "PhysicalStorageBufferAddresses" in m.capabilities
+                      else g.AddressingModel.Logical)
+        m.emit(m.memory_model, g.Op.MemoryModel, addressing, model)
         m.emit(m.entry_points, g.Op.EntryPoint, g.ExecutionModel.GLCompute, self._function, "main",
                *m.interface)
         m.name(self._function, "main")
@@ -325,5 +333,6 @@ class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
             key=hashlib.sha256(words).hexdigest(), local_size_source=sources,
             capabilities=tuple(sorted(m.capabilities, key=lambda c: getattr(g.Capability, c))),
             extensions=tuple(sorted(m.extensions)),
+            addressed=tuple(k for k in sorted(self._buffers) if self._buffers[k].address is not None),
         )
         return self._result

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from helios.spirv.grammar import Op
+from helios.spirv.grammar import MemoryAccess, Op
 from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, f32, u16, u32, vec, with_count
 from helios.spirv.values import Value
 
@@ -30,16 +30,24 @@ class _Indexable:
 
     def __getitem__(self, k) -> Value:
         self._check(reading=True)
-        ptr, t, _ = self._pointer(k)
-        return self.b._op(Op.Load, t, ptr)
+        ptr, t, storage = self._pointer(k)
+        return self.b._op(Op.Load, t, ptr, *_aligned(storage, t))
 
     def __setitem__(self, k, value) -> None:
         self._check(reading=False)
-        ptr, t, _ = self._pointer(k)
+        ptr, t, storage = self._pointer(k)
         v = self.b._as_value(value, t)
         if v.type != t:
             raise SpirvError(f"storing a {v.type.name} into an element of type {t.name}: use b.cast")
-        self.b._emit(Op.Store, ptr, v.id)
+        self.b._emit(Op.Store, ptr, v.id, *_aligned(storage, t))
+
+
+def _aligned(storage: str, t: DType) -> tuple[int, ...]:
+    """The memory operands of a load or store: accesses through a device address must state their alignment
+    (an element of t is aligned to its size: regions start on 256 bytes and elements are packed)."""
+    if storage != "PhysicalStorageBuffer":
+        return ()
+    return (MemoryAccess.Aligned, t.size)
 
 
 def bf16_bits(b: KernelBuilder, v: Value) -> Value:
@@ -84,9 +92,9 @@ class BufferView(_Indexable):
         if not self.widened:
             return super().__getitem__(k)
         self._check(reading=True)
-        ptr, t, _ = self._pointer(k)
+        ptr, t, storage = self._pointer(k)
         b = self.b
-        bits = b.cast(b._op(Op.Load, t, ptr), u32)
+        bits = b.cast(b._op(Op.Load, t, ptr, *_aligned(storage, t)), u32)
         if self.widened == "bf16":
             return b.bitcast(bits << 16, with_count(f32, t.count))
         return fp16_widen(b, bits)
@@ -95,13 +103,13 @@ class BufferView(_Indexable):
         if not self.widened:
             return super().__setitem__(k, value)
         self._check(reading=False)
-        ptr, t, _ = self._pointer(k)
+        ptr, t, storage = self._pointer(k)
         b, want = self.b, with_count(f32, t.count)
         v = b._as_value(value, want)
         if v.type != want:
             raise SpirvError(f"a {self.widened} element stores from {want.name}, got {v.type.name}: use b.cast")
         bits = bf16_bits(b, v) if self.widened == "bf16" else fp16_bits(b, v)
-        self.b._emit(Op.Store, ptr, b.cast(bits, u16).id)
+        self.b._emit(Op.Store, ptr, b.cast(bits, u16).id, *_aligned(storage, t))
 
     @property
     def var(self) -> int:
@@ -132,18 +140,38 @@ class BufferView(_Indexable):
     def _pointer(self, k) -> tuple[int, DType, str]:
         b = self.b
         idx = b._as_index(k)
+        if self.buffer.address is not None:
+            return self._address_pointer(idx)
         ptr_t = b.m.type_pointer("StorageBuffer", b.m.type_of(self.stored))
         zero = b.m.constant(u32, 0)
         ptr = b._op_id(Op.AccessChain, ptr_t, self.var, zero, idx.id)
         return ptr, self.stored, "StorageBuffer"
 
 
+    def _address_pointer(self, idx: Value) -> tuple[int, DType, str]:
+        """Element idx through the binding's device address (pushed as two u32 words): on lavapipe a load
+        whose address differs per invocation becomes one gather instead of a bounds-checked scalar loop."""
+        b, m = self.b, self.b.m
+        m.require_capability("PhysicalStorageBufferAddresses")
+        if self.stored.elem.width == 16:
+            m.require_capability("StorageBuffer16BitAccess")
+        ptr_t = m.type_pointer("PhysicalStorageBuffer", m.type_of(self.stored))
+        if ptr_t not in b._strided_pointers:  # OpPtrAccessChain steps by the pointer type's ArrayStride
+            m.decorate(ptr_t, "ArrayStride", self.stored.size)
+            b._strided_pointers.add(ptr_t)
+        lo, hi = self.buffer.address
+        base = b._op_id(Op.Bitcast, ptr_t, b.vector(lo, hi).id)
+        return b._op_id(Op.PtrAccessChain, ptr_t, base, idx.id), self.stored, "PhysicalStorageBuffer"
+
+
 class Buffer(BufferView):
     """A storage buffer binding (descriptor set 0). `buf[i]` indexes scalars; `buf.vec4[i]` indexes
     vec4s of the same memory (element i covers scalars 4i..4i+3); `buf.view_as(t)` sees it as t's."""
 
-    def __init__(self, b: KernelBuilder, binding: int, dtype: ScalarType, access: str) -> None:
+    def __init__(self, b: KernelBuilder, binding: int, dtype: ScalarType, access: str,
+                 address: tuple[Value, Value] | None = None) -> None:
         self.b, self.binding, self.dtype, self.access = b, binding, dtype, access
+        self.address = address  # (low, high) u32 push constants of its device address, when addressed
         self.views: dict[DType, BufferView] = {dtype: self}
         BufferView.__init__(self, self, dtype)
 

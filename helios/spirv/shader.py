@@ -67,6 +67,9 @@ class ShaderModule:
     local_size_source: tuple[int | str, int | str, int | str] = field(default=(1, 1, 1))
     capabilities: tuple[str, ...] = ()
     extensions: tuple[str, ...] = ()
+    # Bindings read and written through device addresses: the runtime pushes each one's address as the
+    # fields addr<binding>_lo / addr<binding>_hi (helios.spirv.KernelBuilder.buffer(addressed=True)).
+    addressed: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:

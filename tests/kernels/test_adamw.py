@@ -14,6 +14,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import adamw as A
+from helios.kernels import selection
 from helios.spirv import validate
 
 KERNELS = [A.ADAMW, A.GRAD_NORM_PARTIAL, A.GRAD_NORM_FINISH]
@@ -65,7 +66,16 @@ def _arena(seed=0):
     return params, mask, grads
 
 
-def test_ten_steps_match_numpy_with_clipping_and_masking():
+@pytest.mark.parametrize("variant", [None, *A.BASE_VARIANTS])
+def test_ten_steps_match_numpy_with_clipping_and_masking(variant):
+    """Every variant (None: the rule's choice), descriptor-bound and through device addresses alike."""
+    if variant and variant.endswith("_addr") and not rt.get_runtime().info.buffer_device_address:
+        pytest.skip("this device does not enable buffer device addresses")
+    with selection.forcing("adamw", variant):
+        _ten_steps_match_numpy()
+
+
+def _ten_steps_match_numpy():
     params, mask, grads = _arena()
     n = params.size
     p, m, v, k = (rt.from_numpy(a) for a in (params, np.zeros(n, np.float32), np.zeros(n, np.float32), mask))

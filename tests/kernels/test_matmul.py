@@ -147,13 +147,25 @@ def test_batched(layout, tiling, b_batched):
 
 def test_table_choice_by_device_type():
     class Info:
-        def __init__(self, cpu):
-            self.is_cpu, self.min_subgroup_size = cpu, 8
+        def __init__(self, cpu, addresses=False):
+            self.is_cpu, self.min_subgroup_size, self.buffer_device_address = cpu, 8, addresses
 
     assert sel.table_choice(Info(True), 2048, 1152, 1) == "reg32x16"
     assert sel.table_choice(Info(True), 7, 9, 1) == "reg8x8"
+    assert sel.table_choice(Info(True, addresses=True), 2048, 1152, 1) == "reg12x8a"
+    assert sel.table_choice(Info(True, addresses=True), 1, 9, 1) == "reg12x8a"
     assert sel.table_choice(Info(False), 2048, 1152, 1) == "tiled128"
     assert sel.table_choice(Info(False), 64, 64, 1) == "tiled32"
+
+
+def test_addressed_tilings_need_device_addresses():
+    class Info:
+        is_cpu, min_subgroup_size, buffer_device_address = True, 8, False
+
+    with pytest.raises(ValueError, match="device addresses"):
+        sel.choose(Info(), ("nn", 8, 8, 8, 1), forced="reg12x8a")
+    assert sel.table_choice(Info(), 2048, 1152, 1) == "reg32x16"
+    assert "reg12x8a" not in sel.device_tilings(Info()) and sel.runnable(Info(), "reg8x8")
 
 
 def test_stored_tuning_winner_is_used(tmp_path, monkeypatch, device):

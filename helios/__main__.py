@@ -22,7 +22,8 @@ def format_report(info: dict) -> str:
     yes = lambda flag: "yes" if flag else "no"  # noqa: E731
     features = ["timeline_semaphore", "float16", "int16", "int64", "float64", "storage_16bit", "storage_8bit",
                 "vulkan_memory_model", "scalar_block_layout", "synchronization2", "maintenance4",
-                "push_descriptor", "float_atomic_add_buffer", "float_atomic_add_shared", "subgroup_size_control"]
+                "push_descriptor", "float_atomic_add_buffer", "float_atomic_add_shared", "subgroup_size_control",
+                "buffer_device_address"]
     lines = [
         f"device        {info['name']} (#{info['index']}, {info['device_type']})",
         f"driver        {info['driver_name']} {info['driver_info']}",

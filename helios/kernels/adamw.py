@@ -22,6 +22,9 @@ so the decision never visits the host. With `working_copy` ("*_bf16" / "*_fp16" 
 also writes the updated params, rounded to nearest even, into a bf16 or fp16 copy: the mixed-precision
 model's weights. fp16 holds at most 65504 in magnitude (larger params become +-Inf there; the fp32 masters
 are unaffected), bf16 has fp32's range.
+
+Grid shapes: `grad_norm_partial` (n,) the tensor's elements, `grad_norm_finish` (n,) the partials,
+`adamw` (n,) the arena's elements.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.cross_entropy import workgroup_sum
 from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, storage
-from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, one_workgroup, u32
 
 WG = 256
 MAX_PARTIALS = 1024  # workgroups of the first grad-norm stage, per tensor at most
@@ -183,15 +186,16 @@ GRAD_NORM_PARTIAL = Kernel(
     "grad_norm_partial", _build_partial,
     variants={"scalar": {"vec": 1, "lanes": False}, "vec4": {"vec": 4, "lanes": False},
               "scalar_lanes": {"vec": 1, "lanes": True}, "vec4_lanes": {"vec": 4, "lanes": True}},
-    grid=lambda n, vec=4: (_partial_plan(n, vec)[0], 1, 1), flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
+    grid=lambda shape, variant: (_partial_groups(shape[0], variant.vec, variant.lanes), 1, 1),
+    flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
 )
 GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar": {}},
-                          grid=lambda n: (1, 1, 1), flops=lambda n: n, bytes=lambda n: 4 * n + 8)
+                          grid=one_workgroup, flops=lambda n: n, bytes=lambda n: 4 * n + 8)
 ADAMW = Kernel(
     "adamw", _build_adamw,
     variants={**BASE_VARIANTS, **{f"{name}_{dtype}": {**p, "copy": dtype} for dtype in HALF_DTYPES
                                   for name, p in BASE_VARIANTS.items()}},
-    grid=lambda n, vec=4: _grid(n // vec + (1 if n % vec else 0), WG),
+    grid=lambda shape, variant: _grid(ceil_div(shape[0], variant.vec), WG),  # the last invocation does the tail
     flops=lambda n: 18 * n,
     bytes=lambda n, masked=True: (28 + (4 if masked else 0)) * n,  # p, m, v read+written; g (and mask) read
 )
@@ -226,13 +230,13 @@ def _constant(value: float):
     return found[1]
 
 
-def _partial_plan(n: int, vec: int) -> tuple[int, bool]:
-    """(workgroups, lanes) of the first grad-norm stage. GPUs: up to MAX_PARTIALS workgroups, each merged
-    through shared memory. CPU drivers: a few workgroups writing one partial per invocation, because a
-    barrier costs lavapipe ~0.3 ms per workgroup."""
-    if _rt().get_runtime().info.is_cpu:
-        return max(1, min(16, ceil_div(n, WG * vec * 64))), True
-    return max(1, min(MAX_PARTIALS, ceil_div(n, WG * vec * 8))), False
+def _partial_groups(n: int, vec: int, lanes: bool) -> int:
+    """Workgroups of the first grad-norm stage. "lanes" (CPU drivers): a few workgroups writing one partial
+    per invocation, because a barrier costs lavapipe ~0.3 ms per workgroup. Else (GPUs): up to MAX_PARTIALS
+    workgroups, each merged through shared memory."""
+    if lanes:
+        return max(1, min(16, ceil_div(n, WG * vec * 64)))
+    return max(1, min(MAX_PARTIALS, ceil_div(n, WG * vec * 8)))
 
 
 def grad_norm(grads, max_norm: float, layout: tuple[int, bool] | None = None):
@@ -245,17 +249,18 @@ def grad_norm(grads, max_norm: float, layout: tuple[int, bool] | None = None):
     total = 0
     for t in tensors:
         n = int(t.numel)
-        vec = 4 if n >= 4 else 1
-        groups, lanes = _partial_plan(n, vec) if layout is None else layout
-        plan.append((t, n, vec, groups, lanes, total))
+        lanes = rt.get_runtime().info.is_cpu if layout is None else layout[1]
+        variant = ("vec4" if n >= 4 else "scalar") + ("_lanes" if lanes else "")
+        groups = GRAD_NORM_PARTIAL.grid_for((n,), variant)[0] if layout is None else layout[0]
+        plan.append((t, n, variant, groups, total))
         total += groups * (WG if lanes else 1)
     partials = rt.empty((total,))
-    for t, n, vec, groups, lanes, offset in plan:
+    for t, n, variant, groups, offset in plan:
         rt.launch(GRAD_NORM_PARTIAL, [t, partials], push={"n": n, "offset": offset}, grid=(groups, 1, 1),
-                  variant=("vec4" if vec == 4 else "scalar") + ("_lanes" if lanes else ""))
+                  variant=variant)
     norm, clip = rt.empty((1,)), rt.empty((1,))
     rt.launch(GRAD_NORM_FINISH, [partials, norm, clip], push={"n": total, "max_norm": float(max_norm)},
-              grid=(1, 1, 1))
+              grid=GRAD_NORM_FINISH.grid_for((total,)))
     return norm, clip
 
 
@@ -285,7 +290,6 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
     if step_buffer is None:
         step_buffer = rt.from_numpy(scalars)
     variant = selection.choose("adamw", (n,))
-    vec = ADAMW.variant(variant).vec
     one = _constant(1.0)
     push = {"n": n, "beta1": beta1, "beta2": beta2, "eps": eps,
             "skip_above": skip_above if norm is not None else math.inf, "masked": int(decay_mask is not None)}
@@ -297,8 +301,7 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
             raise TypeError(f"adamw_step: working_copy must be bfloat16 or float16, got {working_copy.dtype}")
         buffers.append(working_copy)
         variant += f"_{copy_dtype}"
-    items = n // vec + (1 if n % vec else 0)
-    rt.launch(ADAMW, buffers, push=push, grid=_grid(items, WG), variant=variant)
+    rt.launch(ADAMW, buffers, push=push, grid=ADAMW.grid_for((n,), variant), variant=variant)
     return params
 
 

@@ -29,11 +29,9 @@ from helios.kernels.attention_backward import (
     ATTENTION_BACKWARD_DKV,
     ATTENTION_BACKWARD_DQ,
     ATTENTION_BACKWARD_PRE,
-    dkv_grid,
-    pre_grid,
 )
 from helios.kernels.attention_common import KERNEL_VARIANTS, MAX_D4, TILED_MAX_D, VARIANTS, spec_values
-from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops, forward_grid
+from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops
 from helios.kernels.attention_reference import reference, reference_backward
 from helios.kernels.dtypes import FLOAT_DTYPES, check_float, dtype_variant, variant_dtype
 from helios.kernels.rng import counter_or_zero, seed_words
@@ -108,11 +106,12 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
     dtype = check_float(qkv)
     _check(qkv, B, T, H, Hkv, D, dropout_p)
     variant = selection.choose("attention", (D,), dtype)
+    name = dtype_variant(variant, dtype)
     o, lse = empty((B, T, H * D), qkv.dtype), empty((B, H, T))
     launch(ATTENTION_FORWARD, [qkv, o, lse, counter_or_zero(counter)],
-           push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset), grid=forward_grid(B, T, H, variant),
-           spec=_spec(variant, D, causal, softcap, dropout_p),
-           variant=dtype_variant(variant, dtype))
+           push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
+           grid=ATTENTION_FORWARD.grid_for((B, T, H, Hkv), name), spec=_spec(variant, D, causal, softcap, dropout_p),
+           variant=name)
     return o, lse
 
 
@@ -128,15 +127,16 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
     variant = selection.choose("attention", (D,), dtype)
     push = _push(T, H, Hkv, D, softcap, dropout_p, seed, offset)
     spec = _spec(variant, D, causal, softcap, dropout_p)
+    shape, name, pre = (B, T, H, Hkv), dtype_variant(variant, dtype), dtype_variant("vec4", dtype)
     delta = empty((B, H, T))
-    launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H}, grid=pre_grid(B, T, H),
-           spec={"D4": D // 4}, variant=dtype_variant("vec4", dtype))
+    launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H},
+           grid=ATTENTION_BACKWARD_PRE.grid_for(shape, pre), spec={"D4": D // 4}, variant=pre)
     dqkv = empty((B, T, (H + 2 * Hkv) * D), qkv.dtype)
     bufs = [qkv, lse, do, delta, dqkv, counter_or_zero(counter)]
-    launch(ATTENTION_BACKWARD_DQ, bufs, push=push, grid=forward_grid(B, T, H, variant), spec=spec,
-           variant=dtype_variant(variant, dtype))
-    launch(ATTENTION_BACKWARD_DKV, bufs, push=push, grid=dkv_grid(B, T, Hkv, variant), spec=spec,
-           variant=dtype_variant(variant, dtype))
+    launch(ATTENTION_BACKWARD_DQ, bufs, push=push, grid=ATTENTION_BACKWARD_DQ.grid_for(shape, name), spec=spec,
+           variant=name)
+    launch(ATTENTION_BACKWARD_DKV, bufs, push=push, grid=ATTENTION_BACKWARD_DKV.grid_for(shape, name), spec=spec,
+           variant=name)
     return dqkv
 
 

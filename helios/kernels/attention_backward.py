@@ -27,7 +27,7 @@ from helios.kernels.attention_common import (
     uniform_bounds,
     zero_regs,
 )
-from helios.kernels.attention_forward import attention_flops, capped, dropped, row_bounds
+from helios.kernels.attention_forward import attention_flops, capped, dropped, forward_grid, row_bounds
 from helios.kernels.dtypes import storage, variant_dtype, with_dtypes
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
@@ -216,11 +216,15 @@ def backward_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> float
     return 2.5 * attention_flops(B, T, H, D, causal)
 
 
-def pre_grid(B: int, T: int, H: int) -> tuple[int, int, int]:
+def pre_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """shape = (B, T, H, Hkv): a workgroup per PRE_WG query rows of a head."""
+    B, T, H, _ = shape
     return (ceil_div(T, PRE_WG), H, B)
 
 
-def dkv_grid(B: int, T: int, Hkv: int, variant: str) -> tuple[int, int, int]:
+def dkv_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """shape = (B, T, H, Hkv): a workgroup per rows_per_group key rows of a KV head."""
+    B, T, _, Hkv = shape
     return (ceil_div(T, rows_per_group(variant)), Hkv, B)
 
 
@@ -229,8 +233,7 @@ ATTENTION_BACKWARD_PRE = Kernel(
     flops=lambda B, T, H, D: 2 * B * T * H * D, bytes=lambda B, T, H, D: 8 * B * T * H * D + 4 * B * H * T,
 )
 ATTENTION_BACKWARD_DQ = Kernel(
-    "attention_backward_dq", build_dq, variants=KERNEL_VARIANTS, grid=lambda B, T, H, variant: (
-        ceil_div(T, rows_per_group(variant)), H, B),
+    "attention_backward_dq", build_dq, variants=KERNEL_VARIANTS, grid=forward_grid,  # query-parallel too
     flops=lambda B, T, H, D, causal=True: 1.5 * attention_flops(B, T, H, D, causal),
 )
 ATTENTION_BACKWARD_DKV = Kernel(

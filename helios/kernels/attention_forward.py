@@ -128,7 +128,9 @@ def attention_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> floa
     return 4.0 * B * H * T * T * D * (0.5 if causal else 1.0)
 
 
-def forward_grid(B: int, T: int, H: int, variant: str) -> tuple[int, int, int]:
+def forward_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """shape = (B, T, H, Hkv), every attention kernel's: a workgroup per rows_per_group query rows of a head."""
+    B, T, H, _ = shape
     return (ceil_div(T, rows_per_group(variant)), H, B)
 
 

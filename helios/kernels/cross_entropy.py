@@ -17,6 +17,7 @@ The rows kernel has "bf16_*" and "fp16_*" variants (helios.kernels.dtypes): logi
 written in that io dtype (one rounding per element); the max, sum, softmax, row losses and the loss are f32.
 fp16 dlogits carry grad_scale / n_valid, so with many rows the small probabilities fall into fp16's
 subnormals (below 6e-5) or to zero: pass a loss scale as grad_scale, as fp16 training does anyway.
+Every kernel's grid shape is (N, V).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
-from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32, vec
+from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, one_workgroup, u32, vec
 
 WG_ROW = 128  # invocations per row
 WG_REDUCE = 256  # invocations of the single-workgroup count and mean kernels
@@ -192,19 +193,19 @@ def _build_mean(b: KernelBuilder, v: Variant) -> None:
 
 
 CROSS_ENTROPY_COUNT = Kernel("cross_entropy_count", _build_count, variants={"scalar": {}},
-                             grid=lambda n, vocab: (1, 1, 1), flops=lambda n, vocab: n,
+                             grid=one_workgroup, flops=lambda n, vocab: n,
                              bytes=lambda n, vocab: 4 * n + 4)
 CROSS_ENTROPY_ROWS = Kernel(
     "cross_entropy_rows", _build_rows,
     variants=with_dtypes({"scalar": {"vec": 1, "subgroup": False}, "vec4": {"vec": 4, "subgroup": False},
                           "scalar_subgroup": {"vec": 1, "subgroup": True},
                           "vec4_subgroup": {"vec": 4, "subgroup": True}}),
-    grid=lambda n, vocab: _row_grid(n),
+    grid=lambda shape, variant: _row_grid(shape[0]),
     flops=lambda n, vocab: 12 * n * vocab,  # ~2 exps, max, fma in pass 1; exp, sub, mul in pass 2
     bytes=lambda n, vocab: 12 * n * vocab + 12 * n,  # logits read twice, dlogits written once
 )
 CROSS_ENTROPY_MEAN = Kernel("cross_entropy_mean", _build_mean, variants={"scalar": {}},
-                            grid=lambda n, vocab: (1, 1, 1), flops=lambda n, vocab: n,
+                            grid=one_workgroup, flops=lambda n, vocab: n,
                             bytes=lambda n, vocab: 4 * n + 8)
 
 
@@ -254,12 +255,14 @@ def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1
     dlogits = rt.empty(tuple(logits.shape), logits.dtype) if out is None else out
     stats, losses, loss = rt.empty((1,)), rt.empty((max(n_rows, 1),)), rt.empty((1,))
     push = {"n_rows": n_rows, "vocab": vocab, "ignore_index": int(ignore_index)}
-    rt.launch(CROSS_ENTROPY_COUNT, [targets, stats], push=push, grid=(1, 1, 1))
+    shape = (n_rows, vocab)
+    rt.launch(CROSS_ENTROPY_COUNT, [targets, stats], push=push, grid=CROSS_ENTROPY_COUNT.grid_for(shape))
     suffix, wg = row_layout() if layout is None else layout
     variant = dtype_variant(("vec4" if vocab % 4 == 0 else "scalar") + suffix, dtype)
     rt.launch(CROSS_ENTROPY_ROWS, [logits, targets, stats, dlogits, losses], push={**push, "grad_scale": grad_scale},
-              grid=_row_grid(n_rows), variant=variant, spec={"WG": wg})
-    rt.launch(CROSS_ENTROPY_MEAN, [losses, stats, loss], push={"n_rows": n_rows}, grid=(1, 1, 1))
+              grid=CROSS_ENTROPY_ROWS.grid_for(shape, variant), variant=variant, spec={"WG": wg})
+    rt.launch(CROSS_ENTROPY_MEAN, [losses, stats, loss], push={"n_rows": n_rows},
+              grid=CROSS_ENTROPY_MEAN.grid_for(shape))
     return loss, dlogits
 
 

@@ -203,14 +203,15 @@ def map_kernel(name: str, body: Body, n_in: int = 1, n_out: int = 1, params: Seq
                flops: int = 1, inplace: bool = False, broadcast: bool = False,
                inputs: Sequence[ScalarType] | None = None, counter: str | None = None,
                outputs: Sequence[ScalarType] | None = None) -> Kernel:
-    """A Kernel for an elementwise map with `flops` FLOPs per element; bytes count 4 per operand element.
+    """A Kernel for an elementwise map over n elements (grid shape (n,)) with `flops` FLOPs per element; bytes
+    count 4 per operand element.
     `inputs`/`outputs`: operand types (default f32; f32 ones are stored in the variant's dtype, others as is).
     `counter`: the u32 param that a trailing one-word buffer is added to (see map_build)."""
     ins = tuple(inputs) if inputs is not None else (f32,) * n_in
     outs = () if inplace else (tuple(outputs) if outputs is not None else (f32,) * n_out)
     moved = 4 * (len(ins) + (1 if inplace else n_out))
     return Kernel(name, map_build(body, ins, outs, params, inplace, counter), variants=map_variants(broadcast),
-                  grid=lambda n, v: grid_2d(work_items(n, v.vec)), flops=lambda n: flops * n,
+                  grid=lambda shape, variant: grid_2d(work_items(shape[0], variant.vec)), flops=lambda n: flops * n,
                   bytes=lambda n: moved * n)
 
 
@@ -240,7 +241,7 @@ def run_map(kernel: Kernel, tensors: Sequence[Tensor], n: int, bcast: str = "ful
     push = {"n": n, **params}
     if bcast != "full":
         push["cols"] = cols
-    launch(kernel, buffers=list(tensors), push=push, grid=kernel.grid(n, kernel.variant(variant)), variant=variant)
+    launch(kernel, buffers=list(tensors), push=push, grid=kernel.grid_for((n,), variant), variant=variant)
 
 
 def output(like: Tensor, out: Tensor | None) -> Tensor:

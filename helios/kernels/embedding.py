@@ -14,6 +14,9 @@ An id outside [0, V) reads as a zero row and contributes no gradient (torch woul
 Every kernel has "bf16_*" and "fp16_*" variants (helios.kernels.dtypes): the table, pos_table, out and dy
 are stored in that io dtype (the model reads a half working copy of its weights); the table and position
 gradients stay f32 (the fp32 grad arena), summed in f32.
+
+Grid shapes, (rows, D) each: `embedding` and "atomic" (N, D), "scan" (V, D), "sorted" (segments, D),
+`embedding_pos_backward` (position rows, D).
 """
 
 from __future__ import annotations
@@ -63,11 +66,13 @@ def _linear_id(b: KernelBuilder):
     return b.global_id(0) + b.global_id(1) * (b.num_workgroups(0) * WG)
 
 
-def _grid(items: int) -> tuple[int, int, int]:
-    """A (gx, gy, 1) grid of WG-wide groups covering `items` invocations within the device's limits."""
+def _rows_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """Every kernel's grid, shape = (rows, D): an invocation per vec-wide piece of each row, in a (gx, gy, 1)
+    grid of WG-wide groups within the device's limits."""
     from helios.device import get_device
 
-    groups = max(1, ceil_div(items, WG))
+    rows, d = shape
+    groups = max(1, ceil_div(rows * d // variant.get("vec", 1), WG))
     gx = min(groups, get_device().info.max_workgroup_count[0])
     return gx, ceil_div(groups, gx), 1
 
@@ -177,32 +182,32 @@ EMBEDDING = Kernel(
     "embedding", _build_lookup,
     variants=with_dtypes({"scalar": {"vec": 1, "pos": False}, "vec4": {"vec": 4, "pos": False},
                           "pos_scalar": {"vec": 1, "pos": True}, "pos_vec4": {"vec": 4, "pos": True}}),
-    grid=lambda n, d, vec=1: _grid(n * d // vec),
+    grid=_rows_grid,
     flops=lambda n, d, pos=False: n * d if pos else 0,
     bytes=lambda n, d, pos=False: 4 * n + 4 * n * d * (3 if pos else 2),
 )
 EMBEDDING_BACKWARD_ATOMIC = Kernel(
     "embedding_backward_atomic", _build_scatter_atomic, variants=with_dtypes({"atomic": {}}),
-    grid=lambda n, d: _grid(n * d),
+    grid=_rows_grid,
     flops=lambda n, d: n * d, bytes=lambda n, d: 4 * n + 12 * n * d,
     requires=("float_atomic_add_buffer",),
 )
 EMBEDDING_BACKWARD_SCAN = Kernel(
     "embedding_backward_scan", _build_scatter_scan,
     variants=with_dtypes({"scan": {"vec": 1}, "scan_vec4": {"vec": 4}}),
-    grid=lambda vocab, d, vec=1: _grid(vocab * d // vec),
+    grid=_rows_grid,
     flops=lambda n, vocab, d: n * d, bytes=lambda n, vocab, d: 4 * n * vocab * d + 4 * n * d + 8 * vocab * d,
 )
 EMBEDDING_BACKWARD_SORTED = Kernel(
     "embedding_backward_sorted", _build_scatter_sorted,
     variants=with_dtypes({"sorted": {"vec": 1}, "sorted_vec4": {"vec": 4}}),
-    grid=lambda segments, d, vec=1: _grid(segments * d // vec),
+    grid=_rows_grid,
     flops=lambda n, d: n * d, bytes=lambda n, segments, d: 8 * n + 8 * segments + 4 * n * d + 8 * segments * d,
 )
 EMBEDDING_POS_BACKWARD = Kernel(
     "embedding_pos_backward", _build_pos_grad,
     variants=with_dtypes({"scalar": {"vec": 1}, "vec4": {"vec": 4}}),
-    grid=lambda n_pos, d, vec=1: _grid(n_pos * d // vec),
+    grid=_rows_grid,
     flops=lambda n, d: n * d, bytes=lambda n, n_pos, d: 4 * n * d + 8 * n_pos * d,
 )
 
@@ -232,10 +237,10 @@ def embedding(ids, table, pos_table=None, out=None):
         raise ValueError(f"pos_table has {pos_table.shape[0]} rows but the sequences are {seq} long")
     out = rt.empty((n, d), table.dtype) if out is None else out
     vec = 4 if d % 4 == 0 else 1
-    name = ("pos_" if pos_table is not None else "") + ("vec4" if vec == 4 else "scalar")
+    name = dtype_variant(("pos_" if pos_table is not None else "") + ("vec4" if vec == 4 else "scalar"), dtype)
     buffers = [ids, table, out] + ([pos_table] if pos_table is not None else [])
     rt.launch(EMBEDDING, buffers, push={"n_rows": n, "dv": d // vec, "vocab": vocab, "T": seq},
-              grid=_grid(n * d // vec), variant=dtype_variant(name, dtype))
+              grid=EMBEDDING.grid_for((n, d), name), variant=name)
     return out
 
 
@@ -317,27 +322,31 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
         if not accumulate:
             rt.fill(table_grad, 0.0)
         if segments:
+            name = pick("sorted_vec4" if vec == 4 else "sorted")
             rt.launch(EMBEDDING_BACKWARD_SORTED, [order, starts, uniq, dy, table_grad],
                       push={"segments": segments, "dv": d // vec},
-                      grid=_grid(segments * d // vec), variant=pick("sorted_vec4" if vec == 4 else "sorted"))
+                      grid=EMBEDDING_BACKWARD_SORTED.grid_for((segments, d), name), variant=name)
     elif variant == "atomic":
         if not accumulate:
             rt.fill(table_grad, 0.0)
+        name = pick("atomic")
         rt.launch(EMBEDDING_BACKWARD_ATOMIC, [ids, dy, table_grad], push={"n_rows": n, "d": d, "vocab": vocab},
-                  grid=_grid(n * d), variant=pick("atomic"))
+                  grid=EMBEDDING_BACKWARD_ATOMIC.grid_for((n, d), name), variant=name)
     elif variant == "scan":
+        name = pick("scan_vec4" if vec == 4 else "scan")
         rt.launch(EMBEDDING_BACKWARD_SCAN, [ids, dy, table_grad],
                   push={"n_rows": n, "dv": d // vec, "vocab": vocab, "accumulate": int(accumulate)},
-                  grid=_grid(vocab * d // vec), variant=pick("scan_vec4" if vec == 4 else "scan"))
+                  grid=EMBEDDING_BACKWARD_SCAN.grid_for((vocab, d), name), variant=name)
     else:
         raise ValueError(f"embedding_backward variant must be 'sorted', 'atomic' or 'scan', not {variant!r}")
     if pos_grad is not None:
         n_pos = int(pos_grad.shape[0])
         if n_pos < seq:
             raise ValueError(f"pos_grad has {n_pos} rows but the sequences are {seq} long")
+        name = pick("vec4" if vec == 4 else "scalar")
         rt.launch(EMBEDDING_POS_BACKWARD, [dy, pos_grad],
                   push={"B": n // seq, "T": seq, "n_pos": n_pos, "dv": d // vec, "accumulate": int(accumulate)},
-                  grid=_grid(n_pos * d // vec), variant=pick("vec4" if vec == 4 else "scalar"))
+                  grid=EMBEDDING_POS_BACKWARD.grid_for((n_pos, d), name), variant=name)
     return table_grad, pos_grad
 
 

@@ -43,7 +43,7 @@ def build_copy_columns(b: KernelBuilder, v: Variant) -> None:
 COPY_COLUMNS = Kernel(
     "copy_columns", build_copy_columns,
     variants=with_dtypes({"copy": {"accumulate": False}, "add": {"accumulate": True}}),
-    grid=lambda rows, n: grid_2d(rows * n),
+    grid=lambda shape, variant: grid_2d(shape[0] * shape[1]),  # shape = (rows, n)
     flops=lambda rows, n: 0, bytes=lambda rows, n: 8 * rows * n,
 )
 
@@ -59,8 +59,8 @@ def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int
         raise ValueError(f"copy_columns: columns {src_off}+{n} of {src_cols} -> {dst_off}+{n} of {dst_cols} overflow")
     if rows * n == 0:
         return
-    launch(COPY_COLUMNS, [src, dst], variant=dtype_variant("add" if accumulate else "copy", dtype),
-           grid=COPY_COLUMNS.grid(rows, n),
+    variant = dtype_variant("add" if accumulate else "copy", dtype)
+    launch(COPY_COLUMNS, [src, dst], variant=variant, grid=COPY_COLUMNS.grid_for((rows, n), variant),
            push={"rows": rows, "n": n, "src_cols": src_cols, "src_off": src_off, "dst_cols": dst_cols,
                  "dst_off": dst_off})
 

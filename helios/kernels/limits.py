@@ -8,6 +8,8 @@ fraction of what the device can do at all (`python -m helios.bench limits`).
 - `limits_copy`: y = x, 4 floats per invocation, as one vec4 ("vec4") or as two 64-bit words ("u64x2":
   lavapipe moves storage-buffer data one component per invocation at a time, so fewer, wider components
   are faster there). n must be a multiple of 4; the grid is 2-D past 65535 groups.
+
+Grid shapes: `limits_fma` (threads, n), `limits_copy` (n,).
 """
 
 from __future__ import annotations
@@ -67,10 +69,11 @@ def _grid_2d(groups: int, max_x: int = 65535) -> tuple[int, int, int]:
 
 
 LIMITS_FMA = Kernel("limits_fma", build_fma, variants={"fma4": {"chains": 4}, "fma8": {"chains": 8}},
-                    grid=lambda threads: _grid_2d(ceil_div(threads, WG)), flops=fma_flops,
+                    grid=lambda shape, variant: _grid_2d(ceil_div(shape[0], WG)), flops=fma_flops,
                     bytes=lambda threads, n, chains: 4 * threads)
 LIMITS_COPY = Kernel("limits_copy", build_copy, variants={"vec4": {"access": "vec4"}, "u64x2": {"access": "u64x2"}},
-                     grid=lambda n: _grid_2d(ceil_div(n // 4, WG)), flops=lambda n: 0, bytes=lambda n: 8 * n)
+                     grid=lambda shape, variant: _grid_2d(ceil_div(shape[0] // 4, WG)), flops=lambda n: 0,
+                     bytes=lambda n: 8 * n)
 
 
 def reference_fma(seed: float, threads: int, n: int, chains: int) -> np.ndarray:
@@ -90,7 +93,8 @@ def reference_fma(seed: float, threads: int, n: int, chains: int) -> np.ndarray:
 def fma_run(threads: int, n: int, variant: str = "fma4", seed: float = -0.9, out: Tensor | None = None) -> Tensor:
     """Dispatch the FMA kernel over `threads` invocations (a multiple of 64), n loop iterations each."""
     out = out if out is not None else empty(threads)
-    launch(LIMITS_FMA, buffers=[out], push={"n": n, "seed": seed}, grid=LIMITS_FMA.grid(threads), variant=variant)
+    launch(LIMITS_FMA, buffers=[out], push={"n": n, "seed": seed}, grid=LIMITS_FMA.grid_for((threads, n), variant),
+           variant=variant)
     return out
 
 
@@ -98,7 +102,8 @@ def copy_run(x: Tensor, y: Tensor, variant: str = "vec4") -> Tensor:
     """y = x (n a multiple of 4)."""
     if x.numel % 4 or y.numel != x.numel:
         raise ValueError(f"copy needs equal sizes, a multiple of 4: {x.shape}, {y.shape}")
-    launch(LIMITS_COPY, buffers=[x, y], push={"n4": x.numel // 4}, grid=LIMITS_COPY.grid(x.numel), variant=variant)
+    launch(LIMITS_COPY, buffers=[x, y], push={"n4": x.numel // 4}, grid=LIMITS_COPY.grid_for((x.numel,), variant),
+           variant=variant)
     return y
 
 

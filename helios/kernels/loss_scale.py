@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from helios.kernels.adamw import CLIP_EPS
-from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, one_workgroup, u32
 
 INITIAL_SCALE = 2.0 ** 15  # fp16's largest power of two is 2^15: a scale that one fp16 value can also hold
 GROWTH_INTERVAL = 1000     # clean steps before the scale doubles (torch's GradScaler default is 2000)
@@ -77,7 +77,7 @@ def _build(b: KernelBuilder, v: Variant) -> None:
         state[3] = 0.0
 
 
-LOSS_SCALE_UPDATE = Kernel("loss_scale_update", _build, variants={"scalar": {}}, grid=lambda: (1, 1, 1),
+LOSS_SCALE_UPDATE = Kernel("loss_scale_update", _build, variants={"scalar": {}}, grid=one_workgroup,  # shape ()
                            flops=lambda: 8, bytes=lambda: 40)
 
 
@@ -92,7 +92,7 @@ def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWT
     if growth_interval < 1:
         raise ValueError(f"loss_scale_update: growth_interval must be >= 1, got {growth_interval}")
     true, coef = rt.empty((1,)), rt.empty((1,))
-    rt.launch(LOSS_SCALE_UPDATE, [norm, state, true, coef], grid=(1, 1, 1),
+    rt.launch(LOSS_SCALE_UPDATE, [norm, state, true, coef], grid=LOSS_SCALE_UPDATE.grid_for(()),
               push={"max_norm": float(max_norm), "growth_interval": int(growth_interval),
                     "max_scale": float(max_scale), "min_scale": float(min_scale)})
     return true, coef

@@ -64,9 +64,9 @@ def _build(b: KernelBuilder, v: Variant) -> None:
     (build_reg if v.kind == "reg" else build_tiled)(b, v)
 
 
-def grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
-    """Workgroups for one dispatch of variant v."""
-    return (reg_grid if v.kind == "reg" else tiled_grid)(M, N, batch, v)
+def grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """Workgroups for one dispatch of `variant` over shape = (M, N, batch)."""
+    return (reg_grid if variant.kind == "reg" else tiled_grid)(shape, variant)
 
 
 def flops(M: int, N: int, K: int, batch: int = 1) -> int:
@@ -197,7 +197,7 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
                preact_out if preact_out is not None else c]
-    launch(kernel, buffers=buffers, push=push, grid=grid(M, N, batch, kernel.variant(name)), spec=spec,
+    launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, batch), name), spec=spec,
            variant=name)
     return c
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.matmul_common import LAYOUTS, PUSH_FIELDS, Operands, a_index, b_index, epilogue, launch_params
+from helios.kernels.matmul_tiled import tiled_grid
 from helios.spirv import Kernel, KernelBuilder, Variant, boolean, ceil_div, f16, f32, u32
 from helios.spirv.coopmat import coopmat
 
@@ -104,10 +105,6 @@ def build(b: KernelBuilder, v: Variant) -> None:
             b.barrier()
 
 
-def grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
-    return ceil_div(N, v.bn), ceil_div(M, v.bm), batch
-
-
 def flops(M: int, N: int, K: int, batch: int = 1) -> int:
     return 2 * M * N * K * batch
 
@@ -120,7 +117,7 @@ def nbytes(M: int, N: int, K: int, batch: int = 1) -> int:
 KERNELS = {
     layout: Kernel(f"matmul_coopmat_{layout}", build,
                    variants={name: {"layout": layout, **p} for name, p in TILINGS.items()},
-                   grid=grid, flops=flops, bytes=nbytes, requires=("cooperative_matrix",))
+                   grid=tiled_grid, flops=flops, bytes=nbytes, requires=("cooperative_matrix",))  # bm x bn blocks
     for layout in LAYOUTS
 }
 
@@ -178,6 +175,6 @@ def matmul_half(a, b, trans_a: bool = False, trans_b: bool = False, bias=None, g
     push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
     buffers = [a, b, c, bias if bias is not None else c, residual if residual is not None else c,
                preact_out if preact_out is not None else c]
-    launch(kernel, buffers=buffers, push=push, grid=grid(M, N, batch, kernel.variant(tiling)), spec=spec,
+    launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, batch), tiling), spec=spec,
            variant=tiling)
     return c

@@ -132,9 +132,10 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     store_block(b, o, acc, m0, n0, z * o.sc)
 
 
-def reg_grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
-    """Workgroups for an M x N output per batch entry."""
-    return ceil_div(N, v.tn * v.wx), ceil_div(M, v.tm * v.wy), batch
+def reg_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """Workgroups for shape = (M, N, batch): one per (tm * wy) x (tn * wx) block of each batch entry's output."""
+    M, N, batch = shape
+    return ceil_div(N, variant.tn * variant.wx), ceil_div(M, variant.tm * variant.wy), batch
 
 
 # name -> parameters (layout and vec are added per kernel): small, medium and large blocks, and the

@@ -97,9 +97,10 @@ def build_tiled(b: KernelBuilder, v: Variant) -> None:
     store_block(b, o, acc, m_blk + ty, n_blk + tx, z * o.sc, row_step=rows_t, col_step=cols_t)
 
 
-def tiled_grid(M: int, N: int, batch: int, v: Variant) -> tuple[int, int, int]:
-    """Workgroups for an M x N output per batch entry."""
-    return ceil_div(N, v.bn), ceil_div(M, v.bm), batch
+def tiled_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """Workgroups for shape = (M, N, batch): one per bm x bn block of each batch entry's output."""
+    M, N, batch = shape
+    return ceil_div(N, variant.bn), ceil_div(M, variant.bm), batch
 
 
 # name -> parameters (layout and vec are added per kernel); small/medium/large block tiles.

@@ -262,12 +262,14 @@ def _bias_variants(**params) -> dict[str, dict]:
     return with_dtypes({**with_bias, **no_bias})
 
 
-def _forward_grid(rows: int, cols: int, v) -> tuple[int, int, int]:
-    return row_grid(rows, v, ROWS_PER_WORKER if v.cache else 1)
+def _forward_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """shape = (rows, cols)."""
+    return row_grid(shape[0], variant, ROWS_PER_WORKER if variant.cache else 1)
 
 
-def _backward_grid(workers: int, v) -> tuple[int, int, int]:
-    return worker_grid(workers, v.layout)
+def _backward_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """shape = (rows, cols): workgroups giving the _workers(rows) workers the `workers` push constant counts."""
+    return worker_grid(_workers(shape[0]), variant.layout)
 
 
 LAYERNORM = Kernel("layernorm", build_norm_forward, variants=_bias_variants(norm="layer"), grid=_forward_grid,
@@ -315,7 +317,7 @@ def layernorm(x: Tensor, w: Tensor, b: Tensor | None, eps: float = 1e-5) -> tupl
         variant = _variant(rows, cols, dtype, b is not None)
         launch(LAYERNORM, buffers=[x, w, w if b is None else b, y, rstd, mean], variant=variant,
                push={"rows": rows, "cols": cols, "eps": eps},
-               grid=_forward_grid(rows, cols, LAYERNORM.variant(variant)))
+               grid=LAYERNORM.grid_for((rows, cols), variant))
     return y, mean, rstd
 
 
@@ -326,7 +328,7 @@ def rmsnorm(x: Tensor, w: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
     if rows and cols:
         variant = _variant(rows, cols, dtype)
         launch(RMSNORM, buffers=[x, w, y, rstd], variant=variant, push={"rows": rows, "cols": cols, "eps": eps},
-               grid=_forward_grid(rows, cols, RMSNORM.variant(variant)))
+               grid=RMSNORM.grid_for((rows, cols), variant))
     return y, rstd
 
 
@@ -355,7 +357,7 @@ def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols:
     partial = empty((len(outs) * workers, cols))
     launch(kernel, buffers=[*tensors, dx, partial], variant=variant,
            push={"rows": rows, "cols": cols, "workers": workers},
-           grid=kernel.grid(workers, kernel.variant(variant)))
+           grid=kernel.grid_for((rows, cols), variant))
     accumulate = [acc for _, acc in outs]
     if len(set(accumulate)) == 1:  # dw and db in one pass
         sum_rows_into(partial, [k * workers * cols for k in range(len(outs))], workers, cols,

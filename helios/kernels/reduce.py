@@ -6,6 +6,9 @@ workgroups reduce grid-stride shares into partials and a second launch of the sa
 Column sums give invocations columns and workgroups chunks of rows, then sum the chunks' partials.
 Every kernel also reads bf16 and fp16 inputs ("bf16_*", "fp16_*" variants): they add up in f32 and write
 f32 results (row sums, scalars, and column sums such as bias gradients, which go to the fp32 grad arena).
+
+Grid shapes: `reduce_rows` (rows, cols), `reduce_all` (n,), `sum_rows` (rows, cols, chunk) with `chunk` the
+rows one invocation sums.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ REDUCE_ROWS = Kernel(
     "reduce_rows", build_reduce_rows,
     variants=with_dtypes({f"{op}_{name}": {**p, "op": op} for op in ("sum", "max")
                           for name, p in rowlib.row_variants(cached=False, dtypes=("f32",)).items()}),
-    grid=lambda rows, cols, v: row_grid(rows, v),
+    grid=lambda shape, variant: row_grid(shape[0], variant),
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * rows * (cols + 1),
 )
 
@@ -133,7 +136,7 @@ REDUCE_ALL = Kernel(
     "reduce_all", build_reduce_all,
     variants=with_dtypes({f"{op}_{name}": {"op": op, "vec": vec} for op in ("sum", "max", "sumsq")
                           for name, vec in (("scalar", 1), ("vec4", 4))}),
-    grid=lambda n, v: (all_groups(n), 1, 1),
+    grid=lambda shape, variant: (all_groups(shape[0]), 1, 1),
     flops=lambda n: 2 * n, bytes=lambda n: 4 * n,
 )
 
@@ -143,11 +146,12 @@ def all_groups(n: int) -> int:
     return _max(1, _min(256, ceil_div(n, ALL_LOCAL * 16)))
 
 
-def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float, groups: int) -> None:
+def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float) -> None:
+    """One launch of reduce_all: out[slot:slot + all_groups(n)] = the workgroups' reductions of x, times scale."""
     scalar = n < 4 or rowlib.forced_choice().width == "scalar"
     variant = dtype_variant(f"{op}_{'scalar' if scalar else 'vec4'}", check_float(x))
-    launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot}, grid=(groups, 1, 1),
-           variant=variant)
+    launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot},
+           grid=REDUCE_ALL.grid_for((n,), variant), variant=variant)
 
 
 def reduce_all(x: Tensor, op: str, scale: float = 1.0) -> Tensor:
@@ -160,11 +164,11 @@ def reduce_all(x: Tensor, op: str, scale: float = 1.0) -> Tensor:
         raise ValueError(f"cannot reduce an empty tensor {x.shape}")
     groups = all_groups(n)
     if groups == 1:
-        _reduce_all_stage(x, n, op, out, 0, scale, 1)
+        _reduce_all_stage(x, n, op, out, 0, scale)
         return out
     partials = empty((groups,))
-    _reduce_all_stage(x, n, op, partials, 0, 1.0, groups)
-    _reduce_all_stage(partials, groups, "max" if op == "max" else "sum", out, 0, scale, 1)
+    _reduce_all_stage(x, n, op, partials, 0, 1.0)
+    _reduce_all_stage(partials, groups, "max" if op == "max" else "sum", out, 0, scale)
     return out
 
 
@@ -231,8 +235,8 @@ SUM_ROWS = Kernel(
     "sum_rows", build_sum_rows,
     variants=with_dtypes({f"{pre}{name}": {"vec": vec, "wide": wide, "pair": pair}
                           for pre, pair in (("", False), ("pair_", True)) for name, vec, wide in rowlib.WIDTHS}),
-    grid=lambda rows, cols, chunk, v: (_max(1, _min(MAX_GROUPS, ceil_div(cols // v.vec, ALL_LOCAL))),
-                                       _max(1, _min(MAX_GROUPS, ceil_div(rows, chunk))), 1),
+    grid=lambda shape, variant: (_max(1, _min(MAX_GROUPS, ceil_div(shape[1] // variant.vec, ALL_LOCAL))),
+                                 _max(1, _min(MAX_GROUPS, ceil_div(shape[0], shape[2]))), 1),
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * (rows + 1) * cols,
 )
 
@@ -251,13 +255,13 @@ def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs:
     pair = len(outs) == 2
     width = rowlib.width_name(cols) if all(o % 4 == 0 for o in offsets) else "scalar"
     variant = dtype_variant(("pair_" if pair else "") + width, check_float(x))
-    kv = SUM_ROWS.variant(variant)
 
     def run(src: Tensor, offs: Sequence[int], n: int, chunk: int, dsts: Sequence[Tensor], acc: bool) -> None:
         push = {"rows": n, "cols": cols, "chunk": chunk, "offset": offs[0], "accumulate": int(acc)}
         if pair:
             push["offset2"] = offs[1]
-        launch(SUM_ROWS, buffers=[src, *dsts], grid=SUM_ROWS.grid(n, cols, chunk, kv), variant=variant, push=push)
+        launch(SUM_ROWS, buffers=[src, *dsts], grid=SUM_ROWS.grid_for((n, cols, chunk), variant),
+               variant=variant, push=push)
 
     if rows <= SUM_ROWS_CHUNK or rows * cols <= SINGLE_PASS:
         run(x, offsets, rows, _max(rows, 1), outs, accumulate)
@@ -281,7 +285,7 @@ def _reduce_last(x: Tensor, op: str, scale_by_n: bool) -> Tensor:
         return out
     variant = dtype_variant(f"{op}_{rowlib.choose(rows, cols, cacheable=False)}", dtype)
     launch(REDUCE_ROWS, buffers=[x, out], push={"rows": rows, "cols": cols, "scale": 1.0 / cols if scale_by_n else 1.0},
-           grid=REDUCE_ROWS.grid(rows, cols, REDUCE_ROWS.variant(variant)), variant=variant)
+           grid=REDUCE_ROWS.grid_for((rows, cols), variant), variant=variant)
     return out
 
 
@@ -342,22 +346,22 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
         fill(out, 0.0)
         return out
     if len(ts) == 1 and all_groups(ts[0].numel) == 1:
-        _reduce_all_stage(ts[0], ts[0].numel, "sumsq", out, 0, 1.0, 1)
+        _reduce_all_stage(ts[0], ts[0].numel, "sumsq", out, 0, 1.0)
         return out
     counts = [all_groups(t.numel) for t in ts]
     partials = empty((_sum(counts),))
     slot = 0
     for t, groups in zip(ts, counts, strict=True):
-        _reduce_all_stage(t, t.numel, "sumsq", partials, slot, 1.0, groups)
+        _reduce_all_stage(t, t.numel, "sumsq", partials, slot, 1.0)
         slot += groups
     total = partials.numel
     groups = all_groups(total)
     if groups == 1:
-        _reduce_all_stage(partials, total, "sum", out, 0, 1.0, 1)
+        _reduce_all_stage(partials, total, "sum", out, 0, 1.0)
         return out
     second = empty((groups,))
-    _reduce_all_stage(partials, total, "sum", second, 0, 1.0, groups)
-    _reduce_all_stage(second, groups, "sum", out, 0, 1.0, 1)
+    _reduce_all_stage(partials, total, "sum", second, 0, 1.0)
+    _reduce_all_stage(second, groups, "sum", out, 0, 1.0)
     return out
 
 

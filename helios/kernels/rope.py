@@ -12,6 +12,7 @@ product) is the inverse rotation (sin -> -sin). cos/sin come from a float64 tabl
 per (T, D, base) on the host and uploaded (cached), which is more accurate than f32 sin/cos of large
 angles on the device. trainer/backends/torch_model.py builds the same table the same way. bf16 and fp16
 variants ("bf16_*", "fp16_*") read and write 16-bit qkv (the table stays f32; one rounding per output).
+Grid shape: (rows, H, Hkv, D), rows = B * T.
 """
 
 from __future__ import annotations
@@ -92,24 +93,28 @@ def _build(b: KernelBuilder, v: Variant) -> None:
             dst[e] = src[e]
 
 
+def _grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """shape = (rows, H, Hkv, D): per row an invocation per vec-wide rotated pair of the q and k heads, plus
+    the v heads' copy, in a (gx, gy, 1) grid of WG-wide groups within the device's limits."""
+    import helios.runtime as rt
+
+    rows, n_head, n_kv_head, head_dim = shape
+    vec = variant.vec
+    per_row = (n_head + n_kv_head) * (head_dim // 2) // vec + (0 if variant.inplace else n_kv_head * head_dim // vec)
+    groups = max(1, ceil_div(rows * per_row, WG))
+    gx = min(groups, rt.get_runtime().max_groups[0])
+    return gx, ceil_div(groups, gx), 1
+
+
 ROPE = Kernel(
     "rope", _build,
     variants=with_dtypes({"scalar": {"vec": 1, "inplace": False}, "vec4": {"vec": 4, "inplace": False},
                           "scalar_inplace": {"vec": 1, "inplace": True}, "vec4_inplace": {"vec": 4, "inplace": True}}),
-    grid=lambda items: _grid(items),
+    grid=_grid,
     flops=lambda rows, n_rot, head_dim: 6 * rows * n_rot * head_dim // 2,
     bytes=lambda rows, width, n_rot, head_dim, inplace=False: 4 * rows * (
         2 * n_rot * head_dim + (0 if inplace else 2 * (width - n_rot * head_dim))),
 )
-
-
-def _grid(items: int) -> tuple[int, int, int]:
-    """A (gx, gy, 1) grid of WG-wide groups covering `items` invocations within the device's limits."""
-    import helios.runtime as rt
-
-    groups = max(1, ceil_div(items, WG))
-    gx = min(groups, rt.get_runtime().max_groups[0])
-    return gx, ceil_div(groups, gx), 1
 
 
 # -- op --------------------------------------------------------------------------------------------
@@ -152,10 +157,9 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
     inplace = out is qkv
     out = rt.empty(shape, NUMPY[dtype]) if out is None else out
     n_rot = n_head + n_kv_head
-    per_row = n_rot * half // vec + (0 if inplace else n_kv_head * head_dim // vec)
     name = dtype_variant(("vec4" if vec == 4 else "scalar") + ("_inplace" if inplace else ""), dtype)
     buffers = [qkv, _table(seq, head_dim, base)] + ([] if inplace else [out])
-    rt.launch(ROPE, buffers, variant=name, grid=_grid(n_rows * per_row),
+    rt.launch(ROPE, buffers, variant=name, grid=ROPE.grid_for((n_rows, n_head, n_kv_head, head_dim), name),
               push={"n_rows": n_rows, "T": seq, "width": width, "halfv": half // vec, "n_rot": n_rot,
                     "copy_v": 0 if inplace else 1, "sign": -1.0 if backward else 1.0})
     return out

@@ -111,12 +111,12 @@ def build_backward(b: KernelBuilder, v: Variant) -> None:
 
 SOFTMAX = Kernel(
     "softmax", build_forward, variants=row_variants(),
-    grid=lambda rows, cols, v: row_grid(rows, v),
+    grid=lambda shape, variant: row_grid(shape[0], variant),  # shape = (rows, cols)
     flops=lambda rows, cols: 5 * rows * cols, bytes=lambda rows, cols: 8 * rows * cols,
 )
 SOFTMAX_BACKWARD = Kernel(
     "softmax_backward", build_backward, variants=row_variants(),
-    grid=lambda rows, cols, v: row_grid(rows, v),
+    grid=lambda shape, variant: row_grid(shape[0], variant),  # shape = (rows, cols)
     flops=lambda rows, cols: 4 * rows * cols, bytes=lambda rows, cols: 12 * rows * cols,
 )
 
@@ -130,7 +130,7 @@ def softmax(x: Tensor, out: Tensor | None = None) -> Tensor:
     if rows and cols:
         variant = rowlib.choose(rows, cols, dtype=dtype)
         launch(SOFTMAX, buffers=[x, y], push={"rows": rows, "cols": cols},
-               grid=SOFTMAX.grid(rows, cols, SOFTMAX.variant(variant)), variant=variant)
+               grid=SOFTMAX.grid_for((rows, cols), variant), variant=variant)
     return y
 
 
@@ -144,7 +144,7 @@ def softmax_backward(y: Tensor, dy: Tensor, out: Tensor | None = None) -> Tensor
     if rows and cols:
         variant = rowlib.choose(rows, cols, dtype=dtype)
         launch(SOFTMAX_BACKWARD, buffers=[y, dy, dx], push={"rows": rows, "cols": cols},
-               grid=SOFTMAX_BACKWARD.grid(rows, cols, SOFTMAX_BACKWARD.variant(variant)), variant=variant)
+               grid=SOFTMAX_BACKWARD.grid_for((rows, cols), variant), variant=variant)
     return dx
 
 

@@ -7,7 +7,7 @@ See docs/SPIRV_DSL.md.
 
 from helios.spirv import registry
 from helios.spirv.builder import KernelBuilder
-from helios.spirv.kernel import Kernel, Variant, build_module, ceil_div
+from helios.spirv.kernel import Kernel, Variant, build_module, ceil_div, one_workgroup
 from helios.spirv.memory import Buffer, BufferView, LocalArray, SharedArray, Var
 from helios.spirv.shader import BindingInfo, PushField, ShaderModule, SpecConstant
 from helios.spirv.tools import SpirvToolsMissing, SpirvValidationError, disassemble, validate
@@ -34,6 +34,6 @@ __all__ = [
     "Value", "Var", "Buffer", "BufferView", "LocalArray", "SharedArray",
     "DType", "ScalarType", "VectorType", "f32", "f16", "bf16", "fp16", "i32", "u32", "u16", "u64", "boolean",
     "vec",
-    "validate", "disassemble", "build_module", "ceil_div", "registry",
+    "validate", "disassemble", "build_module", "ceil_div", "one_workgroup", "registry",
     "SpirvError", "SpirvValidationError", "SpirvToolsMissing",
 ]

@@ -1,4 +1,5 @@
 """Proof kernels for the DSL: each is small, registered, and checked against numpy in tests/spirv.
+Each declares its grid over its problem shape (given below per kernel).
 
 - example_add: y = a + b, as scalars or as vec4s of the same buffers (tail done in scalars).
 - example_reduce_shared: per-workgroup sums through a shared-memory tree (workgroup size a spec constant).
@@ -33,7 +34,7 @@ def build_add(b: KernelBuilder, v: Variant) -> None:
 ADD = Kernel(
     "example_add", build_add,
     variants={"scalar": {"vec": 1}, "vec4": {"vec": 4}},
-    grid=lambda n, v: (ceil_div(n // v.vec + 1, 64), 1, 1),
+    grid=lambda shape, variant: (ceil_div(shape[0] // variant.vec + 1, 64), 1, 1),  # shape = (n,)
     flops=lambda n: n, bytes=lambda n: 12 * n,
 )
 
@@ -60,7 +61,7 @@ def build_reduce_shared(b: KernelBuilder, v: Variant) -> None:
 
 REDUCE_SHARED = Kernel(
     "example_reduce_shared", build_reduce_shared,
-    grid=lambda n, wg=64: (max(1, ceil_div(n, wg)), 1, 1),
+    grid=lambda shape, variant: (max(1, ceil_div(shape[0], shape[1])), 1, 1),  # shape = (n, WG spec constant)
     flops=lambda n: n, bytes=lambda n: 4 * n,
 )
 
@@ -79,7 +80,7 @@ def build_reduce_subgroup(b: KernelBuilder, v: Variant) -> None:
 
 REDUCE_SUBGROUP = Kernel(
     "example_reduce_subgroup", build_reduce_subgroup,
-    grid=lambda n: (max(1, ceil_div(n, 64)), 1, 1),
+    grid=lambda shape, variant: (max(1, ceil_div(shape[0], 64)), 1, 1),  # shape = (n,)
     flops=lambda n: n, bytes=lambda n: 4 * n,
 )
 
@@ -100,6 +101,6 @@ def build_row_sum(b: KernelBuilder, v: Variant) -> None:
 ROW_SUM = Kernel(
     "example_row_sum", build_row_sum,
     variants={"plain": {"unroll": None}, "unroll": {"unroll": True}, "dont_unroll": {"unroll": False}},
-    grid=lambda rows: (max(1, ceil_div(rows, 32)), 1, 1),
+    grid=lambda shape, variant: (max(1, ceil_div(shape[0], 32)), 1, 1),  # shape = (rows, cols)
     flops=lambda rows, cols: rows * cols, bytes=lambda rows, cols: 4 * rows * (cols + 1),
 )

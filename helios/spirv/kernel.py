@@ -66,12 +66,23 @@ def build_module(name: str, build: BuildFn, variant: Variant | None = None) -> S
     return b.finish()
 
 
+GridFn = Callable[[tuple[int, ...], Variant], tuple[int, int, int]]
+
+
+def one_workgroup(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
+    """The grid of a kernel whose single workgroup loops over the whole problem, whatever its shape."""
+    return (1, 1, 1)
+
+
 class Kernel:
     """A kernel: unique name, build function, variants (name -> params), optional grid/flops/bytes
-    callables and required DeviceInfo features. Registered globally on construction."""
+    callables and required DeviceInfo features. Registered globally on construction.
+
+    `grid(shape, variant) -> (gx, gy, gz)`: the workgroup counts of one dispatch, from the kernel's problem
+    shape (a tuple of ints each kernel documents, e.g. `(n,)`, `(rows, cols)`) and the Variant that runs."""
 
     def __init__(self, name: str, build: BuildFn, variants: Mapping[str, Mapping | Variant] | None = None,
-                 grid: Callable | None = None, flops: Callable | None = None, bytes: Callable | None = None,
+                 grid: GridFn | None = None, flops: Callable | None = None, bytes: Callable | None = None,
                  requires: tuple[str, ...] | list[str] = (), register: bool = True) -> None:
         self.name = name
         self.build = build
@@ -104,6 +115,12 @@ class Kernel:
                 f"kernel {self.name!r} has no variant {name!r} (variants: {', '.join(self.variants)})"
             )
         return self.variants[name]
+
+    def grid_for(self, shape: tuple[int, ...], variant: str | None = None) -> tuple[int, int, int]:
+        """The workgroup counts of one dispatch of the named variant over `shape` (the declared grid)."""
+        if self.grid is None:
+            raise SpirvError(f"kernel {self.name!r} declares no grid: pass launch() a grid of its own")
+        return self.grid(shape, self.variant(variant))
 
     def module(self, variant: str | None = None) -> ShaderModule:
         """The ShaderModule of a variant, built on first request and cached."""

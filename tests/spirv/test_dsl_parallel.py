@@ -181,7 +181,7 @@ def test_example_add(variant, n):
     rng = np.random.default_rng(n)
     x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     got = launch(mod, {0: x, 1: y, 2: np.zeros(n, np.float32)},
-                 examples.ADD.grid(n, examples.ADD.variant(variant)), push={"n": n})[2]
+                 examples.ADD.grid_for((n,), variant), push={"n": n})[2]
     np.testing.assert_array_equal(got, x + y)
 
 
@@ -191,7 +191,7 @@ def test_example_reduce_shared(wg, n):
     mod = examples.REDUCE_SHARED.module()
     validate(mod)
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
-    grid = examples.REDUCE_SHARED.grid(n, wg)
+    grid = examples.REDUCE_SHARED.grid_for((n, wg))
     got = launch(mod, {0: x, 1: np.zeros(grid[0], np.float32)}, grid, push={"n": n}, spec={"WG": wg})[1]
     padded = np.concatenate([x, np.zeros(grid[0] * wg - n, np.float32)]).reshape(-1, wg)
     np.testing.assert_allclose(got, padded.sum(1), rtol=1e-5, atol=1e-5)
@@ -202,7 +202,7 @@ def test_example_reduce_subgroup(n):
     mod = examples.REDUCE_SUBGROUP.module()
     validate(mod)
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
-    grid = examples.REDUCE_SUBGROUP.grid(n)
+    grid = examples.REDUCE_SUBGROUP.grid_for((n,))
     slots = grid[0] * 64 // subgroup_size()
     got = launch(mod, {0: x, 1: np.zeros(slots, np.float32)}, grid, push={"n": n})[1]
     np.testing.assert_allclose(got.sum(), x.sum(dtype=np.float64), rtol=1e-4, atol=1e-4)
@@ -216,6 +216,6 @@ def test_example_row_sum(variant, rows, cols):
     mod = examples.ROW_SUM.module(variant)
     validate(mod)
     a = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32)
-    got = launch(mod, {0: a, 1: np.zeros(rows, np.float32)}, examples.ROW_SUM.grid(rows),
+    got = launch(mod, {0: a, 1: np.zeros(rows, np.float32)}, examples.ROW_SUM.grid_for((rows, cols), variant),
                  push={"rows": rows, "cols": cols})[1]
     np.testing.assert_allclose(got, a.sum(1), rtol=1e-5, atol=1e-5)

@@ -119,11 +119,6 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     return R.RMSNorm.apply(x, weight, float(eps))
 
 
-def softmax(x: Tensor) -> Tensor:
-    """Softmax over the last axis."""
-    return R.Softmax.apply(x)
-
-
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False) -> Tensor:
     return N.MatMul.apply(a, b, trans_a, trans_b)
 
@@ -165,5 +160,5 @@ def _spec_op(function):
     return apply
 
 
-# exp, log, sqrt, relu, gelu, silu, ...: one per op spec (helios.kernels.spec), derived, never listed.
+# exp, log, sqrt, relu, gelu, silu, softmax, ...: one per op spec (helios.kernels.spec), derived, never listed.
 globals().update({name: _spec_op(fn) for name, fn in S.FUNCTIONS.items() if name not in globals()})

@@ -104,7 +104,7 @@ def test_helios_ops_finds_every_declared_op():
     from helios import ops
 
     declared = ops._declared()
-    assert {"matmul", "flash_attention", "layernorm", "cast", "loss_scale_update", "sum", "adamw_step"} <= set(declared)
+    assert {"matmul", "flash_attention", "embedding", "cast", "loss_scale_update", "sum", "adamw_step"} <= set(declared)
     for name, module in declared.items():
         fn = getattr(ops, name)
         assert callable(fn) and fn.__module__ == module, (name, module, fn)
@@ -123,7 +123,8 @@ def test_ops_table_is_current():
 
 
 def test_bench_has_every_spec():
-    from helios.bench import elementwise
+    from helios.bench import elementwise, rows
 
     names = {r["kernel"] for r in elementwise._records(1 << 10, 1, None)}
+    names |= {r["kernel"] for r in rows._records(7, 33, np.random.default_rng(0), 1, None)}
     assert {n for s in SPECS for n in (s.name, f"{s.name}_backward")} <= names

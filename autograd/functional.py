@@ -7,6 +7,7 @@ import numpy as np
 from autograd.ops import elementwise as E
 from autograd.ops import nn as N
 from autograd.ops import reduce as R
+from autograd.ops import specs as S
 from autograd.tensors import Tensor
 
 
@@ -110,11 +111,6 @@ def concat(parts: list[Tensor]) -> Tensor:
     return R.Concat.apply(*parts)
 
 
-def softmax(x: Tensor) -> Tensor:
-    """Softmax over the last axis."""
-    return R.Softmax.apply(x)
-
-
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
     return R.LayerNorm.apply(x, weight, bias, float(eps))
 
@@ -156,13 +152,13 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1) -> Te
     return N.CrossEntropy.apply(logits, targets, int(ignore_index))
 
 
-def _pointwise(function):
-    def apply(x: Tensor) -> Tensor:
-        return function.apply(x)
+def _spec_op(function):
+    def apply(*args: Tensor) -> Tensor:
+        return function.apply(*args)
 
     apply.__name__, apply.__doc__ = function.__name__.lower(), function.__doc__
     return apply
 
 
-# exp, log, sqrt, relu, gelu, silu, ...: one per op spec (helios.kernels.spec), derived, never listed.
-globals().update({name: _pointwise(fn) for name, fn in E.POINTWISE.items() if name not in globals()})
+# exp, log, sqrt, relu, gelu, silu, softmax, ...: one per op spec (helios.kernels.spec), derived, never listed.
+globals().update({name: _spec_op(fn) for name, fn in S.FUNCTIONS.items() if name not in globals()})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from autograd.function import Context, Function
 from helios import ops
-from helios.kernels.spec import specs
 
 
 def broadcast_kind(a, b) -> str:
@@ -117,27 +116,6 @@ class Clone(Function):
     @staticmethod
     def backward(ctx, dy):
         return dy
-
-
-def _unary(name: str, forward_op, backward_op, saves: str):
-    """A unary op whose VJP is `backward_op(saved, dy)`, saving the input ("x") or the output ("y")."""
-
-    def forward(ctx, x):
-        y = forward_op(x)
-        ctx.save_for_backward(x if saves == "x" else y)
-        return y
-
-    def backward(ctx, dy):
-        (saved,) = ctx.saved_tensors
-        return backward_op(saved, dy)
-
-    return type(name, (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
-
-
-# One Function per op spec (helios.kernels.spec), named after it: Exp, Gelu, ... A new spec needs no edit here.
-POINTWISE = {spec.name: _unary(spec.name.capitalize(), spec.forward, spec.backward, spec.saves)
-             for spec in specs() if spec.backward is not None}
-globals().update({fn.__name__: fn for fn in POINTWISE.values()})
 
 
 class Clamp(Function):

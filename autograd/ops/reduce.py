@@ -1,4 +1,5 @@
-"""Reductions, softmax, normalisations and views: forward and VJP side by side."""
+"""Reductions, normalisations and views: forward and VJP side by side (softmax's Function is derived from its
+op spec: autograd/ops/specs.py)."""
 
 from __future__ import annotations
 
@@ -56,19 +57,6 @@ class Reshape(Function):
     @staticmethod
     def backward(ctx, dy):
         return dy.reshape(*ctx.shape), None
-
-
-class Softmax(Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = ops.softmax(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return ops.softmax_backward(y, dy)
 
 
 def param_grad(ctx, index, computed):

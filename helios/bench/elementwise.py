@@ -1,5 +1,5 @@
-"""Elementwise kernels (add, bias add, swiglu, dropout, add_inplace, and every op spec's forward and backward:
-exp, gelu, ... from helios.kernels.spec) vs numpy doing the same work at 1M-16M elements (and vs torch on the
+"""Elementwise kernels (add, bias add, swiglu, dropout, add_inplace, and every pointwise op spec's forward and
+backward: exp, gelu, ... from helios.kernels.spec) vs numpy doing the same work at 1M-16M elements (and vs torch on the
 same GPU, 1M-64M elements, where CUDA is available).
 
 The numpy references write into preallocated arrays (`out=`), so they pay no page faults, and use float32
@@ -99,10 +99,6 @@ def _numpy_dropout(x, out, u, p: float):
     return run
 
 
-def _grad_reference(spec, saved: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    return dy * spec.reference_grad(saved)
-
-
 def _torch_cases(torch, a, b, bias, rows: int) -> dict:
     """Reference callables with torch on the GPU, keyed like the helios cases."""
     import torch.nn.functional as tf
@@ -149,16 +145,16 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     # Every op spec's forward and backward, derived from its declaration: numpy runs the spec's reference
     # (allocating) unless a preallocated in-place baseline is written for that op below.
     fast = {"gelu": _numpy_gelu(a, out, t), "gelu_backward": _numpy_gelu_backward(a, b, out, t, u)}
-    for spec in specs():
-        x = spec.inputs(rng, (n,))
+    for spec in specs("elementwise"):
+        (x,) = spec.inputs(rng, (n,))
         tx = rt.from_numpy(x)
-        saved = tx if spec.saves == "x" else spec.forward(tx)
-        x_saved = x if spec.saves == "x" else saved.numpy()
+        (saved,) = spec.saved([tx], spec.forward(tx))
+        host_saved = saved.numpy()
         fwd_kernel, bwd_kernel = spec.kernels[:2]
         cases.append((spec.name, fwd_kernel, n, functools.partial(spec.forward, tx),
                       fast.get(spec.name, functools.partial(spec.reference, x))))
         cases.append((f"{spec.name}_backward", bwd_kernel, n, functools.partial(spec.backward, saved, tb),
-                      fast.get(f"{spec.name}_backward", functools.partial(_grad_reference, spec, x_saved, b))))
+                      fast.get(f"{spec.name}_backward", functools.partial(spec.reference_backward, host_saved, b))))
     torch_refs = _torch_cases(torch, a, b, bias, rows) if torch is not None else {}
     records = []
     for name, kernel, count, device_fn, ref_fn in cases:

@@ -160,8 +160,8 @@ def reference_softcap(x: np.ndarray, cap: float) -> np.ndarray:
 def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *, saves: str = "x", flops: int = 1,
               grad_flops: int = 1, grad_doc: str = "", inputs=None, namespace: dict | None = None) -> OpSpec:
     """Declare a unary pointwise op and its VJP: `body(b, x)` -> y, `grad_body(b, saved, dy)` -> dx, where saved is
-    x or y (`saves`). Registers an OpSpec and puts NAME/NAME_BWD kernels and name/name_backward functions in
-    `namespace` (the declaring module's globals), where helios.ops finds them."""
+    x or y (`saves`), and `reference_grad(saved)` is d y / dx in numpy. Registers an OpSpec and puts NAME/NAME_BWD
+    kernels and name/name_backward functions in `namespace` (the declaring module's globals)."""
     fwd_kernel = map_kernel(name, lambda b, x, index: body(b, x), flops=flops)
     bwd_kernel = map_kernel(f"{name}_backward", lambda b, s, dy, index: grad_body(b, s, dy), n_in=2, flops=grad_flops)
 
@@ -175,8 +175,13 @@ def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *
     forward.__doc__, backward.__doc__ = doc, grad_doc or f"dx for {name}, from the saved {saves} and dy."
     module = (namespace or {}).get("__name__", __name__)
     forward.__module__ = backward.__module__ = module
-    spec = register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, saves, reference,
-                           reference_grad, inputs or normal_inputs))
+    generate = inputs or normal_inputs
+
+    def reference_backward(saved: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return dy * reference_grad(saved)
+
+    spec = register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, reference,
+                           reference_backward, lambda rng, shape: (generate(rng, shape),), saves=(saves,)))
     if namespace is not None:
         namespace.update({name.upper(): fwd_kernel, f"{name.upper()}_BWD": bwd_kernel, name: forward,
                           f"{name}_backward": backward})
@@ -209,9 +214,7 @@ pointwise("silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), lambda b, x
           flops=4, grad_flops=8, grad_doc="dy * s * (1 + x (1 - s)), s = sigmoid(x).", namespace=globals())
 
 # Indexed by name for callers that want the references alone: derived from the specs above.
-_POINTWISE = ("exp", "log", "sqrt", "relu", "gelu", "silu")
-REFERENCE = {n: spec_of(n).reference for n in _POINTWISE}
-REFERENCE_GRAD = {n: spec_of(n).reference_grad for n in _POINTWISE}
+REFERENCE = {n: spec_of(n).reference for n in ("exp", "log", "sqrt", "relu", "gelu", "silu")}
 
 
 # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -32,6 +32,7 @@ from helios.kernels.rows import (
     rows_of,
     worker_grid,
 )
+from helios.kernels.spec import ROW_SHAPES, OpSpec, Tolerance, register, rows_and_cols
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
 
@@ -43,7 +44,7 @@ ROWS_PER_WORKER = 8  # forward, cached variants: weights are loaded into registe
 
 
 # -- numpy references ---------------------------------------------------------------------------------
-def reference_layernorm(x, w, b, eps):
+def reference_layernorm(x, w, b, eps=1e-5):
     """(y, mean, rstd) of LayerNorm over the last axis (biased variance, as torch)."""
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
@@ -62,7 +63,7 @@ def reference_layernorm_backward(x, w, mean, rstd, dy):
     return dx, (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
 
 
-def reference_rmsnorm(x, w, eps):
+def reference_rmsnorm(x, w, eps=1e-5):
     """(y, rstd) of RMSNorm over the last axis."""
     rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
     return x * rstd * w, rstd[..., 0]
@@ -396,5 +397,30 @@ def rmsnorm_backward(x: Tensor, w: Tensor, rstd: Tensor, dy: Tensor, dw_out: Ten
     return dx, outs[0][0]
 
 
-# the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward")
+# -- op specs: tests, bench and docs/OPS.md derive from them (helios.kernels.spec); autograd's LayerNorm and
+# RMSNorm are hand-written, as they add dw and db straight into the parameters' gradient sinks ---------------
+def _inputs(rng: np.random.Generator, shape) -> tuple[np.ndarray, ...]:
+    """x far from 0 (8 + 3 N(0, 1)), so that a one-pass sum/sum-of-squares variance would fail; w near 1."""
+    cols = shape[-1]
+    x = rng.standard_normal(shape) * 3 + 8
+    w, b = rng.standard_normal(cols) * 0.5 + 1, rng.standard_normal(cols)
+    return tuple(a.astype(np.float32) for a in (x, w, b))
+
+
+def _rms_inputs(rng: np.random.Generator, shape) -> tuple[np.ndarray, ...]:
+    return _inputs(rng, shape)[:2]
+
+
+# Tolerances: y within 1e-5 * (1 + |y|); dx within 1e-5 of max |dx|; dw and db (sums over the rows) within
+# 1e-4 of max |dw|.
+_TOLERANCE = {"y": Tolerance(rtol=1e-5, atol=1e-5), "mean": Tolerance(rtol=1e-6, atol=1e-6),
+              "rstd": Tolerance(rtol=1e-5), "dx": Tolerance(atol=1e-5, floor=1.0),
+              "dw": Tolerance(atol=1e-4, floor=1.0), "db": Tolerance(atol=1e-4, floor=1.0)}
+_ROW_OP = dict(family="rows", shapes=ROW_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE, autograd=False)
+register(OpSpec("layernorm", "LayerNorm over the last axis (biased variance, as torch).", __name__,
+                (LAYERNORM, LAYERNORM_BACKWARD), layernorm, layernorm_backward, reference_layernorm,
+                reference_layernorm_backward, _inputs, args=("x", "w", "b"), outputs=("y", "mean", "rstd"),
+                saves=("x", "w", "mean", "rstd"), **_ROW_OP))
+register(OpSpec("rmsnorm", "RMSNorm over the last axis.", __name__, (RMSNORM, RMSNORM_BACKWARD), rmsnorm,
+                rmsnorm_backward, reference_rmsnorm, reference_rmsnorm_backward, _rms_inputs,
+                args=("x", "w"), outputs=("y", "rstd"), saves=("x", "w", "rstd"), **_ROW_OP))

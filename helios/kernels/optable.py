@@ -13,12 +13,13 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "OPS.md"
 
 
 def table() -> str:
-    """The markdown table: op, backward, saved tensor, FLOPs and bytes per element, declaring file."""
-    rows = ["| op | backward | backward takes | FLOPs/elem | bytes/elem | declared in |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    """The markdown table: op, forward, backward, FLOPs and bytes per element, variant family, declaring file."""
+    rows = ["| op | forward | backward | FLOPs/elem | bytes/elem | variants | declared in |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in specs():
-        back = f"`{s.name}_backward`" if s.backward else "-"
-        rows.append(f"| `{s.name}` — {s.doc} | {back} | {s.saves}, dy | {s.flops(1)} | {s.bytes(1)} | "
+        forward = f"{', '.join(s.args)} → {', '.join(s.outputs)}"
+        back = f"`{s.name}_backward({', '.join(s.saves)}, dy)` → {', '.join(s.grads)}" if s.backward else "-"
+        rows.append(f"| `{s.name}` — {s.doc} | {forward} | {back} | {s.flops((1,))} | {s.bytes((1,))} | {s.family} | "
                     f"`{s.module.replace('.', '/')}.py` |")
     return "\n".join(rows)
 

@@ -16,6 +16,7 @@ import numpy as np
 from helios.kernels import rows as rowlib
 from helios.kernels.dtypes import NUMPY, io_dtype
 from helios.kernels.rows import FLT_MAX, horizontal, layout_of, row_grid, row_variants, rows_of
+from helios.kernels.spec import ROW_SHAPES, OpSpec, Tolerance, register, rows_and_cols
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant, f32
 
@@ -148,4 +149,14 @@ def softmax_backward(y: Tensor, dy: Tensor, out: Tensor | None = None) -> Tensor
     return dx
 
 
-OPS = ("softmax", "softmax_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)
+# -- op spec: tests, autograd, bench and docs/OPS.md derive from it (helios.kernels.spec) -----------------
+def _inputs(rng: np.random.Generator, shape) -> tuple[np.ndarray]:
+    return ((rng.standard_normal(shape) * 4 + 30).astype(np.float32),)  # far from 0: needs the max shift
+
+
+# Tolerances: 2e-6 absolute on probabilities (each is exp of an f32 difference over an f32 sum), 1e-5 of
+# max |dx| for the backward.
+register(OpSpec("softmax", "Softmax over the last axis.", __name__, (SOFTMAX, SOFTMAX_BACKWARD), softmax,
+                softmax_backward, reference, reference_backward, _inputs, saves=("y",), family="rows",
+                shapes=ROW_SHAPES, sizes=rows_and_cols,
+                tolerance={"y": Tolerance(atol=2e-6), "dx": Tolerance(atol=1e-5, floor=1e-3)}))

@@ -6,6 +6,11 @@ import pytest
 
 from helios.kernels.rows import RowChoice
 
+# (layout, width, register tier): every streaming form and the cached tiers that compile quickly
+LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
+           ("sg", "u64x2", 4), ("sg", "u64x2", 8), ("sg", "scalar", 8), ("sg", "vec4", 4), ("wg", "vec4", 4),
+           ("wg", "scalar", 4)]
+
 
 def force_variant(force, layout: str, width: str, cache: int | None = None) -> None:
     """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels
@@ -13,11 +18,16 @@ def force_variant(force, layout: str, width: str, cache: int | None = None) -> N
     force("rows", RowChoice(layout, width, cache))
 
 
+def layout_id(layout: tuple) -> str:
+    """A test id for a (layout, width[, register tier]): "sg-vec4-reg4"."""
+    return "-".join((layout[0], layout[1], *(f"reg{c}" for c in layout[2:])))
+
+
 def layout_fixture(layouts: list[tuple]):
     """A `layout` fixture running each test once per (layout, width[, register tier]) in `layouts` (rows that do
     not fit the tier stream; no tier: the kernels pick). Assign it to a module-level name `layout`."""
 
-    @pytest.fixture(params=layouts, ids=lambda p: "-".join((p[0], p[1], *(f"reg{c}" for c in p[2:]))))
+    @pytest.fixture(params=layouts, ids=layout_id)
     def layout(request, force):
         force_variant(force, *request.param)
         return request.param

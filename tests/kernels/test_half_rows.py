@@ -6,8 +6,8 @@ Tolerances. A half output is the f32 result rounded once: within ROUNDING[dtype]
 2 * ROUNDING relative plus an absolute term for the f32 arithmetic before the rounding (the f32 tests'
 bound, ~1e-5 of the row's scale; it matters where an output cancels to near zero). f32 outputs (statistics,
 dw/db, sums) see exact half inputs and only f32 arithmetic: the f32 tests' tolerances. Each test runs for
-both half dtypes (the `half` fixture); spirv-val of the half variants is in the families' own tests, which
-iterate every variant.
+both half dtypes (the `half` fixture); spirv-val of the half variants is in the families' own tests (the op
+spec tests for softmax and the norms), which iterate every variant.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Every op spec (helios.kernels.spec) tested from its one declaration: forward against the numpy reference at
-awkward shapes, backward against the reference gradient, the reference gradient against float64 finite
-differences, spirv-val validity of every variant, the autograd Function, and docs/OPS.md's table being current."""
+"""Every op spec (helios.kernels.spec) tested from its one declaration: forward and backward against the numpy
+reference at awkward shapes in every forced variant family choice, the reference VJP against float64 finite
+differences, spirv-val validity of every variant, the derived autograd Function, helios.ops, the bench entries
+and docs/OPS.md's table being current."""
 
 from __future__ import annotations
 
@@ -10,54 +11,83 @@ import numpy as np
 import pytest
 
 import helios.runtime as rt
+from helios.kernels import elementwise as E
 from helios.kernels import optable
-from helios.kernels.spec import specs
+from helios.kernels.rows import RowChoice
+from helios.kernels.spec import as_tuple, specs
 from helios.spirv import validate
+from tests.kernels.row_variants import LAYOUTS, layout_id
 
 SPECS = specs()
+# What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers.
+FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS]}
 
 
-@pytest.mark.parametrize("kernel,variant", [(k, v) for s in SPECS for k in s.kernels for v in k.variants],
-                         ids=lambda x: getattr(x, "name", x))
+def _id(x) -> str:
+    return layout_id(x) if isinstance(x, RowChoice) else getattr(x, "name", x)
+
+
+@pytest.mark.parametrize("kernel,variant", [(k, v) for s in SPECS for k in s.kernels for v in k.variants], ids=_id)
 def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_forward_and_backward_against_reference(spec, access):
+@pytest.mark.parametrize("spec,choice", [(s, c) for s in SPECS for c in FORCED[s.family]], ids=_id)
+def test_forward_and_backward_against_reference(spec, choice, force):
+    force(spec.family, choice)
     rng = np.random.default_rng(0)
     for shape in spec.shapes:
-        x = spec.inputs(rng, shape)
-        x64 = x.astype(np.float64)
-        y = spec.forward(rt.from_numpy(x))
-        np.testing.assert_allclose(y.numpy(), spec.reference(x64), rtol=1e-5, atol=1e-6)
+        args = spec.inputs(rng, shape)
+        args64 = [a.astype(np.float64) for a in args]
+        want = as_tuple(spec.reference(*args64))
+        got = as_tuple(spec.forward(*map(rt.from_numpy, args)))
+        for name, g, w in zip(spec.outputs, got, want, strict=True):
+            spec.tolerance[name].check(g.numpy(), w, f"{spec.name} {name} {shape}")
+        # The backward takes the reference's saved tensors rounded to f32, so it is tested apart from the forward.
         dy = rng.standard_normal(shape).astype(np.float32)
-        saved = rt.from_numpy(x) if spec.saves == "x" else y
-        saved64 = x64 if spec.saves == "x" else spec.reference(x64)
-        dx = spec.backward(saved, rt.from_numpy(dy)).numpy()
-        np.testing.assert_allclose(dx, dy * spec.reference_grad(saved64), rtol=2e-5, atol=1e-5)  # |dy| ~ 3
+        saved64 = spec.saved(args64, want)
+        grads = as_tuple(spec.backward(*(rt.from_numpy(s.astype(np.float32)) for s in saved64), rt.from_numpy(dy)))
+        want_grads = as_tuple(spec.reference_backward(*saved64, dy.astype(np.float64)))
+        for name, g, w in zip(spec.grads, grads, want_grads, strict=True):
+            spec.tolerance[name].check(g.numpy(), w, f"{spec.name} {name} {shape}")
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_reference_gradient_matches_finite_differences(spec):
-    x = spec.inputs(np.random.default_rng(1), (64,)).astype(np.float64)
-    x = x[np.abs(x) > 1e-2]  # away from relu's kink
+@pytest.mark.parametrize("spec", SPECS, ids=_id)
+def test_reference_backward_matches_finite_differences(spec):
+    """Each gradient of the float64 reference VJP against central differences of <dy, reference(args)>."""
+    rng = np.random.default_rng(1)
+    args = [a.astype(np.float64) for a in spec.inputs(rng, (3, 7))]
+    want = spec.reference(*args)
+    dy = rng.standard_normal(as_tuple(want)[0].shape)
+    grads = as_tuple(spec.reference_backward(*spec.saved(args, want), dy))
+
+    def y(k: int, arg: np.ndarray) -> np.ndarray:
+        return as_tuple(spec.reference(*args[:k], arg, *args[k + 1:]))[0]
+
     h = 1e-6
-    numeric = (spec.reference(x + h) - spec.reference(x - h)) / (2 * h)
-    saved = x if spec.saves == "x" else spec.reference(x)
-    np.testing.assert_allclose(spec.reference_grad(saved), numeric, rtol=1e-5, atol=1e-7)
+    for k, (name, arg, grad) in enumerate(zip(spec.grads, args, grads, strict=True)):
+        numeric = np.zeros_like(arg)
+        for i in np.ndindex(arg.shape):
+            e = np.zeros_like(arg)
+            e[i] = h
+            numeric[i] = np.sum(dy * (y(k, arg + e) - y(k, arg - e))) / (2 * h)  # difference first: no cancellation
+        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7, err_msg=f"{spec.name} {name}")
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.autograd], ids=_id)
 def test_autograd_function_and_functional(spec):
     import autograd
     import autograd.functional as F
 
-    x = spec.inputs(np.random.default_rng(2), (7, 33))
-    t = autograd.tensor(x, requires_grad=True)
-    getattr(F, spec.name)(t).sum(axis=None).backward()
-    saved = x.astype(np.float64) if spec.saves == "x" else spec.reference(x.astype(np.float64))
-    np.testing.assert_allclose(t.grad.numpy(), spec.reference_grad(saved), rtol=2e-5, atol=1e-6)
+    rng = np.random.default_rng(2)
+    args = spec.inputs(rng, (7, 33))
+    dy = rng.standard_normal((7, 33)).astype(np.float32)
+    ts = [autograd.tensor(a, requires_grad=True) for a in args]
+    F.mul(getattr(F, spec.name)(*ts), autograd.tensor(dy)).sum(axis=None).backward()
+    args64 = [a.astype(np.float64) for a in args]
+    want = as_tuple(spec.reference_backward(*spec.saved(args64, spec.reference(*args64)), dy.astype(np.float64)))
+    for name, t, w in zip(spec.grads, ts, want, strict=True):
+        spec.tolerance[name].check(t.grad.numpy(), w, f"{spec.name} {name}")
 
 
 def test_helios_ops_exports_every_spec():
@@ -74,7 +104,7 @@ def test_helios_ops_finds_every_declared_op():
     from helios import ops
 
     declared = ops._declared()
-    assert {"matmul", "flash_attention", "layernorm", "cast", "loss_scale_update", "sum", "adamw_step"} <= set(declared)
+    assert {"matmul", "flash_attention", "embedding", "cast", "loss_scale_update", "sum", "adamw_step"} <= set(declared)
     for name, module in declared.items():
         fn = getattr(ops, name)
         assert callable(fn) and fn.__module__ == module, (name, module, fn)
@@ -93,7 +123,8 @@ def test_ops_table_is_current():
 
 
 def test_bench_has_every_spec():
-    from helios.bench import elementwise
+    from helios.bench import elementwise, rows
 
     names = {r["kernel"] for r in elementwise._records(1 << 10, 1, None)}
+    names |= {r["kernel"] for r in rows._records(7, 33, np.random.default_rng(0), 1, None)}
     assert {n for s in SPECS for n in (s.name, f"{s.name}_backward")} <= names

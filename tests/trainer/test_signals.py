@@ -16,7 +16,6 @@ pytest.importorskip("torch")
 from telemetry.events import read_events  # noqa: E402
 from tests.conftest import REPO, run_python  # noqa: E402
 from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
-from trainer.cli import main  # noqa: E402
 
 
 def wait_for(predicate, timeout: float = 60.0, proc: subprocess.Popen | None = None):
@@ -31,7 +30,7 @@ def wait_for(predicate, timeout: float = 60.0, proc: subprocess.Popen | None = N
     raise AssertionError("timed out")
 
 
-def test_signals_lock_and_resume(make_config, tmp_path, capsys):
+def test_signals_lock_and_resume(make_config, tmp_path):
     sections = {"train": {"max_iters": 60, "ckpt_interval": 0, "eval_interval": 0, "sample_tokens": 0}}
     cfg = make_config("live", **sections)
     run_dir = tmp_path / "runs/live"
@@ -67,11 +66,13 @@ def test_signals_lock_and_resume(make_config, tmp_path, capsys):
     assert n_before <= ckpt.step < 60 and ckpt.step == end["step"]
     assert len(steps()) == ckpt.step  # no step ran past the checkpoint
 
-    # Resume here (no delay) and compare with an uninterrupted run of the same config.
-    assert main(["run", str(cfg), "--backend", "torch"]) == 0
-    whole = make_config("whole", **sections)
-    assert main(["run", str(whole), "--backend", "torch"]) == 0
-    capsys.readouterr()
+    # Resume here (no delay) and compare with an uninterrupted run of the same config, both in fresh processes
+    # like the interrupted one: run inside this pytest process after thousands of other tests, the uninterrupted
+    # torch run once differed from the subprocess in the last bit of step 2 (process-global state left behind
+    # by an earlier test; not pinned down), which is not what this test is about.
+    for config in (cfg, make_config("whole", **sections)):
+        done = run_python("-m", "trainer", "run", str(config), "--backend", "torch", timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
     got = [(e["step"], e["loss"]) for e in read_events(run_dir) if e["event"] == "step"]
     want = [(e["step"], e["loss"]) for e in read_events(tmp_path / "runs/whole") if e["event"] == "step"]
     assert got == want and len(want) == 60

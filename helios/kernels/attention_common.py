@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from helios.kernels.dtypes import storage, variant_dtype, with_dtypes
-from helios.kernels.rows import WideView
+from helios.kernels.rows import PackedHalfView, WideView
 from helios.spirv import KernelBuilder, Value, Variant, boolean, ceil_div, f32, u32, u64, vec
 
 vec4 = vec(f32, 4)
@@ -44,24 +44,6 @@ VARIANTS = {
 KERNEL_VARIANTS = with_dtypes(VARIANTS)  # what the kernels declare: VARIANTS for f32, bf16 and fp16
 
 
-class _HalfWideView:
-    """vec4<f32> elements of a bf16/fp16 buffer declared as u64: one 64-bit word holds 4 halves, so a
-    vec4 costs one load on lavapipe instead of four 16-bit ones."""
-
-    def __init__(self, b: KernelBuilder, buf, dtype: str) -> None:
-        self.b, self.words, self.dtype = b, buf, dtype
-
-    def __getitem__(self, k) -> Value:
-        b = self.b
-        lo_hi = b.bitcast(self.words[k], vec(u32, 2))
-        lo, hi = lo_hi[0], lo_hi[1]
-        if self.dtype == "fp16":
-            a, c = (b.glsl("UnpackHalf2x16", w, result=vec(f32, 2)) for w in (lo, hi))
-            return b.vector(a[0], a[1], c[0], c[1])
-        # a bf16 is the top half of an f32: the low half of each u32 moves up, the high half is masked
-        return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec4)
-
-
 class _WideBuffer:
     """A buffer declared as u64 whose `.vec4[i]` moves four floats as two 64-bit words (rows.WideView):
     Mesa 22's lavapipe loads buffer data one component per invocation in a scalar loop, so this halves
@@ -69,7 +51,7 @@ class _WideBuffer:
 
     def __init__(self, b: KernelBuilder, binding: int, dtype: str = "f32") -> None:
         buf = b.buffer(binding, u64, "r")
-        self.vec4 = WideView(b, buf) if dtype == "f32" else _HalfWideView(b, buf, dtype)
+        self.vec4 = WideView(b, buf) if dtype == "f32" else PackedHalfView(b, buf, dtype)
 
 
 def input_buffer(b: KernelBuilder, v: Variant, binding: int):

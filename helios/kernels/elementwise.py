@@ -10,7 +10,7 @@ stored values, written once and emitted for scalars or for vec4s. Variants:
 Broadcast kernels add "row_*" (operand b is a row vector [N] repeated over rows) and "col_*" (operand b is
 a column [..., 1], one value per row) variants; their 4-wide forms need N % 4 == 0.
 Every variant also exists for bfloat16 and float16 tensors ("bf16_"/"fp16_" + the name; in "u64x2" the 4
-values are one 64-bit word, see _unpack_half; helios.kernels.dtypes is the shared dtype axis): each float
+values are one 64-bit word, see unpack_half4; helios.kernels.dtypes is the shared dtype axis): each float
 operand is stored as 16 bits, widened to f32 in registers and rounded to nearest even when stored, so the
 body is the same f32 code (fp32 math, one rounding per output). All float operands of a launch share one
 dtype; run_map picks the variant from it.
@@ -73,7 +73,9 @@ def grid_2d(items: int, local: int = LOCAL) -> tuple[int, int, int]:
 
 
 # An fp16 word is unpacked two halves at a time by GLSL UnpackHalf2x16 (exact) and packed by PackHalf2x16.
-def _unpack_half(b: KernelBuilder, word: Value, dtype: str) -> Value:
+def unpack_half4(b: KernelBuilder, word: Value, dtype: str) -> Value:
+    """The vec4<f32> of the 4 halves (bf16 or fp16, lowest address first) in a u64 word; exact. The one unpacking
+    of packed half operands: maps, row kernels (rows.PackedHalfView), matmul and attention loads."""
     lo_hi = b.bitcast(word, vec(u32, 2))
     lo, hi = lo_hi[0], lo_hi[1]
     if dtype == "fp16":
@@ -82,7 +84,8 @@ def _unpack_half(b: KernelBuilder, word: Value, dtype: str) -> Value:
     return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec(f32, 4))
 
 
-def _pack_half(b: KernelBuilder, value: Value, dtype: str) -> Value:
+def pack_half4(b: KernelBuilder, value: Value, dtype: str) -> Value:
+    """A vec4<f32> rounded to 4 halves (bf16 or fp16) packed in one u64 word (unpack_half4's inverse)."""
     if dtype == "fp16":
         lo, hi = (b.glsl("PackHalf2x16", b.vec2(value[j], value[j + 1]), result=u32) for j in (0, 2))
         return b.bitcast(b.vector(lo, hi), u64)
@@ -102,7 +105,7 @@ def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode:
     if access == "vec4":
         return buf.vec4[k]
     if packed:
-        return _unpack_half(b, buf[k], packed)
+        return unpack_half4(b, buf[k], packed)
     return b.bitcast(buf.vec2[k], vec(dtype, 4))
 
 
@@ -112,7 +115,7 @@ def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str, packed: s
     elif access == "vec4":
         buf.vec4[i] = value
     elif packed:
-        buf[i] = _pack_half(b, value, packed)
+        buf[i] = pack_half4(b, value, packed)
     else:
         buf.vec2[i] = b.bitcast(value, vec(u64, 2))
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from helios.kernels.activations import gelu_value
 from helios.kernels.dtypes import storage, variant_dtype
+from helios.kernels.elementwise import unpack_half4
 from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, u64, vec
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
@@ -92,19 +93,8 @@ class Vec4Loader:
 
     def __getitem__(self, index4) -> Value:
         if self.half:
-            return unpack4(self.b, self.view[index4], self.dtype)
+            return unpack_half4(self.b, self.view[index4], self.dtype)
         return self.b.bitcast(self.view[index4], vec(f32, 4))
-
-
-def unpack4(b: KernelBuilder, word: Value, dtype: str) -> Value:
-    """The vec4<f32> of the 4 halves (bf16 or fp16, lowest address first) in a u64 word; exact."""
-    w = b.bitcast(word, vec(u32, 2))
-    lo, hi = w[0], w[1]
-    if dtype == "fp16":
-        p, q = (b.glsl("UnpackHalf2x16", x, result=vec(f32, 2)) for x in (lo, hi))
-        return b.vector(p[0], p[1], q[0], q[1])
-    # a bf16 is the top half of an f32: shift the low half up, mask the high half in place
-    return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec(f32, 4))
 
 
 def launch_params(a, b, M: int, N: int, K: int, bias, gelu: bool, residual, preact_out, beta: float,
@@ -175,4 +165,4 @@ def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: V
 
 
 __all__ = ["LAYOUTS", "PUSH_FIELDS", "EPILOGUE_SPECS", "Operands", "declare", "contiguous", "a_index", "b_index",
-           "epilogue", "store_block", "launch_params", "c_dtype", "unpack4", "u32", "f32"]
+           "epilogue", "store_block", "launch_params", "c_dtype", "u32", "f32"]

@@ -27,7 +27,7 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import DTYPES, dtype_variant, storage, variant_dtype, with_dtypes
-from helios.kernels.elementwise import _pack_half, _unpack_half
+from helios.kernels.elementwise import pack_half4, unpack_half4
 from helios.spirv import KernelBuilder, Value, ceil_div, f32, u32, u64, vec
 
 SG_LOCAL = 64  # "sg": invocations per workgroup (a multiple of every subgroup size up to 64)
@@ -70,10 +70,10 @@ class PackedHalfView:
         self.b, self.words, self.dtype = b, buf, dtype
 
     def __getitem__(self, k) -> Value:
-        return _unpack_half(self.b, self.words[k], self.dtype)
+        return unpack_half4(self.b, self.words[k], self.dtype)
 
     def __setitem__(self, k, value: Value) -> None:
-        self.words[k] = _pack_half(self.b, value, self.dtype)
+        self.words[k] = pack_half4(self.b, value, self.dtype)
 
 
 def device_info():

@@ -174,9 +174,8 @@ def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) ->
     """vec4 loads from 4 elements on, through device addresses where the device enables them."""
     (n,) = shape
     if forced is not None:
-        if forced.endswith("_addr") and not info.buffer_device_address:
-            raise ValueError(f"adamw variant {forced!r} reads through device addresses, which this device "
-                             "does not enable (DeviceInfo.buffer_device_address); force a variant without _addr")
+        if BASE_VARIANTS[forced].get("addressed"):
+            selection.check_addressed(info, "adamw", forced)
         return forced
     name = "vec4" if n >= 4 else "scalar"
     return name + "_addr" if info.buffer_device_address else name

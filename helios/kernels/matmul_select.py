@@ -116,9 +116,8 @@ def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) ->
     """The tiling for shape = (layout, M, N, K, batch): the forced one, else a stored tuning winner, else the
     table's (a register tiling where the device cannot run one gives way to the table)."""
     layout, M, N, K, batch = shape
-    if forced in ADDRESSED and not info.buffer_device_address:
-        raise ValueError(f"matmul tiling {forced!r} reads through device addresses, which this device does not "
-                         "enable (DeviceInfo.buffer_device_address); force a tiling without the 'a' suffix")
+    if forced in ADDRESSED:
+        selection.check_addressed(info, "matmul", forced)
     choice = forced or load_tuning(info).get(shape_key(layout, M, N, K, batch))
     if choice is None or not runnable(info, choice):
         return table_choice(info, M, N, batch)

@@ -68,6 +68,14 @@ def choose(family: str, shape: tuple, dtype: str = "f32", info=None) -> str:
     return _family(family).rule(info, tuple(shape), dtype, _FORCED.get(family))
 
 
+def check_addressed(info, family: str, choice) -> None:
+    """A forced choice that reads through device addresses needs a device that enables them: say so clearly
+    instead of launching a kernel whose pointers would be null."""
+    if not info.buffer_device_address:
+        raise ValueError(f"{family} choice {choice!r} reads through device addresses, which this device does not "
+                         "enable (DeviceInfo.buffer_device_address); force one that binds storage buffers")
+
+
 def force(family: str, choice) -> None:
     """Force `family`'s choice for every later launch; None gives the choice back to its rule."""
     f = _family(family)
@@ -93,4 +101,4 @@ def forcing(family: str, choice) -> Iterator[None]:
         force(family, before)
 
 
-__all__ = ["rule", "choose", "force", "forced", "forcing", "Family"]
+__all__ = ["rule", "choose", "check_addressed", "force", "forced", "forcing", "Family"]

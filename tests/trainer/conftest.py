@@ -43,6 +43,18 @@ TINY = {
 }
 
 
+def parity_config(steps: int, eval_interval: int, log_interval: int) -> dict:
+    """The loss-parity model and schedule (small enough for ~1 s of torch and ~10-20 s of helios on lavapipe per
+    60 steps, big enough that the loss falls a lot), trained for `steps`."""
+    return {
+        "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "vocab_size": 320},
+        "optim": {"lr": 3e-3},
+        "schedule": {"warmup_iters": 5, "min_lr": 3e-4},
+        "train": {"batch_size": 8, "max_iters": steps, "eval_interval": eval_interval, "eval_iters": 4,
+                  "log_interval": log_interval, "ckpt_interval": 0, "sample_tokens": 0, "seed": 11},
+    }
+
+
 def toml_value(v) -> str:
     """A Python value as TOML."""
     if isinstance(v, bool):

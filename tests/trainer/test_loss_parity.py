@@ -10,19 +10,13 @@ import pytest
 
 pytest.importorskip("torch")
 
+from tests.trainer.conftest import parity_config  # noqa: E402
 from trainer.backend import create_backend  # noqa: E402
 from trainer.config import load_config  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 from trainer.tokens import prepare_data  # noqa: E402
 
-# Small enough for ~1 s of torch and ~10-20 s of helios on lavapipe, big enough that the loss falls a lot.
-PARITY = {
-    "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "vocab_size": 320},
-    "optim": {"lr": 3e-3},
-    "schedule": {"warmup_iters": 5, "min_lr": 3e-4},
-    "train": {"batch_size": 8, "max_iters": 60, "eval_interval": 20, "eval_iters": 4, "log_interval": 20,
-              "ckpt_interval": 0, "sample_tokens": 0, "seed": 11},
-}
+PARITY = parity_config(steps=60, eval_interval=20, log_interval=20)
 
 
 def _train(cfg, data, kind: str, run_dir, init: dict | None = None):

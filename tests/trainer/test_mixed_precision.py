@@ -11,7 +11,7 @@ import pytest
 import autograd
 from autograd.nn import GPT, GPTConfig
 from telemetry.events import read_events
-from tests.trainer.conftest import write_config
+from tests.trainer.conftest import parity_config, write_config
 from trainer.backend import create_backend
 from trainer.checkpoint import latest_path, load_checkpoint
 from trainer.cli import main
@@ -19,13 +19,7 @@ from trainer.config import load_config
 from trainer.loop import Trainer
 from trainer.tokens import prepare_data
 
-PARITY_200 = {
-    "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "vocab_size": 320},
-    "optim": {"lr": 3e-3},
-    "schedule": {"warmup_iters": 5, "min_lr": 3e-4},
-    "train": {"batch_size": 8, "max_iters": 200, "eval_interval": 100, "eval_iters": 4, "log_interval": 50,
-              "ckpt_interval": 0, "sample_tokens": 0, "seed": 11},
-}
+PARITY_200 = parity_config(steps=200, eval_interval=100, log_interval=50)
 
 
 def _val_losses(make_config, tmp_path, dtype: str) -> tuple[dict, list]:

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from helios import driver, env
+from helios import driver, env, profile
 from helios.errors import SetupError, ValidationError
 
 _TYPE_NAMES = {0: "other", 1: "integrated_gpu", 2: "discrete_gpu", 3: "virtual_gpu", 4: "cpu"}
@@ -105,6 +105,11 @@ class DeviceInfo:
     # Subgroup matrix shapes the matrix units run (VK_KHR_cooperative_matrix), each
     # (M, N, K, A type, B type, C type, result type), e.g. (16, 16, 16, "f16", "f16", "f32", "f32").
     cooperative_matrix: tuple[tuple[int, int, int, str, str, str, str], ...] = field(default=())
+    # True where cooperative_matrix lists shapes that kernels lower to plain SPIR-V (helios.profile), not
+    # the device's matrix units.
+    cooperative_matrix_emulated: bool = field(default=False)
+    # "cpu" or "gpu": the device class the selection rules and memory paths behave as (helios.profile).
+    profile: str = field(default="")
 
     @property
     def is_cpu(self) -> bool:
@@ -372,6 +377,7 @@ class Device:
         )
         offered = bool(f12.bufferDeviceAddress) and bool(f2.features.shaderInt64)
         info = dataclasses.replace(info, buffer_device_address=offered and driver.gathers_pay_off(info))
+        info = profile.apply(info)
         return info, {"f2": f2, "f11": f11, "f12": f12, "f13": f13, "atomic": fat, "extensions": ext_names}
 
     def _cooperative_matrix_shapes(self, phys) -> tuple:
@@ -427,13 +433,14 @@ class Device:
                 "VkPhysicalDeviceShaderAtomicFloatFeaturesEXT",
                 vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,
             ))
-        if info.cooperative_matrix:
+        native_coopmat = bool(info.cooperative_matrix) and not info.cooperative_matrix_emulated
+        if native_coopmat:
             entries.append(("VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
                             vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR))
         chain = _make_chain(vk, ffi, entries)
         # Last in the chain; taken off the list (so chain[-1] stays the atomics struct) but kept alive here,
         # since cffi frees a struct with its last Python reference.
-        coopmat_features = chain.pop() if info.cooperative_matrix else None
+        coopmat_features = chain.pop() if native_coopmat else None
         if coopmat_features is not None:
             coopmat_features.cooperativeMatrix = vk.VK_TRUE
         f2, f11, f12 = chain[0], chain[1], chain[2]
@@ -457,7 +464,7 @@ class Device:
                          "shaderBufferFloat32Atomics", "shaderSharedFloat32Atomics"):
                 setattr(fat, name, getattr(have["atomic"], name))
         extensions = [e for e in _WANTED_EXTENSIONS if e in have["extensions"]
-                      and (e != _COOPMAT_EXT or info.cooperative_matrix)]
+                      and (e != _COOPMAT_EXT or native_coopmat)]
         priorities = ffi.new("float[]", [1.0])
         queue_info = ffi.new("VkDeviceQueueCreateInfo*")
         queue_info.sType = vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO

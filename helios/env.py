@@ -37,3 +37,33 @@ def memory_budget_mb() -> int | None:
     if not value.isdigit() or int(value) == 0:
         raise SetupError(f"HELIOS_MEMORY_BUDGET_MB={value!r}: expected a positive whole number of MiB, e.g. 2048")
     return int(value)
+
+
+PROFILES = ("cpu", "gpu")
+COOPMAT_MODES = ("auto", "emulate", "off")
+
+
+def profile() -> str | None:
+    """HELIOS_PROFILE=gpu|cpu: which device class the selection rules and memory paths behave as (None: the
+    device's own). `gpu` on lavapipe runs every GPU code path on the CPU: docs/GPU.md, "The GPU profile"."""
+    value = os.environ.get("HELIOS_PROFILE", "").strip().lower()
+    if not value:
+        return None
+    if value not in PROFILES:
+        from helios.errors import SetupError
+
+        raise SetupError(f"HELIOS_PROFILE={value!r}: expected one of {', '.join(PROFILES)} (or unset for the "
+                         "device's own profile)")
+    return value
+
+
+def coopmat_mode() -> str:
+    """HELIOS_COOPMAT=auto|emulate|off: cooperative matrices where the device has them (auto; also emulated in
+    the GPU profile on a device without them), emulated in plain SPIR-V on any device (emulate), or never
+    (off)."""
+    value = os.environ.get("HELIOS_COOPMAT", "").strip().lower() or "auto"
+    if value not in COOPMAT_MODES:
+        from helios.errors import SetupError
+
+        raise SetupError(f"HELIOS_COOPMAT={value!r}: expected one of {', '.join(COOPMAT_MODES)}")
+    return value

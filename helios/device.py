@@ -108,12 +108,20 @@ class DeviceInfo:
     # True where cooperative_matrix lists shapes that kernels lower to plain SPIR-V (helios.profile), not
     # the device's matrix units.
     cooperative_matrix_emulated: bool = field(default=False)
-    # "cpu" or "gpu": the device class the selection rules and memory paths behave as (helios.profile).
+    # "cpu" or "gpu" where HELIOS_PROFILE overrides the device class the selection rules and memory paths
+    # behave as ("": the device's own, from device_type; helios.profile).
     profile: str = field(default="")
 
     @property
     def is_cpu(self) -> bool:
+        """Whether the device is a CPU driver (lavapipe), whatever profile it runs in."""
         return self.device_type == "cpu"
+
+    @property
+    def cpu_profile(self) -> bool:
+        """Whether kernels are chosen as for a CPU device: lavapipe unless HELIOS_PROFILE=gpu. Selection rules
+        read this, never is_cpu."""
+        return self.profile == "cpu" if self.profile else self.is_cpu
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -5,7 +5,7 @@ on lavapipe makes helios behave as on a discrete GPU while running on the CPU: t
 what they choose on a GPU, memory is not zero-copy (staging uploads and readbacks), and device addresses stay
 off as on a GPU where they are unmeasured. Cooperative matrices are emulated in plain SPIR-V there (or anywhere
 with HELIOS_COOPMAT=emulate) so the matrix-unit kernels run end to end; a device with real cooperative
-matrices always gets the real instructions. Rules read `info.profile`, never `info.is_cpu`.
+matrices always gets the real instructions. Rules read `info.cpu_profile`, never `info.is_cpu`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def apply(info):
     """info as the profile and cooperative-matrix switches (helios.env) ask; unchanged when neither is set."""
     own = native_profile(info)
     wanted = env.profile() or own
-    changes: dict = {"profile": wanted}
+    changes: dict = {"profile": "" if wanted == own else wanted}
     if wanted == "gpu" and own == "cpu":
         changes.update(unified_memory=False, buffer_device_address=False)
     mode = env.coopmat_mode()

@@ -248,7 +248,7 @@ def grad_norm(grads, max_norm: float, layout: tuple[int, bool] | None = None):
     total = 0
     for t in tensors:
         n = int(t.numel)
-        lanes = rt.get_runtime().info.is_cpu if layout is None else layout[1]
+        lanes = rt.get_runtime().info.cpu_profile if layout is None else layout[1]
         variant = ("vec4" if n >= 4 else "scalar") + ("_lanes" if lanes else "")
         groups = GRAD_NORM_PARTIAL.grid_for((n,), variant)[0] if layout is None else layout[0]
         plan.append((t, n, variant, groups, total))

@@ -55,7 +55,7 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
         return "rowwise"
     if forced is not None:
         return forced
-    return "rowwise" if info.is_cpu or info.subgroup_size < 4 else "tiled"
+    return "rowwise" if info.cpu_profile or info.subgroup_size < 4 else "tiled"
 
 
 def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: float) -> None:

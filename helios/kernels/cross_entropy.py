@@ -216,7 +216,7 @@ def row_layout() -> tuple[str, int]:
 
     info = get_device().info
     fixed = info.min_subgroup_size == info.max_subgroup_size == info.subgroup_size
-    if info.is_cpu and fixed:
+    if info.cpu_profile and fixed:
         return "_subgroup", info.subgroup_size
     return "", WG_ROW
 

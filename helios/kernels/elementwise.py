@@ -224,7 +224,7 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     integers and f32 vec4 elsewhere; 4 per invocation only where the broadcast layout allows, u64x2 only
     without a tail."""
     n, bcast, cols = shape
-    access = forced or ("u64x2" if info.is_cpu and info.int64 else "vec4")
+    access = forced or ("u64x2" if info.cpu_profile and info.int64 else "vec4")
     if access != "scalar" and (n < 4 or (bcast != "full" and cols % 4)):
         access = "scalar"
     if access == "u64x2" and n % 4:

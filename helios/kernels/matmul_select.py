@@ -91,7 +91,7 @@ def runnable(info, tiling: str) -> bool:
 
 def device_tilings(info) -> tuple[str, ...]:
     """The tilings this device family runs (what the tuner and `bench matmul --variant all` try)."""
-    if not (info.is_cpu and reg_ok(info)):
+    if not (info.cpu_profile and reg_ok(info)):
         return TILED
     return REG + ADDRESSED if info.buffer_device_address else REG
 
@@ -99,11 +99,11 @@ def device_tilings(info) -> tuple[str, ...]:
 def table_choice(info, M: int, N: int, batch: int) -> str:
     """The table's tiling for an M x N (x batch) output on this device: on CPU drivers with device addresses
     the addressed register tiling for every shape."""
-    if info.is_cpu and reg_ok(info) and info.buffer_device_address:
+    if info.cpu_profile and reg_ok(info) and info.buffer_device_address:
         return ADDRESSED[0]
-    family = REG if info.is_cpu and reg_ok(info) else TILED
+    family = REG if info.cpu_profile and reg_ok(info) else TILED
     # Enough workgroups to keep every core (CPU) or a GPU's many multiprocessors busy.
-    wanted = 8 if info.is_cpu else 128
+    wanted = 8 if info.cpu_profile else 128
     for name in reversed(family):
         bm, bn = BLOCKS[name]
         if ceil_div(M, bm) * ceil_div(N, bn) * batch >= wanted:

@@ -345,7 +345,7 @@ def _param_out(out: Tensor | None, cols: int, accumulate: bool) -> tuple[Tensor,
 
 
 def _workers(rows: int) -> int:
-    return max(1, min(rows, CPU_WORKERS if device_info().is_cpu else GPU_WORKERS))
+    return max(1, min(rows, CPU_WORKERS if device_info().cpu_profile else GPU_WORKERS))
 
 
 def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols: int, variant: str,

@@ -237,7 +237,7 @@ def width_name(cols: int, info=None, forced: RowChoice | None = None) -> str:
     if forced.width is not None:
         return forced.width
     info = info or device_info()
-    return "u64x2" if info.is_cpu and info.int64 else "vec4"
+    return "u64x2" if info.cpu_profile and info.int64 else "vec4"
 
 
 def row_variants(cached: bool = True, dtypes: Sequence[str] = DTYPES, **params) -> dict[str, dict]:
@@ -264,7 +264,7 @@ def _pick(info, units: int, cacheable: bool) -> tuple[str, int]:
     few registers per invocation, then to a workgroup.
     """
     sg = _subgroup_width(info)
-    if info.is_cpu:
+    if info.cpu_profile:
         tiers, fallback = [("sg", r, sg) for r in CACHE_TIERS["sg"]], "sg"
     else:
         tiers = [("sg", CACHE_TIERS["sg"][0], sg), ("wg", CACHE_TIERS["wg"][0], WG_LOCAL)]

@@ -174,4 +174,4 @@ def test_rejects_bad_arguments(bad):
 
 
 def test_variant_choice_follows_the_device(device):
-    assert selection.choose("attention", (64,)) == ("rowwise" if device.info.is_cpu else "tiled")
+    assert selection.choose("attention", (64,)) == ("rowwise" if device.info.cpu_profile else "tiled")

@@ -57,7 +57,7 @@ def test_variant_choice(force):
     assert choose(33 * 13, "col", 13) == "col_scalar"
     assert choose(4096, dtype="bf16") == "bf16_u64x2"
     force("elementwise", None)
-    assert choose(4096) == ("u64x2" if rt.get_runtime().info.is_cpu else "vec4")
+    assert choose(4096) == ("u64x2" if rt.get_runtime().info.cpu_profile else "vec4")
     with pytest.raises(ValueError, match="unknown elementwise choice 'vec8'"):
         force("elementwise", "vec8")
 

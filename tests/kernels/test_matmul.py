@@ -150,7 +150,7 @@ def test_batched(layout, tiling, b_batched):
 def test_table_choice_by_device_type():
     class Info:
         def __init__(self, cpu, addresses=False):
-            self.is_cpu, self.min_subgroup_size, self.buffer_device_address = cpu, 8, addresses
+            self.cpu_profile, self.min_subgroup_size, self.buffer_device_address = cpu, 8, addresses
 
     assert sel.table_choice(Info(True), 2048, 1152, 1) == "reg32x16"
     assert sel.table_choice(Info(True), 7, 9, 1) == "reg8x8"
@@ -162,7 +162,7 @@ def test_table_choice_by_device_type():
 
 def test_addressed_tilings_need_device_addresses():
     class Info:
-        is_cpu, min_subgroup_size, buffer_device_address = True, 8, False
+        cpu_profile, min_subgroup_size, buffer_device_address = True, 8, False
 
     with pytest.raises(ValueError, match="device addresses"):
         sel.choose(Info(), ("nn", 8, 8, 8, 1), forced="reg12x8a")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from helios.peak import Peak
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
@@ -125,8 +126,9 @@ class Backend(ABC):
         self.model.checkpoint_activations = mode
 
     @abstractmethod
-    def peak_flops(self) -> float | None:
-        """The device's peak fp32 FLOP/s, or None when unknown (MFU is then null)."""
+    def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
+        """The device's peak fp32 FLOP/s and its source, or None when unknown (MFU is then null).
+        `remeasure_from`: a run's MFU passed 100% of that figure, so measure again where it was measured."""
 
 
 def _declared_backends() -> dict[str, str]:

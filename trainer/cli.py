@@ -154,13 +154,13 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     from trainer.config import load_config
     from trainer.loop import Controls, Trainer, check_checkpoint_matches
     from trainer.progress import make_progress
-    from trainer.runlock import RunLock
     from trainer.session import prepare_run_dir, write_resolved
     from trainer.tokens import prepare_data
 
     cfg = load_config(args.config, overrides)
     env.check_all()
     world = distributed.world()
+    _warn_if_no_cache(world)
     if args.backend == "helios":  # device and memory settings fail here, before the run directory exists
         from helios import runtime as rt
 
@@ -169,7 +169,7 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     if world.is_main:
         prepare_run_dir(run_dir)
     # Rank 0 alone holds the run directory's lock and writes in it; the others read checkpoints from it.
-    with RunLock(run_dir) if world.is_main else _nothing():
+    with _locked_run_dir(run_dir) if world.is_main else _nothing():
         if world.is_main:
             remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
         world.barrier()
@@ -231,6 +231,21 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield None
+
+
+@contextmanager
+def _locked_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold the run lock; a run refused before it wrote anything (bad data, a bad init_from) leaves no
+    directory behind that holds only the lock file."""
+    from trainer.runlock import RunLock
+    from trainer.session import remove_if_unused
+
+    try:
+        with RunLock(run_dir):
+            yield
+    except BaseException:
+        remove_if_unused(run_dir)
+        raise
 
 
 class _Quiet:
@@ -373,12 +388,11 @@ def cmd_config(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def cmd_configs() -> int:
     """List the shipped configs."""
-    from trainer.inspect_config import shipped_configs
+    import shutil
 
-    rows = shipped_configs()
-    width = max((len(path) for path, _ in rows), default=0)
-    for path, about in rows:
-        print(f"{path:<{width}}  {about}")
+    from trainer.inspect_config import format_configs, shipped_configs
+
+    print(format_configs(shipped_configs(), shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
     return 0
 
 
@@ -402,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
+            _warn_if_oversubscribed(args.nproc)
             return distributed.relaunch(args.nproc, _without_nproc(raw))
         if args.command in ("run", "prepare", "config"):
             overrides = split_overrides(extra)
@@ -434,6 +449,25 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             distributed.world().abort(1)
         raise
+
+
+def _warn_if_no_cache(world) -> None:
+    """One warning (rank 0's) before anything is written when HELIOS_CACHE_DIR cannot be written: the run goes
+    on without the caches."""
+    from helios.env import cache_warning
+
+    warning = cache_warning()
+    if warning and world.is_main:
+        print(f"trainer: warning: {warning}", file=sys.stderr)
+
+
+def _warn_if_oversubscribed(nproc: int) -> None:
+    """More ranks than CPU cores: each rank's host work (and on lavapipe, its device work) then shares cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if nproc > cores:
+        print(f"trainer: warning: --nproc {nproc} starts more ranks than this machine has CPU cores ({cores}): they "
+              f"will share cores and each step will be slower than with fewer ranks; --nproc {cores} or less "
+              "usually trains faster", file=sys.stderr)
 
 
 def _fail(message: str, code: int) -> int:

@@ -114,6 +114,8 @@ class Trainer:
         self.step = 0
         self.resumed_from: str | None = None
         self._tokenizer: Any = None
+        self.peak: Any = None  # the backend's helios.peak.Peak, set by run()
+        self._peak_remeasured = False
 
     # --- events and checkpoints ---------------------------------------------------------------------
 
@@ -183,6 +185,18 @@ class Trainer:
         self.emit("sample", step=self.step, prompt=DEFAULT_PROMPT, text=text)
         return text
 
+    def mfu(self, flops_per_s: float) -> float | None:
+        """Model FLOPs utilisation, at most 1: past 100% the peak must be too low (measured while the machine was
+        busy), so it is measured again once, logged as a `peak` event, and the figure capped."""
+        if self.peak is None:
+            return None
+        if flops_per_s > self.peak.flops and not self._peak_remeasured and self.world.is_main:
+            self._peak_remeasured = True
+            was, self.peak = self.peak, self.backend.device_peak(remeasure_from=self.peak) or self.peak
+            self.emit("peak", step=self.step, peak_flops=self.peak.flops, peak_source=self.peak.source,
+                      was=was.flops)
+        return min(1.0, flops_per_s / self.peak.flops)
+
     # --- the loop ---------------------------------------------------------------------------------------
 
     def run(self, writer: Any) -> str:
@@ -192,8 +206,10 @@ class Trainer:
         """
         self.writer = writer
         cfg, t, b = self.cfg, self.cfg.train, self.backend
+        peak = self.peak = b.device_peak()
         self.emit("config", config=cfg.to_dict(), backend=self.backend_kind, device=b.device_name(),
-                  num_params=b.num_params(), flops_per_token=b.flops_per_token(), peak_flops=b.peak_flops(),
+                  num_params=b.num_params(), flops_per_token=b.flops_per_token(),
+                  peak_flops=peak.flops if peak else None, peak_source=peak.source if peak else None,
                   start_step=self.step, max_iters=t.max_iters, resumed_from=self.resumed_from,
                   tokenizer_sha256=self.data.tokenizer_hash, train_tokens=len(self.data.train),
                   val_tokens=len(self.data.val))
@@ -202,7 +218,7 @@ class Trainer:
             return "done"
         inject, delay = env.inject_nan_steps(), env.step_delay_s()
         tokens_per_step = self.global_batch * t.grad_accum * cfg.model.block_size
-        fpt, peak = b.flops_per_token(), b.peak_flops()
+        fpt = b.flops_per_token()
         prev = b.counters()
         last_eval = last_sample = last_ckpt = -1
         while self.step < t.max_iters:
@@ -221,7 +237,7 @@ class Trainer:
                       bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, replayed=res.replayed,
                       record_ms=res.record_ms, dtype=res.dtype, loss_scale=res.loss_scale,
                       loss_scale_overflows=res.loss_scale_overflows, **counters,
-                      mfu=fpt * tok_s / peak if peak else None, rss_mb=rss_mb(),
+                      mfu=self.mfu(fpt * tok_s), rss_mb=rss_mb(),
                       **({"world_size": self.world.size, "allreduce_ms": self.world.reduce_ms}
                          if self.world.size > 1 else {}))
             if res.skipped:

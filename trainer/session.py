@@ -35,6 +35,21 @@ def prepare_run_dir(run_dir: Path) -> None:
                            "set [run] out_dir/name to a writable place") from None
 
 
+def remove_if_unused(run_dir: Path) -> bool:
+    """Remove a run directory that holds nothing but its lock file (a run refused at the data or init_from
+    stage, before writing anything); True if it was removed. Call it after releasing the lock."""
+    from trainer.runlock import LOCK_FILE
+
+    try:
+        if {p.name for p in run_dir.iterdir()} != {LOCK_FILE}:
+            return False
+        (run_dir / LOCK_FILE).unlink()
+        run_dir.rmdir()
+    except OSError:  # another trainer is starting in it, or it is not ours to remove: leave it
+        return False
+    return True
+
+
 def write_resolved(run_dir: Path, cfg: Config, backend_kind: str) -> None:
     """Save the fully resolved config (every default filled in) beside the checkpoints."""
     doc = {"backend": backend_kind, "config": cfg.to_dict()}

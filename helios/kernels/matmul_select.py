@@ -11,6 +11,7 @@ and the tuner force a tiling with `selection.force("matmul", tiling)`.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -57,8 +58,12 @@ def load_tuning(info) -> dict[str, str]:
     return _tuned[key]
 
 
-def save_tuning(info, winners: dict[str, str]) -> Path:
-    """Merge winners into this device's tuning file and into the in-process table; returns the path."""
+def save_tuning(info, winners: dict[str, str]) -> Path | None:
+    """Merge winners into this device's tuning file and into the in-process table; returns the path, or None
+    when the cache directory cannot be written (the winners then serve this process only)."""
+    load_tuning(info).update(winners)
+    if env.cache_problem() is not None:
+        return None
     path = tuning_path(info)
     try:
         data = json.loads(path.read_text())
@@ -67,11 +72,13 @@ def save_tuning(info, winners: dict[str, str]) -> Path:
     data.setdefault("device", {"name": info.name, "driver": f"{info.driver_name} {info.driver_info}",
                                "driver_version": info.driver_version})
     data.setdefault("matmul", {}).update(winners)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
-    load_tuning(info).update(winners)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:  # a disk that filled up since the probe
+        tmp.unlink(missing_ok=True)
+        return None
     return path
 
 

@@ -260,14 +260,19 @@ class PipelineCache:
         if self.lib.vkGetPipelineCacheData(dev, self.handle, size, data) != self.vk.VK_SUCCESS:
             return None
         blob = bytes(ffi.buffer(data, size[0]))
+        if env.cache_problem() is not None:
+            return None  # an unwritable cache directory only costs start-up time (front ends warn once)
+        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
             os.replace(tmp, self.path)  # atomic: a concurrent start never reads half a file
-        except OSError:
-            return None  # a read-only cache directory only costs start-up time
+        except OSError:  # e.g. the disk filled up: no half-written temp file stays behind
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            return None
         self._dirty = False
         return self.path
 

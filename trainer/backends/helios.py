@@ -21,6 +21,7 @@ from autograd.nn.gpt import resolve_dtype
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
+from helios.peak import Peak
 from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
 from trainer.backends.step_capture import OptimizerCapture, capture_micro_step
 from trainer.config import ModelConfig, OptimConfig
@@ -356,9 +357,11 @@ class HeliosBackend(Backend):
     def device_name(self) -> str:
         return rt.get_runtime().info.name
 
-    def peak_flops(self) -> float | None:
-        """The device's FMA peak: stored by `python -m helios.bench limits` or an earlier run, else measured
-        now (about a second, once per device) and stored."""
-        from helios.peak import peak_flops
+    def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
+        """The vendor's figure for a known device; else the FMA peak stored by `python -m helios.bench limits` or
+        an earlier run, else measured now (about a second) and stored; measured again on request."""
+        from helios import peak
 
-        return peak_flops(self.device_name())
+        if remeasure_from is not None:
+            return peak.remeasure(self.device_name(), remeasure_from)
+        return peak.device_peak(self.device_name())

@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nunknown benchmark(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
     many = len(names) != 1
+    from helios.env import cache_warning
+
+    if cache_warning():  # the limits, tuning winners and pipelines are then kept for this process only
+        print(f"warning: {cache_warning()}", file=sys.stderr)
     for name in names or DEFAULT_ORDER:
         module = importlib.import_module(BENCHMARKS[name])
         parser = _module_parser(name, module)

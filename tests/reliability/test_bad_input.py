@@ -111,6 +111,8 @@ ROWS: dict[str, Row] = {
     "disk_full_during_checkpoint": Row(lambda c: (c.faults("enospc_after=0"), c.config(
         train={"max_iters": 6, "ckpt_interval": 2}))[1], ("could not write checkpoint ckpt-6", "the disk is full",
                                                           "latest still points at ckpt-4"), trained=True),
+    "disk_full_writing_val_tokens": Row(lambda c: (c.faults("val_enospc"), c.config())[1],
+                                        ("cannot keep the tokenizer and validation tokens", "No space left")),
     "no_vulkan_driver": Row(lambda c: (c.env.update(VK_DRIVER_FILES="/nonexistent.json",
                                                     VK_ICD_FILENAMES="/nonexistent.json"), c.config())[1],
                             ("No Vulkan driver was found", "mesa-vulkan-drivers")),
@@ -128,6 +130,8 @@ ROWS: dict[str, Row] = {
                                       ("HELIOS_MEMORY_BUDGET_MB='abc'", "positive whole number of MiB")),
     "memory_budget_below_a_block": Row(lambda c: (c.env.update(HELIOS_MEMORY_BUDGET_MB="1"), c.config())[1],
                                        ("HELIOS_MEMORY_BUDGET_MB=1 is below one memory block", "use at least")),
+    "validate_not_a_boolean": Row(lambda c: (c.env.update(HELIOS_VALIDATE="maybe"), c.config())[1],
+                                  ("HELIOS_VALIDATE='maybe'", "1/true/yes/on", "0/false/no/off")),
     "device_index_out_of_range": Row(lambda c: (c.env.update(HELIOS_DEVICE="99"), c.config())[1],
                                      ("HELIOS_DEVICE=99 but only", "device(s) exist")),
     "init_from_missing": Row(lambda c: c.config(train={"init_from": str(c.root / "no-such-run")}),
@@ -169,8 +173,14 @@ def trained_run_bpe(tmp_path_factory, corpus) -> Path:
 def _protected(case: Case, before: dict[str, str], after: dict[str, str], name: str) -> None:
     """Nothing overwritten: every file is as it was. A run that trained before failing (disk full) may append
     to its log and rewrite resolved.json, but its checkpoints and `latest` stay exactly as they were."""
+    if case.run_dir.exists():  # a refused run leaves no directory holding only its lock file
+        assert {p.name for p in case.run_dir.iterdir()} != {".lock"}, "a lock-only run directory was left"
     unchanged = {path: digest for path, digest in after.items() if path in before}
     created = sorted(path for path in after if path not in before and path.startswith("runs/"))
+    if name == "disk_full_writing_val_tokens":  # what was written whole before the disk filled may stay
+        assert unchanged == before and set(created) <= {"runs/tiny/resolved.json", "runs/tiny/tokenizer.json"}, created
+        assert not [p for p in case.run_dir.iterdir() if p.name.startswith(".val_tokens")], "temp file left behind"
+        return
     if name != "disk_full_during_checkpoint":
         assert unchanged == before and created == []  # new files elsewhere: only a data cache for a new text
         return
@@ -205,7 +215,8 @@ def test_bad_input_is_one_clear_line_exit_2_and_changes_nothing(name, tmp_path, 
     _protected(case, before, snapshot(tmp_path), name)
 
 
-@pytest.mark.parametrize("variable,value", [("HELIOS_DEVICE", "99"), ("HELIOS_MEMORY_BUDGET_MB", "abc")])
+@pytest.mark.parametrize("variable,value", [("HELIOS_DEVICE", "99"), ("HELIOS_MEMORY_BUDGET_MB", "abc"),
+                                            ("HELIOS_VALIDATE", "maybe")])
 def test_a_device_setting_error_leaves_no_run_directory(variable, value, tmp_path, corpus):
     case = Case(tmp_path, corpus)
     proc = trainer_cli("run", str(case.config()), "--backend", "helios", env=child_env(**{variable: value}))

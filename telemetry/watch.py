@@ -103,7 +103,7 @@ class Dashboard:
         counts = "  ".join(f"{k} {s.get(k, 0)}" for k in ("dispatches", "submits", "barriers", "pool_regions",
                                                           "pool_classes", "device_allocs"))
         perf = (f"{s.get('step_ms', 0):.1f} ms/step  ({times_ms} ms)  mfu "
-                f"{f'{mfu:.1%}' if isinstance(mfu, (int, float)) else '-'}\n{counts}")
+                f"{f'{min(mfu, 1.0):.1%}' if isinstance(mfu, (int, float)) else '-'}\n{counts}")
         log = Table(show_header=False, box=None, padding=(0, 1))
         for e in self.notable:
             log.add_row(str(e.get("step", "")), e["event"], _describe(e))

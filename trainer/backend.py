@@ -124,6 +124,10 @@ class Backend(ABC):
         """"none" keeps every activation for backward; "block" recomputes each block's forward in backward."""
         self.model.checkpoint_activations = mode
 
+    def precision(self) -> tuple[str, str]:
+        """(dtype the model computes in, why: the config's choice or what "auto" decided on this device)."""
+        return "fp32", "this backend computes in fp32"
+
     @abstractmethod
     def peak_flops(self) -> float | None:
         """The device's peak fp32 FLOP/s, or None when unknown (MFU is then null)."""

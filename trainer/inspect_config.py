@@ -31,17 +31,33 @@ def model_size(cfg: Config) -> dict[str, float]:
             "logits_mib": 2 * (2 if half else 4) * tokens * m.vocab_size / MiB}  # logits and their gradient
 
 
+def precision(cfg: Config) -> tuple[str, str]:
+    """(dtype the helios backend will train in, why): "auto" is decided on this machine's Vulkan device."""
+    if cfg.model.dtype != "auto":
+        return cfg.model.dtype, "model.dtype in the config"
+    from autograd.nn.gpt import auto_dtype
+    from helios.device import device_info
+    from helios.errors import HeliosError
+
+    try:
+        return auto_dtype(device_info())[0], f"auto: {auto_dtype(device_info())[1]}"
+    except HeliosError as exc:
+        return "auto", f"decided on the device at run time; no Vulkan device here ({str(exc).splitlines()[0]})"
+
+
 def describe(cfg: Config, as_json: bool = False) -> str:
     """The resolved config as TOML-like text (or one JSON object) followed by the model's size."""
     size = model_size(cfg)
+    dtype, why = precision(cfg)
     if as_json:
-        return json.dumps({"config": cfg.to_dict(), "size": size})
+        return json.dumps({"config": cfg.to_dict(), "size": size, "dtype": dtype, "dtype_reason": why})
     lines = []
     for section, table in cfg.to_dict().items():
         lines.append(f"[{section}]")
         lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
         lines.append("")
-    lines += [f"# parameters        {size['parameters']:,}",
+    lines += [f"# dtype             {dtype} ({why})",
+              f"# parameters        {size['parameters']:,}",
               f"# FLOPs per token   {size['flops_per_token'] / 1e6:,.1f} M (training: forward + backward)",
               f"# tokens per step   {size['tokens_per_step']:,}",
               f"# device memory     >= {size['fixed_mib'] + size['logits_mib']:,.0f} MiB: {size['fixed_mib']:,.0f} "

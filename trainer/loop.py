@@ -196,7 +196,7 @@ class Trainer:
                   num_params=b.num_params(), flops_per_token=b.flops_per_token(), peak_flops=b.peak_flops(),
                   start_step=self.step, max_iters=t.max_iters, resumed_from=self.resumed_from,
                   tokenizer_sha256=self.data.tokenizer_hash, train_tokens=len(self.data.train),
-                  val_tokens=len(self.data.val))
+                  val_tokens=len(self.data.val), dtype=b.precision()[0], dtype_reason=b.precision()[1])
         if self.step >= t.max_iters:
             self.emit("end", step=self.step, status="done")
             return "done"

@@ -17,7 +17,7 @@ import numpy as np
 import autograd
 from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
-from autograd.nn.gpt import resolve_dtype
+from autograd.nn.gpt import auto_dtype, resolve_dtype
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
@@ -47,7 +47,10 @@ class HeliosBackend(Backend):
         self.max_tensor = rt.get_runtime().pool.max_tensor
         self._checked_batches: set[tuple[int, int]] = set()
         self._check_params_fit()
-        self.dtype = resolve_dtype(model_cfg.dtype)  # "auto" decided for this device
+        info = rt.get_runtime().info
+        self.dtype = resolve_dtype(model_cfg.dtype, info)  # "auto" decided for this device
+        self.dtype_reason = (f"auto: {auto_dtype(info)[1]}" if model_cfg.dtype == "auto"
+                             else "model.dtype in the config")
         self.model = GPT(dataclasses.replace(_gpt_config(model_cfg), dtype=self.dtype), seed=seed)
         self.model.train()
         self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
@@ -355,6 +358,9 @@ class HeliosBackend(Backend):
 
     def device_name(self) -> str:
         return rt.get_runtime().info.name
+
+    def precision(self) -> tuple[str, str]:
+        return self.dtype, self.dtype_reason
 
     def peak_flops(self) -> float | None:
         """The device's FMA peak: stored by `python -m helios.bench limits` or an earlier run, else measured

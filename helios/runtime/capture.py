@@ -3,7 +3,7 @@
     with Capture() as step:          # records (and then runs) the work once, into a reusable command buffer
         run_step(inputs)
     inputs_buffer.write(next_batch)  # per-step values live in fixed device buffers, written before a replay
-    step.replay()                    # one vkQueueSubmit, one timeline signal, 0 dispatches recorded
+    step.replay()                    # queued for the next vkQueueSubmit; 0 dispatches recorded
 
 What a capture holds: its command buffer (barriers, pipelines, descriptors and push constants as recorded)
 and a pin on every pool region a captured command touched, so no captured region goes to another tensor
@@ -135,7 +135,9 @@ class Capture:
 
     # -- replay ----------------------------------------------------------------------------------
     def replay(self) -> int:
-        """Resubmit the captured commands after everything recorded so far; returns the timeline value."""
+        """Queue the captured commands after everything recorded so far; returns their timeline value. They are
+        submitted with the next flush (a host read or wait that needs them), with any other queued work in
+        one vkQueueSubmit."""
         if self._slot is None:
             raise HeliosError("nothing is captured (the capture failed or was closed)")
         self.replays += 1

@@ -166,6 +166,8 @@ class Runtime:
 
     def upload(self, storage: Storage, offset: int, data: np.ndarray) -> None:
         """Write host bytes into a storage that no pending device work uses (a fresh one)."""
+        if self.recorder.observer is not None:
+            self.recorder.observer.refuse_host_access("upload")
         flat = data.reshape(-1).view(np.uint8)
         if self.zero_copy:
             if storage.last_use > self.recorder.completed:  # a region reused while its old work is pending

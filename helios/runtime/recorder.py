@@ -129,6 +129,9 @@ class CommandRecorder:
         self._barrier_next = False  # start the next command buffer with a barrier (hazard state trimmed)
         self._now = None  # command buffer, fence and submit info of copy_now, made on first use
         self._queued: list = []  # ended command buffers (batches, captures) not yet submitted, in order
+        # While a capture records (helios.runtime.capture): told what each command touches, and asked before
+        # anything submits or reads on the host (touch, touch_tensors, refuse_host_access).
+        self.observer = None
         # region key -> (starts, ends): sorted, disjoint byte ranges written / read since the last barrier
         self._writes: dict[int, tuple[list[int], list[int]]] = {}
         self._reads: dict[int, tuple[list[int], list[int]]] = {}
@@ -214,6 +217,8 @@ class CommandRecorder:
     def flush(self) -> None:
         """Submit the open command buffer and the captured ones queued behind it, in one vkQueueSubmit that
         signals the last timeline value they were given; does not wait."""
+        if self.observer is not None:
+            self.observer.refuse_host_access("flush")
         self._close_open()
         self._submit_queued()
 
@@ -400,6 +405,8 @@ class CommandRecorder:
                 desc += d
         except AttributeError:
             raise _bad_buffer(buffers) from None
+        if self.observer is not None:
+            self.observer.touch_tensors(buffers)
         lib = self.lib
         if hazard:  # _record_barrier, inlined: the dependent-chain hot path
             if self._sync2:
@@ -465,6 +472,8 @@ class CommandRecorder:
     def fill(self, storage, lo: int, nbytes: int, word: int) -> None:
         """Record vkCmdFillBuffer of the 32-bit `word` over buffer bytes [lo, lo + nbytes)."""
         cb = self._cb if self._cb is not None else self._begin()
+        if self.observer is not None:
+            self.observer.touch(storage)
         self._access(cb, (), ((storage, lo, lo + nbytes),))
         self.lib.vkCmdFillBuffer(cb, storage.buffer, lo, nbytes, word)
         self.counters.fills += 1
@@ -472,6 +481,9 @@ class CommandRecorder:
     def copy(self, src, src_lo: int, dst, dst_lo: int, nbytes: int) -> None:
         """Record vkCmdCopyBuffer of `nbytes` from src's buffer bytes to dst's."""
         cb = self._cb if self._cb is not None else self._begin()
+        if self.observer is not None:
+            self.observer.touch(src)
+            self.observer.touch(dst)
         self._access(cb, ((src, src_lo, src_lo + nbytes),), ((dst, dst_lo, dst_lo + nbytes),))
         region = self.ffi.new("VkBufferCopy*")
         region.srcOffset, region.dstOffset, region.size = src_lo, dst_lo, nbytes
@@ -490,6 +502,8 @@ class CommandRecorder:
         flushes only what it depends on). The copy starts after everything submitted before it (a leading
         barrier), and it has finished when this returns, so it needs no timeline value or hazard entry.
         """
+        if self.observer is not None:
+            self.observer.refuse_host_access("read")
         vk, lib, dev = self.vk, self.lib, self.device.device
         self._submit_queued()  # queued captured work comes first on the queue, as recorded
         if self._now is None:

@@ -64,22 +64,13 @@ class SubgroupMeasurement:
 
     @property
     def consistent(self) -> bool:
-        """Whether kernels that trust the builtin and DeviceInfo compute right: the builtin is the executed size,
-        which is the reported one (or within the reported range on a device that varies it)."""
+        """Whether kernels that trust the builtin and DeviceInfo compute right: the builtin, the lane ids and the
+        subgroup count all match the executed size, which is the reported one. Exactly that one even on a device
+        that varies its size (min < max): helios's SPIR-V 1.5 pipelines, created without
+        ALLOW_VARYING_SUBGROUP_SIZE, must run at subgroupSize, and the selection rules read it."""
         if self.builtin != self.executed or self.lanes != self.executed or self.subgroup_ids != self.num_subgroups:
             return False
-        if self.num_subgroups != -(-self.invocations // self.executed):
-            return False
-        if self.min_reported == self.max_reported:
-            return self.executed == self.reported
-        return self.min_reported <= self.executed <= self.max_reported
-
-    def describe(self) -> str:
-        """`8 (verified)` or `16, but the device reports 32`: the executed size for `helios info`."""
-        if self.consistent:
-            return f"{self.executed} (verified by a probe dispatch)"
-        builtin = f", SubgroupSize builtin {self.builtin}" if self.builtin != self.reported else ""
-        return f"{self.executed}, but the device reports {self.reported}{builtin}"
+        return self.num_subgroups == -(-self.invocations // self.executed) and self.executed == self.reported
 
 
 def interpret(rows: np.ndarray, info) -> SubgroupMeasurement:

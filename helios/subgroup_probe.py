@@ -33,7 +33,8 @@ PROBE_INVOCATIONS = 128
 
 
 def build_probe(b: KernelBuilder, v: Variant) -> None:
-    """out[i * 5 + k]: what invocation i sees of its subgroup (FIELDS[k]); lanes_added is a subgroup_add of 1."""
+    """out[i * 5 + k]: what invocation i sees of its subgroup (FIELDS[k]); lanes_added is a subgroup_add of 1
+    (0 in the "basic" variant, for a device without subgroup arithmetic, where only SubgroupId counts lanes)."""
     b.local_size(v.invocations)
     out = b.buffer(0, u32, "w")
     at = b.local_index() * len(FIELDS)
@@ -41,11 +42,12 @@ def build_probe(b: KernelBuilder, v: Variant) -> None:
     out[at + 1] = b.num_subgroups()
     out[at + 2] = b.subgroup_id()
     out[at + 3] = b.subgroup_local_id()
-    out[at + 4] = b.subgroup_add(b.const(1, u32))
+    out[at + 4] = b.subgroup_add(b.const(1, u32)) if v.arithmetic else b.const(0, u32)
 
 
-PROBE = Kernel("subgroup_probe", build_probe, variants={"default": {"invocations": PROBE_INVOCATIONS}},
-               register=False)
+PROBE = Kernel("subgroup_probe", build_probe, register=False, variants={
+    "arithmetic": {"invocations": PROBE_INVOCATIONS, "arithmetic": True},
+    "basic": {"invocations": PROBE_INVOCATIONS, "arithmetic": False}})
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class SubgroupMeasurement:
     max_reported: int
     builtin: int  # the SubgroupSize builtin kernels read (the largest value seen)
     executed: int  # lanes that one subgroup_add combines (the largest subgroup of the workgroup)
+    members: int  # the most invocations sharing one SubgroupId
     lanes: int  # 1 + the largest SubgroupLocalInvocationId
     num_subgroups: int  # the NumSubgroups builtin
     subgroup_ids: int  # distinct SubgroupId values
@@ -68,7 +71,9 @@ class SubgroupMeasurement:
         subgroup count all match the executed size, which is the reported one. Exactly that one even on a device
         that varies its size (min < max): helios's SPIR-V 1.5 pipelines, created without
         ALLOW_VARYING_SUBGROUP_SIZE, must run at subgroupSize, and the selection rules read it."""
-        if self.builtin != self.executed or self.lanes != self.executed or self.subgroup_ids != self.num_subgroups:
+        if self.subgroup_ids != self.num_subgroups:
+            return False
+        if not self.builtin == self.lanes == self.members == self.executed:
             return False
         return self.num_subgroups == -(-self.invocations // self.executed) and self.executed == self.reported
 
@@ -76,13 +81,15 @@ class SubgroupMeasurement:
 def interpret(rows: np.ndarray, info) -> SubgroupMeasurement:
     """The measurement from the probe's output, one row of FIELDS per invocation."""
     builtin, count, ids, lanes, added = (rows[:, k] for k in range(len(FIELDS)))
-    # Subgroups are told apart by SubgroupId; a workgroup that is not a whole number of subgroups has one
-    # partial subgroup, so the executed size is the largest subgroup's.
-    executed = max(int(added[ids == s].max()) for s in np.unique(ids))
+    # Subgroups are told apart by SubgroupId: the executed size is the most invocations sharing one id, and,
+    # where the probe could add, what subgroup_add combined must be the same.
+    distinct, population = np.unique(ids, return_counts=True)
+    members = int(population.max())
     return SubgroupMeasurement(
         reported=info.subgroup_size, min_reported=info.min_subgroup_size, max_reported=info.max_subgroup_size,
-        builtin=int(builtin.max()), executed=executed, lanes=int(lanes.max()) + 1, num_subgroups=int(count.max()),
-        subgroup_ids=len(np.unique(ids)), invocations=len(rows))
+        builtin=int(builtin.max()), executed=int(added.max()) if added.any() else members, members=members,
+        lanes=int(lanes.max()) + 1, num_subgroups=int(count.max()), subgroup_ids=len(distinct),
+        invocations=len(rows))
 
 
 def measure(device) -> SubgroupMeasurement:
@@ -96,7 +103,8 @@ def measure(device) -> SubgroupMeasurement:
     try:
         words = PROBE_INVOCATIONS * len(FIELDS)
         out = Tensor(runtime.pool.acquire(words * 4), 0, (PROBE_INVOCATIONS, len(FIELDS)), np.dtype(np.uint32))
-        runtime.launch(PROBE, [out], None, 1)
+        variant = "arithmetic" if "arithmetic" in device.info.subgroup_ops else "basic"
+        runtime.launch(PROBE, [out], None, 1, variant=variant)
         rows = out.numpy()
         out.release()
     finally:

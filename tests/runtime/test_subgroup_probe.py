@@ -188,3 +188,37 @@ def test_the_probe_record_lives_under_the_pipeline_cache_key():
     key, info = cache_key(device), device.info
     assert rt.get_runtime().pipelines.path.stem == key == subgroup_probe.record_path(key).stem
     assert f"sg{info.subgroup_size}-{info.min_subgroup_size}-{info.max_subgroup_size}" in key
+
+
+@pytest.mark.parametrize("variant", ["arithmetic", "basic"])
+def test_the_probe_is_valid_spirv(variant):
+    from helios.spirv import validate
+
+    validate(subgroup_probe.PROBE.module(variant))
+
+
+def test_subgroup_ids_must_group_as_many_invocations_as_subgroup_add_combines():
+    info = lavapipe_info(256, 8)
+    split = probe_rows(8, 8)
+    split[:, 2] = np.arange(128) // 4  # ids in groups of 4 while the add combined 8
+    assert not interpret(split, info).consistent
+    basic = probe_rows(8, 8)
+    basic[:, 4] = 0  # the "basic" variant, for a device without subgroup arithmetic, counts ids only
+    assert interpret(basic, info).consistent and interpret(basic, info).executed == 8
+
+
+def test_the_basic_probe_variant_measures_the_same_size():
+    """The variant for devices without subgroup arithmetic runs here too and agrees with the arithmetic one."""
+    from helios.runtime.context import Runtime
+    from helios.runtime.tensor import Tensor
+
+    device = get_device()
+    runtime = Runtime(device, persist_pipelines=False, verify_subgroups=False)
+    try:
+        out = Tensor(runtime.pool.acquire(128 * 5 * 4), 0, (128, 5), np.dtype(np.uint32))
+        runtime.launch(subgroup_probe.PROBE, [out], None, 1, variant="basic")
+        measured = interpret(out.numpy(), device.info)
+        out.release()
+    finally:
+        runtime.close()
+    assert measured.consistent and measured.executed == device.info.subgroup_size

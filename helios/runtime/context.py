@@ -33,7 +33,9 @@ class Runtime:
         self.device = device = device or get_device()
         info = device.info
         self.info = info
-        if verify_subgroups:  # before any kernel: refuse a device whose subgroups are not what it reports
+        # Before any kernel: refuse a device whose subgroups are not what it reports (helios.subgroup_probe).
+        self.subgroups = None
+        if verify_subgroups:
             from helios import subgroup_probe
 
             self.subgroups = subgroup_probe.verify(device)

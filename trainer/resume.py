@@ -68,13 +68,14 @@ def fit_to_ranks(cfg: Config, saved: SavedBatch | None, ranks: int, ckpt_name: s
 
 
 def _unsplittable(saved: SavedBatch, ranks: int, ckpt_name: str) -> str:
-    counts = [n for n in range(1, saved.global_batch + 1) if saved.global_batch % n == 0]
-    listed = ", ".join(map(str, counts[:_MAX_LISTED - 1])) + (", ..." if len(counts) > _MAX_LISTED else "")
-    listed = f"{listed} or {counts[-1]}" if len(counts) > 1 else listed
+    counts = [str(n) for n in range(1, saved.global_batch + 1) if saved.global_batch % n == 0]
+    if len(counts) > _MAX_LISTED:
+        counts = [*counts[:_MAX_LISTED - 2], "...", counts[-1]]
+    listed = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} or {counts[-1]}"
     return (f"checkpoint {ckpt_name} was trained with a global batch of {saved.global_batch} rows "
             f"({_shape(saved.ranks, saved.batch_size)}), which {ranks} ranks cannot split evenly: resume with "
-            f"--nproc {listed} to keep it (and the data order), or set --train.batch_size=B to train {ranks} x B "
-            f"rows a step from here")
+            f"--nproc {listed} to keep it (and the data order), or set --train.batch_size=B for a new global "
+            f"batch of {ranks} x B rows")
 
 
 def _shape(ranks: int, batch_size: int) -> str:

@@ -11,6 +11,10 @@ and divided by N on the host (`Allreduce`, MPI.IN_PLACE): the device-side clippi
 decisions then see the same numbers on every rank. Rank 0 alone writes checkpoints, metrics, samples
 and plots.
 
+`--nproc N` is `relaunch`: it passes SIGTERM/SIGINT/SIGUSR1 on to every rank through mpiexec, and neither
+mpiexec nor a rank outlives it (parent-death signals). A resume on another rank count keeps the global batch
+(trainer/resume.py).
+
 Without an MPI launcher (no PMI/OMPI environment) nothing here imports mpi4py: `World()` is one rank.
 """
 
@@ -182,13 +186,24 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
         if os.getppid() != launcher:  # the launcher died before prctl took hold
             os._exit(1)
 
-    # stdin from /dev/null: mpiexec is not in the terminal's foreground group, and would stop if it read it.
-    job = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=own_group_dying_with_launcher)
-    forward = {sig: signal.signal(sig, lambda signum, _frame: job.send_signal(signum)) for sig in FORWARDED_SIGNALS}
+    jobs: list[subprocess.Popen] = []
+    pending: list[int] = []  # signals that arrived while mpiexec was being started: passed on once it runs
+
+    def forward(signum: int, _frame) -> None:
+        if jobs:
+            jobs[0].send_signal(signum)
+        else:
+            pending.append(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
-        code = job.wait()
+        # stdin from /dev/null: mpiexec is not in the terminal's foreground group, and would stop if it read it.
+        jobs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=own_group_dying_with_launcher))
+        for signum in pending:
+            jobs[0].send_signal(signum)
+        code = jobs[0].wait()
     finally:
-        for sig, handler in forward.items():
+        for sig, handler in previous.items():
             signal.signal(sig, handler)
     if code < 0:  # mpiexec itself was killed by a signal (not through this launcher)
         code = 128 - code

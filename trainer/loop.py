@@ -124,17 +124,11 @@ class Trainer:
             self.listener(record)
         return record
 
-    def restore(self, ckpt: Checkpoint, for_training: bool = True) -> None:
+    def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one.
-        (`for_training=False`: a read-only load for sample/eval, which any number of ranks may have written.)"""
+        Any rank count may resume it: the sampler state covers the global batch (trainer/resume.py keeps it)."""
         saved = ckpt.state
         check_checkpoint_matches(self.cfg, self.data, ckpt)
-        ranks = int(saved.get("world_size", 1))
-        if for_training and ranks != self.world.size:
-            raise CheckpointError(
-                f"checkpoint {ckpt.path.name} was written by a run of {ranks} data-parallel rank(s), this run has "
-                f"{self.world.size}; resume with the same number (mpiexec -n {ranks} ... or --nproc {ranks}), or "
-                f"start a new --run.name")
         try:
             self.backend.load_state_dict(ckpt.tensors)
         except (ValueError, KeyError) as exc:

@@ -79,6 +79,22 @@ def coopmat_mode() -> str:
     return value
 
 
+def lavapipe_vector_width() -> str | None:
+    """LP_NATIVE_VECTOR_WIDTH (Mesa's, read here because it changes lavapipe's subgroup size: 128 -> 4,
+    256 -> 8, 512 -> 16); None when unset."""
+    value = os.environ.get("LP_NATIVE_VECTOR_WIDTH", "").strip()
+    return value or None
+
+
+def mesa_shader_cache_chosen() -> bool:
+    """Whether the user chose where Mesa's shader cache lives or turned it off (MESA_SHADER_CACHE_DIR or
+    MESA_SHADER_CACHE_DISABLE=true, or their older MESA_GLSL_ names): helios then leaves it alone."""
+    if os.environ.get("MESA_SHADER_CACHE_DIR") or os.environ.get("MESA_GLSL_CACHE_DIR"):
+        return True
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "y")
+               for name in ("MESA_SHADER_CACHE_DISABLE", "MESA_GLSL_CACHE_DISABLE"))
+
+
 _cache_checked: dict[Path, str | None] = {}
 
 

@@ -125,6 +125,10 @@ class Backend(ABC):
         """"none" keeps every activation for backward; "block" recomputes each block's forward in backward."""
         self.model.checkpoint_activations = mode
 
+    def precision(self) -> tuple[str, str]:
+        """(dtype the model computes in, why: the config's choice or what "auto" decided on this device)."""
+        return "fp32", "this backend computes in fp32"
+
     @abstractmethod
     def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
         """The device's peak fp32 FLOP/s and its source, or None when unknown (MFU is then null).

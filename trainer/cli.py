@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from helios.errors import HeliosError
-from trainer import distributed
+from trainer import distributed, resume
 from trainer.backend import BACKENDS
 from trainer.errors import TrainerError
 
@@ -182,8 +182,9 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
+            cfg, notes = resume.fit_to_ranks(cfg, resume.SavedBatch.of(ckpt.state), world.size, ckpt.path.name)
             if world.is_main:
-                for line in resume_warnings(cfg, ckpt):
+                for line in notes + resume.resume_warnings(cfg, ckpt, world.size):
                     print(line, file=sys.stderr)
         backend = create_backend(args.backend, cfg.model, cfg.optim, cfg.train.seed)
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
@@ -265,32 +266,15 @@ class _Quiet:
 
 
 def _resume_command(args: argparse.Namespace, overrides: list[str]) -> str:
-    """The command that continues this run (the same config, overrides and backend)."""
+    """The command that continues this run: this Python, the same config, overrides, backend and rank count."""
     import shlex
 
-    parts = ["python", "-m", "trainer", "run", args.config, *(f"--{o}" for o in overrides)]
+    parts = [sys.executable, "-m", "trainer", "run", args.config, *(f"--{o}" for o in overrides)]
     if args.backend != "helios":
         parts += ["--backend", args.backend]
-    if args.nproc:
-        parts += ["--nproc", str(args.nproc)]
+    if distributed.launched_size() > 1:  # the ranks never see --nproc: the launcher takes it out of their argv
+        parts += ["--nproc", str(distributed.launched_size())]
     return " ".join(shlex.quote(p) for p in parts)
-
-
-def resume_warnings(cfg, ckpt) -> list[str]:
-    """Lines that tell a user resuming with changed training settings what changed (it is allowed)."""
-    saved = (ckpt.state.get("config") or {})
-    out = []
-    # (Not lr_decay_iters: it follows max_iters by default, and raising max_iters is how a run is extended.)
-    for section, key in (("optim", "lr"), ("train", "batch_size"), ("train", "grad_accum"), ("optim", "weight_decay")):
-        was = (saved.get(section) or {}).get(key)
-        now = getattr(getattr(cfg, section), key)
-        if was is not None and was != now:
-            out.append(f"trainer: warning: resuming {ckpt.path.name} with [{section}] {key} = {now} (it was trained "
-                       f"with {was})")
-    if ckpt.step >= cfg.train.max_iters:
-        out.append(f"trainer: note: the run is already at step {ckpt.step}, at or past [train] max_iters = "
-                   f"{cfg.train.max_iters}: nothing to train (raise --train.max_iters to continue)")
-    return out
 
 
 def _init_source(cfg, run_dir: Path, ckpt):
@@ -417,7 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
             _warn_if_oversubscribed(args.nproc)
-            return distributed.relaunch(args.nproc, _without_nproc(raw))
+            from trainer.config import load_config
+
+            # Checked once here, before any rank starts: a bad config or resume is one line, not one per rank.
+            return distributed.relaunch(args.nproc, _without_nproc(raw), check=lambda: resume.check_launch(
+                load_config(args.config, split_overrides(extra)), args.nproc))
         if args.command in ("run", "prepare", "config"):
             overrides = split_overrides(extra)
             if args.command == "config":

@@ -31,18 +31,32 @@ def model_size(cfg: Config) -> dict[str, float]:
             "logits_mib": 2 * (2 if half else 4) * tokens * m.vocab_size / MiB}  # logits and their gradient
 
 
+def precision(cfg: Config) -> tuple[str, str]:
+    """(dtype the helios backend will train in, why): "auto" is decided on this machine's Vulkan device."""
+    if cfg.model.dtype != "auto":
+        return cfg.model.dtype, "model.dtype in the config"
+    from autograd.nn.gpt import auto_dtype
+    from helios.device import device_info
+    from helios.errors import HeliosError
+
+    try:
+        return auto_dtype(device_info())[0], f"auto: {auto_dtype(device_info())[1]}"
+    except HeliosError as exc:
+        return "auto", f"decided on the device at run time; no Vulkan device here ({str(exc).splitlines()[0]})"
+
+
 def mfu_peak() -> dict[str, float | str | None]:
     """The peak the helios backend's MFU divides by on this machine, and its source, without measuring:
     {"device", "peak_flops" (None until a run measures it), "source"}."""
     from helios import peak
-    from helios.device import get_device
+    from helios.device import device_info
     from helios.env import cache_dir
     from helios.errors import HeliosError
 
     try:
-        name = get_device().info.name
+        name = device_info().name
     except HeliosError as exc:
-        return {"device": None, "peak_flops": None, "source": f"no Vulkan device ({str(exc).split('. ')[0]})"}
+        return {"device": None, "peak_flops": None, "source": f"no Vulkan device here ({str(exc).splitlines()[0]})"}
     known = peak.known_peak(name)
     if known is not None:
         return {"device": name, "peak_flops": known.flops, "source": known.source}
@@ -55,15 +69,18 @@ def describe(cfg: Config, as_json: bool = False) -> str:
     """The resolved config as TOML-like text (or one JSON object) followed by the model's size and the device
     peak that MFU is measured against."""
     size = model_size(cfg)
+    dtype, why = precision(cfg)
     peak = mfu_peak()
     if as_json:
-        return json.dumps({"config": cfg.to_dict(), "size": size, "mfu_peak": peak})
+        return json.dumps({"config": cfg.to_dict(), "size": size, "dtype": dtype, "dtype_reason": why,
+                           "mfu_peak": peak})
     lines = []
     for section, table in cfg.to_dict().items():
         lines.append(f"[{section}]")
         lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
         lines.append("")
-    lines += [f"# parameters        {size['parameters']:,}",
+    lines += [f"# dtype             {dtype} ({why})",
+              f"# parameters        {size['parameters']:,}",
               f"# FLOPs per token   {size['flops_per_token'] / 1e6:,.1f} M (training: forward + backward)",
               f"# tokens per step   {size['tokens_per_step']:,}",
               f"# device memory     >= {size['fixed_mib'] + size['logits_mib']:,.0f} MiB: {size['fixed_mib']:,.0f} "

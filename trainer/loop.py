@@ -126,17 +126,11 @@ class Trainer:
             self.listener(record)
         return record
 
-    def restore(self, ckpt: Checkpoint, for_training: bool = True) -> None:
+    def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one.
-        (`for_training=False`: a read-only load for sample/eval, which any number of ranks may have written.)"""
+        Any rank count may resume it: the sampler state covers the global batch (trainer/resume.py keeps it)."""
         saved = ckpt.state
         check_checkpoint_matches(self.cfg, self.data, ckpt)
-        ranks = int(saved.get("world_size", 1))
-        if for_training and ranks != self.world.size:
-            raise CheckpointError(
-                f"checkpoint {ckpt.path.name} was written by a run of {ranks} data-parallel rank(s), this run has "
-                f"{self.world.size}; resume with the same number (mpiexec -n {ranks} ... or --nproc {ranks}), or "
-                f"start a new --run.name")
         try:
             self.backend.load_state_dict(ckpt.tensors)
         except (ValueError, KeyError) as exc:
@@ -212,7 +206,7 @@ class Trainer:
                   peak_flops=peak.flops if peak else None, peak_source=peak.source if peak else None,
                   start_step=self.step, max_iters=t.max_iters, resumed_from=self.resumed_from,
                   tokenizer_sha256=self.data.tokenizer_hash, train_tokens=len(self.data.train),
-                  val_tokens=len(self.data.val))
+                  val_tokens=len(self.data.val), dtype=b.precision()[0], dtype_reason=b.precision()[1])
         if self.step >= t.max_iters:
             self.emit("end", step=self.step, status="done")
             return "done"

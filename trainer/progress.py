@@ -22,7 +22,8 @@ def describe(record: dict[str, Any]) -> str | None:
     ev = record["event"]
     if ev == "config":
         resumed = f", resumed from {record['resumed_from']}" if record.get("resumed_from") else ""
-        return (f"{record['backend']} backend on {record['device']}: {record['num_params']:,} parameters, "
+        dtype = f"{record['dtype']} ({record['dtype_reason']}), " if record.get("dtype") else ""
+        return (f"{record['backend']} backend on {record['device']}: {record['num_params']:,} parameters, {dtype}"
                 f"{record['train_tokens']:,} train / {record['val_tokens']:,} val tokens, "
                 f"steps {record['start_step']}->{record['max_iters']}{resumed}"
                 + (f"\nMFU peak: {record['peak_source']}" if record.get("peak_source") else ""))

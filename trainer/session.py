@@ -98,7 +98,7 @@ def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
     check_checkpoint_matches(cfg, data, ckpt)
     backend = create_backend(kind, cfg.model, cfg.optim, cfg.train.seed)
     trainer = Trainer(cfg, backend, kind, data, run_dir)
-    trainer.restore(ckpt, for_training=False)
+    trainer.restore(ckpt)
     return LoadedRun(cfg, backend, data, trainer, ckpt.path.name)
 
 

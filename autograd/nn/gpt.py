@@ -46,7 +46,7 @@ class GPTConfig:
     norm_eps: float = 1e-5
     # What activations, their gradients and the working copy of the weights are stored in: "fp32", or
     # "bf16"/"fp16" with fp32 master weights, gradients and optimizer state (mixed precision); "auto" (the
-    # default) is fp32 on CPU drivers and bf16 on GPUs (resolve_dtype).
+    # default) is decided per device (auto_dtype: fp32 on CPU drivers, bf16/fp16 by the GPU's matrix units).
     dtype: str = "auto"
 
     @property
@@ -146,16 +146,33 @@ KERNEL_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "fp16"}  # config names -
 MODEL_DTYPES = ("auto", *KERNEL_DTYPE)  # what model.dtype accepts
 
 
-def resolve_dtype(dtype: str) -> str:
-    """A config dtype with "auto" decided for this device: fp32 on CPU drivers (lavapipe computes in f32
-    either way and gains little from 16-bit loads), bf16 on GPUs."""
+def auto_dtype(info) -> tuple[str, str]:
+    """What model.dtype = "auto" is on a device (a DeviceInfo), and why: fp32 on CPU drivers (lavapipe computes
+    in f32 either way), bf16 where the device has bf16 matrix units, fp16 (with loss scaling on the device)
+    where it has only fp16 ones, and bf16 storage on a GPU without matrix units (half the memory traffic).
+    Emulated cooperative matrices (the GPU profile) are not matrix units."""
+    if info.is_cpu:
+        return "fp32", "a CPU driver computes in f32 either way"
+    real = () if info.cooperative_matrix_emulated else info.cooperative_matrix
+    halves = {shape[3] for shape in real if shape[3] == shape[4] and shape[5] == "f32"}
+    if "bf16" in halves:
+        return "bf16", "the device has bf16 matrix units"
+    if "f16" in halves:
+        return "fp16", "the device has fp16 matrix units but no bf16 ones (loss scaling on the device)"
+    return "bf16", "a GPU without matrix units: bf16 storage halves the memory traffic"
+
+
+def resolve_dtype(dtype: str, info=None) -> str:
+    """A config dtype with "auto" decided for this device (or `info`'s): see auto_dtype."""
     if dtype not in MODEL_DTYPES:
         raise ValueError(f"model dtype must be one of {', '.join(MODEL_DTYPES)}; got {dtype!r}")
     if dtype != "auto":
         return dtype
-    from helios import runtime as rt
+    if info is None:
+        from helios import runtime as rt
 
-    return "fp32" if rt.get_runtime().info.is_cpu else "bf16"
+        info = rt.get_runtime().info
+    return auto_dtype(info)[0]
 
 
 def _max_tensor_bytes() -> int:

@@ -29,10 +29,16 @@ class Runtime:
 
     def __init__(self, device=None, *, zero_copy: bool | None = None, push_descriptors: bool | None = None,
                  flush_threshold: int = 1024, block_size: int | None = None, persist_pipelines: bool = True,
-                 memory_budget: int | None = None):
+                 memory_budget: int | None = None, verify_subgroups: bool = True):
         self.device = device = device or get_device()
         info = device.info
         self.info = info
+        # Before any kernel: refuse a device whose subgroups are not what it reports (helios.subgroup_probe).
+        self.subgroups = None
+        if verify_subgroups:
+            from helios import subgroup_probe
+
+            self.subgroups = subgroup_probe.verify(device)
         self.counters = Counters()
         self.recorder = CommandRecorder(device, self.counters, flush_threshold=flush_threshold,
                                         push_descriptors=push_descriptors)
@@ -166,6 +172,8 @@ class Runtime:
 
     def upload(self, storage: Storage, offset: int, data: np.ndarray) -> None:
         """Write host bytes into a storage that no pending device work uses (a fresh one)."""
+        if self.recorder.observer is not None:
+            self.recorder.observer.refuse_host_access("upload")
         flat = data.reshape(-1).view(np.uint8)
         if self.zero_copy:
             if storage.last_use > self.recorder.completed:  # a region reused while its old work is pending

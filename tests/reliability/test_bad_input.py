@@ -137,6 +137,13 @@ ROWS: dict[str, Row] = {
     "init_from_missing": Row(lambda c: c.config(train={"init_from": str(c.root / "no-such-run")}),
                              ("[train] init_from", "does not exist", "Hugging Face model directory")),
     "nproc_zero": Row(lambda c: (c.args.extend(["--nproc", "0"]), c.config())[1], ("--nproc must be at least 1",)),
+    # The --nproc launcher checks these before starting any rank: one line, not one per rank.
+    "nproc_cannot_split_global_batch": Row(lambda c: (c.args.extend(["--nproc", "3"]), c.config(**TRAINED))[1],
+                                           ("ckpt-4", "global batch of 2 rows (1 rank x batch_size 2)",
+                                            "3 ranks cannot split evenly", "--nproc 1 or 2", "--train.batch_size=B"),
+                                           trained=True),
+    "nproc_with_a_bad_config": Row(lambda c: (c.args.extend(["--nproc", "2"]), c.config("[train]\nmax_iters = 0\n"))[1],
+                                   ("max_iters", "positive")),
     "run_name_only_dots": Row(lambda c: c.config(run={"name": ".."}), ('[run] name = ".."', "not only dots")),
     "head_dim_not_multiple_of_4": Row(lambda c: c.config(model={"n_embd": 60, "n_head": 10}),
                                       ("[model] n_head = 10", "head dim (n_embd/n_head = 6)", "multiple of 4",

@@ -77,7 +77,7 @@ def test_a_signal_is_acknowledged_at_once_and_the_resume_command_printed(make_co
     out, err = job.communicate(timeout=120)
     text = "".join(lines) + out
     assert "SIGINT: stopping after this step with a checkpoint" in text
-    assert f"resume with: python -m trainer run {config} --optim.lr=0.002" in text
+    assert f"resume with: {sys.executable} -m trainer run {config} --optim.lr=0.002" in text  # the Python used
     assert job.returncode == 130 and "Traceback" not in err
 
 

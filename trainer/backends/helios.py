@@ -17,7 +17,7 @@ import numpy as np
 import autograd
 from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
-from autograd.nn.gpt import resolve_dtype
+from autograd.nn.gpt import auto_dtype, resolve_dtype
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
@@ -48,13 +48,17 @@ class HeliosBackend(Backend):
         self.max_tensor = rt.get_runtime().pool.max_tensor
         self._checked_batches: set[tuple[int, int]] = set()
         self._check_params_fit()
-        self.dtype = resolve_dtype(model_cfg.dtype)  # "auto" decided for this device
+        info = rt.get_runtime().info
+        self.dtype = resolve_dtype(model_cfg.dtype, info)  # "auto" decided for this device
+        self.dtype_reason = (f"auto: {auto_dtype(info)[1]}" if model_cfg.dtype == "auto"
+                             else "model.dtype in the config")
         self.model = GPT(dataclasses.replace(_gpt_config(model_cfg), dtype=self.dtype), seed=seed)
         self.model.train()
         self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                          weight_decay=optim_cfg.weight_decay, grad_clip=0.0)
         if self.dtype == "fp16":  # fp16 gradients underflow without it; bf16 has fp32's exponent range
             self.opt.enable_loss_scaling()
+        self._scalars = rt.Readback({"loss": 1, "raw_norm": 1, "check": 1, "clip": 1, "loss_scale": 4})
         self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
         # Step capture (docs/REPLAY.md): the micro-step and the optimizer step replay while their keys hold.
         self.replay = True
@@ -136,20 +140,20 @@ class HeliosBackend(Backend):
         self.opt.skip_above = spike_threshold if spike_threshold is not None else math.inf
         opt_replayed = False
         if self.replay and not inject_nan:
-            opt_replayed, mean_loss = self._optimizer_step_captured(n, lr, grad_clip, spike_threshold)
+            opt_replayed = self._optimizer_step_captured(n, lr, grad_clip, spike_threshold)
         else:
             mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
             poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
             self.opt.step(lr=lr, skip_extra=poison)
+            self._record_scalars(mean_loss)
         opt_ms = _ms(t0)
         t0 = time.perf_counter()
-        # The step's one host wait: the norm is written by the optimizer step, the last submit (a replay is a
-        # submit of its own after the forward/backward batch), so the reads after it find everything done.
-        raw_norm = float(self.opt.last_raw_norm.numpy()[0])
-        loss_val = float(mean_loss.numpy()[0])
-        check = float(self.opt.last_check.numpy()[0])
-        clip_coef = float(self.opt.last_clip.numpy()[0])
-        scale_state = self.opt.loss_scale_state.numpy() if self.opt.loss_scale_state is not None else None
+        # The step's one host read and one wait: the optimizer step gathered its scalars into one host-visible
+        # buffer, and the read submits the step's queued work (one submit for a replayed step) and waits for it.
+        scalars = self._scalars.read()
+        raw_norm, loss_val = float(scalars["raw_norm"][0]), float(scalars["loss"][0])
+        check, clip_coef = float(scalars["check"][0]), float(scalars["clip"][0])
+        scale_state = scalars["loss_scale"] if self.opt.loss_scale_state is not None else None
         wait_ms = _ms(t0)
         norm_val = raw_norm if not inject_nan else math.nan
         skipped = None
@@ -205,7 +209,7 @@ class HeliosBackend(Backend):
 
     def _optimizer_step_captured(self, n: int, lr: float, grad_clip: float, spike_threshold):
         """The optimizer step from a captured command buffer: capture it on the first call (or when grad_accum,
-        the clip or spike setting, baked into it, change), replay it after. Returns (replayed, mean loss).
+        the clip or spike setting, baked into it, change), replay it after. Returns whether it replayed.
 
         Its inputs are fixed buffers: the grad arena, the loss sum and the optimizer's step buffer (lr and step
         count, written before each run). A host step such as a data-parallel gradient reduce can run between
@@ -214,10 +218,18 @@ class HeliosBackend(Backend):
         cap = self._opt_capture
         if cap is not None and self._opt_key == key:
             cap.replay(lr)
-            return True, cap.mean_loss
+            return True
         self._close_captures(micro=False)
-        self._opt_capture, self._opt_key = OptimizerCapture(self.opt, self._loss_sum, n, lr), key
-        return False, self._opt_capture.mean_loss
+        self._opt_capture = OptimizerCapture(self.opt, self._loss_sum, n, lr, self._record_scalars)
+        self._opt_key = key
+        return False
+
+    def _record_scalars(self, mean_loss) -> None:
+        """Gather the step's scalars (loss, norms, clip, loss-scale state) for the step's one host read."""
+        opt = self.opt
+        state = {"loss_scale": opt.loss_scale_state} if opt.loss_scale_state is not None else {}
+        self._scalars.record(loss=mean_loss, raw_norm=opt.last_raw_norm, check=opt.last_check, clip=opt.last_clip,
+                             **state)
 
     def _close_captures(self, micro: bool = True) -> None:
         if self._opt_capture is not None:
@@ -356,6 +368,9 @@ class HeliosBackend(Backend):
 
     def device_name(self) -> str:
         return rt.get_runtime().info.name
+
+    def precision(self) -> tuple[str, str]:
+        return self.dtype, self.dtype_reason
 
     def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
         """The vendor's figure for a known device; else the FMA peak stored by `python -m helios.bench limits` or

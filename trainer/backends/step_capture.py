@@ -74,13 +74,15 @@ def capture_micro_step(key, run_micro_step, x, y, forward_index: int, vocab: int
 class OptimizerCapture:
     """The optimizer step (mean loss, gradient norm, clip, NaN/spike check, AdamW) captured for a fixed key."""
 
-    def __init__(self, opt, loss_sum, n_micro: int, lr: float):
+    def __init__(self, opt, loss_sum, n_micro: int, lr: float, record_scalars):
+        """`record_scalars(mean_loss)` records the step's scalars for the host read (captured with the step)."""
         self.opt = opt
         self.step_buffer = opt.step_buffer = rt.from_numpy(opt.step_values(lr))
         try:
             with Capture() as cap:
                 self.mean_loss = ops.scale(loss_sum, 1.0 / n_micro) if n_micro > 1 else loss_sum
                 opt.step(lr=lr, skip_extra=ops.scale(self.mean_loss, 0.0))  # a NaN loss poisons the check
+                record_scalars(self.mean_loss)
         finally:
             opt.step_buffer = None  # lazy steps upload their own
         self.capture = cap

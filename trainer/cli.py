@@ -400,12 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
-            _warn_if_oversubscribed(args.nproc)
             from trainer.config import load_config
 
             # Checked once here, before any rank starts: a bad config or resume is one line, not one per rank.
-            return distributed.relaunch(args.nproc, _without_nproc(raw), check=lambda: resume.check_launch(
-                load_config(args.config, split_overrides(extra)), args.nproc))
+            return distributed.relaunch(args.nproc, _without_nproc(raw), check=lambda: (resume.check_launch(
+                load_config(args.config, split_overrides(extra)), args.nproc), _warn_if_oversubscribed(args.nproc)))
         if args.command in ("run", "prepare", "config"):
             overrides = split_overrides(extra)
             if args.command == "config":

@@ -180,16 +180,17 @@ class Trainer:
         return text
 
     def mfu(self, flops_per_s: float) -> float | None:
-        """Model FLOPs utilisation, at most 1: past 100% the peak must be too low (measured while the machine was
-        busy), so it is measured again once, logged as a `peak` event, and the figure capped."""
+        """Model FLOPs utilisation of all ranks (each with a device of this peak), at most 1: past 100% the peak
+        must be too low (measured while the machine was busy), so it is measured again once, logged as a `peak`
+        event, and the figure capped."""
         if self.peak is None:
             return None
-        if flops_per_s > self.peak.flops and not self._peak_remeasured and self.world.is_main:
+        if flops_per_s > self.peak.flops * self.world.size and not self._peak_remeasured and self.world.is_main:
             self._peak_remeasured = True
             was, self.peak = self.peak, self.backend.device_peak(remeasure_from=self.peak) or self.peak
             self.emit("peak", step=self.step, peak_flops=self.peak.flops, peak_source=self.peak.source,
                       was=was.flops)
-        return min(1.0, flops_per_s / self.peak.flops)
+        return min(1.0, flops_per_s / (self.peak.flops * self.world.size))
 
     # --- the loop ---------------------------------------------------------------------------------------
 

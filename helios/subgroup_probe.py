@@ -126,14 +126,18 @@ def _earlier(path: Path) -> dict | None:
 
 def _record(path: Path, measurement: SubgroupMeasurement) -> None:
     """Write the measurement atomically; an unwritable cache directory only loses the record."""
+    if env.cache_problem() is not None:
+        return
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "w") as f:
             json.dump({**asdict(measurement), "consistent": measurement.consistent, "time": time.time()}, f)
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except OSError:  # e.g. the disk filled up: no half-written temp file stays behind
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def refusal(info, measurement: SubgroupMeasurement, earlier: dict | None) -> str:

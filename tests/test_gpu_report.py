@@ -44,3 +44,14 @@ def test_records_are_tagged_and_the_report_names_each_step(tmp_path):
     assert report["figures"]["matmul_fp32"][0]["ratio"] == 0.71
     md = (tmp_path / "report.md").read_text()
     assert "NVIDIA H100" in md and "| matmul_fp32 | 0 | 12.3 |" in md and "0.71x" in md
+
+
+def test_bench_tune_takes_its_family_as_an_argument_not_a_benchmark_name(tmp_path):
+    """`python -m helios.bench tune matmul` (the command docs and the report run) reaches tune with its family."""
+    import os
+
+    res = subprocess.run([sys.executable, "-m", "helios.bench", "tune", "matmul", "--shapes", "8x8x8", "--layouts",
+                          "nn", "--quick", "--dry-run"], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "HELIOS_CACHE_DIR": str(tmp_path)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "nn:8x8x8 ->" in res.stdout

@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--split", choices=["val", "train", "both"], default="val",
                     help="which split (default val; train needs the run's training text)")
-    ev.add_argument("--eval-iters", type=int, default=None, metavar="N",
-                    help="batches per split (default: the run's train.eval_iters)")
+    ev.add_argument("--eval-iters", default=None, metavar="N|all",
+                    help="batches per split (default: the run's train.eval_iters); all: every window of the split")
 
     exp = sub.add_parser("export", help="write a run's latest checkpoint as a Hugging Face model directory",
                          description="config.json + model.safetensors (+ tokenizer.json) that "
@@ -150,7 +150,7 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     from telemetry.events import METRICS_FILE, MetricsWriter
     from trainer import env
     from trainer.backend import create_backend
-    from trainer.checkpoint import LATEST, load_latest, remove_stale_temps
+    from trainer.checkpoint import held_checkpoint, load_resumable, remove_stale_temps
     from trainer.config import load_config
     from trainer.loop import Controls, Trainer, check_checkpoint_matches
     from trainer.progress import make_progress
@@ -173,11 +173,13 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         if world.is_main:
             remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
         world.barrier()
-        if args.resume == "never" and (run_dir / LATEST).exists():
-            raise TrainerError(f"{run_dir} already holds a run (latest checkpoint "
-                               f"{(run_dir / LATEST).read_text().strip()[:40]}); use --resume auto "
+        held = held_checkpoint(run_dir)
+        if args.resume == "never" and held:
+            raise TrainerError(f"{run_dir} already holds a run (latest checkpoint {held}); use --resume auto "
                                "to continue it or a new --run.name")
-        ckpt = load_latest(run_dir)
+        ckpt, note = load_resumable(run_dir)
+        if note and world.is_main:
+            print(f"trainer: note: {note}", file=sys.stderr)
         source, tokenizer_json = _init_source(cfg, run_dir, ckpt)
         data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
         if ckpt is not None:
@@ -338,26 +340,38 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Print the loss and perplexity of a run's latest checkpoint on its validation (and/or training) split."""
-    from trainer.loop import evaluate
+    from trainer.loop import evaluate, evaluate_whole
     from trainer.session import load_run, training_tokens
 
-    if args.eval_iters is not None and args.eval_iters < 1:
-        raise TrainerError(f"--eval-iters must be at least 1, got {args.eval_iters}")
+    whole = args.eval_iters == "all"
+    if args.eval_iters is not None and not whole and not (args.eval_iters.isdigit() and int(args.eval_iters) > 0):
+        raise TrainerError(f"--eval-iters must be a whole number of at least 1, or all; got {args.eval_iters}")
     loaded = load_run(Path(args.run), args.backend)
+    if loaded.note:
+        print(f"trainer: note: {loaded.note}", file=sys.stderr)
     cfg = loaded.cfg
-    if args.eval_iters is not None:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_iters=args.eval_iters))
+    if args.eval_iters is not None and not whole:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_iters=int(args.eval_iters)))
     splits = ["val", "train"] if args.split == "both" else [args.split]
-    result: dict = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step, "eval_iters": cfg.train.eval_iters}
-    for split in splits:
-        tokens = loaded.data.val if split == "val" else training_tokens(loaded)
-        loss = evaluate(cfg, loaded.backend, tokens)
-        result[f"{split}_loss"], result[f"{split}_perplexity"] = loss, math.exp(min(loss, 700.0))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        parts = [f"{s} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f})" for s in splits]
-        print(f"{loaded.checkpoint} (step {loaded.trainer.step}): " + ", ".join(parts))
+    result: dict = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step,
+                    "eval_iters": "all" if whole else cfg.train.eval_iters}
+    done: list[str] = []
+    try:
+        for split in splits:  # val first: it needs nothing but the run directory
+            tokens = loaded.data.val if split == "val" else training_tokens(loaded)
+            if whole:
+                loss, result[f"{split}_tokens"] = evaluate_whole(cfg, loaded.backend, tokens)
+            else:
+                loss = evaluate(cfg, loaded.backend, tokens)
+            result[f"{split}_loss"], result[f"{split}_perplexity"] = loss, math.exp(min(loss, 700.0))
+            done.append(split)
+    finally:  # what was evaluated is printed even when a later split fails
+        if done and args.json:
+            print(json.dumps(result))
+        elif done:
+            parts = [f"{s} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f}"
+                     + (f", {result[f'{s}_tokens']:,} tokens)" if whole else ")") for s in done]
+            print(f"{loaded.checkpoint} (step {loaded.trainer.step}): " + ", ".join(parts))
     return 0
 
 

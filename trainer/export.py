@@ -107,11 +107,11 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     from safetensors.numpy import save
 
     from trainer import run_artifacts
-    from trainer.checkpoint import load_latest
+    from trainer.checkpoint import load_resumable
     from trainer.session import read_resolved
 
     cfg, _ = read_resolved(run_dir)
-    ckpt = load_latest(run_dir)
+    ckpt, _ = load_resumable(run_dir, "using")
     if ckpt is None:
         raise TrainerError(f"run {run_dir} has no checkpoint yet")
     config, weights = hf_state(cfg.model, ckpt.tensors)

@@ -91,6 +91,20 @@ def evaluate(cfg: Config, backend: Backend, tokens: np.ndarray, batch_size: int 
     return float(np.mean([backend.eval_loss(x, y) for x, y in eval_batches(cfg, tokens, batch_size)]))
 
 
+def evaluate_whole(cfg: Config, backend: Backend, tokens: np.ndarray,
+                   batch_size: int | None = None) -> tuple[float, int]:
+    """(mean loss per token, tokens scored) over the whole split: consecutive non-overlapping block_size windows,
+    batch_size at a time (the tail shorter than one window is left out)."""
+    block, rows = cfg.model.block_size, batch_size or cfg.train.batch_size
+    starts = np.arange((len(tokens) - 1) // block) * block
+    offsets = np.arange(block + 1)
+    total = 0.0
+    for i in range(0, len(starts), rows):
+        window = np.asarray(tokens[starts[i:i + rows, None] + offsets], dtype=np.int32)
+        total += backend.eval_loss(window[:, :-1], window[:, 1:]) * len(window)
+    return (total / len(starts) if len(starts) else float("nan")), len(starts) * block
+
+
 class Trainer:
     """Runs `train.max_iters` steps of a backend over prepared data, logging to a MetricsWriter."""
 
@@ -113,6 +127,9 @@ class Trainer:
                                     np.random.default_rng(t.seed))
         self.step = 0
         self.resumed_from: str | None = None
+        # Pruning deletes only this run's checkpoints: those up to where it resumed, and those it wrote since.
+        self.start_step = 0
+        self.saved_steps: set[int] = set()
         self._tokenizer: Any = None
         self.peak: Any = None  # the backend's helios.peak.Peak, set by run()
         self._peak_remeasured = False
@@ -136,7 +153,7 @@ class Trainer:
         except (ValueError, KeyError) as exc:
             raise CheckpointError(f"checkpoint {ckpt.path.name} does not fit this model: {exc}") from None
         self.sampler.set_state(saved["data_rng"])
-        self.step = ckpt.step
+        self.step = self.start_step = ckpt.step
         self.resumed_from = ckpt.path.name
 
     def save(self, reason: str) -> Path:
@@ -149,7 +166,9 @@ class Trainer:
                  "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
                  "data_rng": self.sampler.state(), "world_size": self.world.size,
                  "tokenizer_json": self.data.tokenizer_path.read_text(encoding="utf-8")}
-        path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts)
+        self.saved_steps.add(self.step)
+        path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts,
+                               ours=lambda step: step <= self.start_step or step in self.saved_steps)
         self.emit("ckpt", step=self.step, path=path.name, reason=reason, ms=(time.perf_counter() - t0) * 1000)
         return path
 

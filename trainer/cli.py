@@ -180,7 +180,9 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         ckpt, note = load_resumable(run_dir)
         if note and world.is_main:
             print(f"trainer: note: {note}", file=sys.stderr)
-        source, tokenizer_json = _init_source(cfg, run_dir, ckpt)
+        plan, tokenizer_json = _init_source(cfg, run_dir, ckpt)
+        for line in plan.report() if plan is not None and world.is_main else []:
+            print(f"trainer: warning: {line}", file=sys.stderr)
         data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
@@ -190,11 +192,10 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
                     print(line, file=sys.stderr)
         backend = create_backend(args.backend, cfg.model, cfg.optim, cfg.train.seed)
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
-        if source is not None:  # fine-tuning: the source's weights, a fresh optimizer, step 0
-            from trainer.backend import param_shapes
+        if plan is not None:  # fine-tuning: the source's weights, a fresh optimizer, step 0
             from trainer.init_from import initial_state
 
-            backend.load_state_dict(initial_state(source, param_shapes(cfg.model)))
+            backend.load_state_dict(initial_state(plan, backend.state_dict()))
         controls = Controls()
         progress = make_progress(cfg.train.log_interval) if world.is_main else _Quiet()
         console = progress
@@ -280,18 +281,18 @@ def _resume_command(args: argparse.Namespace, overrides: list[str]) -> str:
 
 
 def _init_source(cfg, run_dir: Path, ckpt):
-    """(init_from source or None, tokenizer JSON the data must use or None) for `trainer run`."""
+    """(init_from's checked plan or None, tokenizer JSON the data must use or None) for `trainer run`."""
     if not cfg.train.init_from:
         return None, None
     from trainer import run_artifacts
-    from trainer.init_from import load_source
+    from trainer.init_from import load_source, match_source
 
     own = run_dir / run_artifacts.TOKENIZER
     if ckpt is not None:  # resuming a fine-tuning run: its own copy of the source's tokenizer
         return None, own.read_text(encoding="utf-8") if own.exists() else ckpt.state.get("tokenizer_json")
     path = Path(cfg.train.init_from).expanduser()
-    source = load_source(path, cfg.model)
-    return source, source.tokenizer_json
+    source = load_source(path, cfg.train)
+    return match_source(source, cfg.model, cfg.train.init_strict), source.tokenizer_json
 
 
 def _prepare_data_in_turn(cfg, world, prepare_data):

@@ -346,7 +346,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     whole = args.eval_iters == "all"
     if args.eval_iters is not None and not whole and not (args.eval_iters.isdigit() and int(args.eval_iters) > 0):
-        raise TrainerError(f"--eval-iters must be a whole number of at least 1, or all; got {args.eval_iters}")
+        raise TrainerError(f"--eval-iters must be at least 1 (a whole number) or all, got {args.eval_iters}")
     loaded = load_run(Path(args.run), args.backend)
     if loaded.note:
         print(f"trainer: note: {loaded.note}", file=sys.stderr)

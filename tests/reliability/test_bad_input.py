@@ -59,6 +59,39 @@ def flip_byte(path: Path, at: int) -> None:
     path.write_bytes(bytes(blob))
 
 
+def hf_source(case: Case, config: dict | None = None, tokenizer: bool = True) -> Path:
+    """The trained run (at case.run_dir) as a Hugging Face GPT-2 directory, config.json fields changed."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    from trainer.checkpoint import load_latest
+    from trainer.config import load_config
+    from trainer.export import hf_state
+
+    model = load_config(case.config(**TRAINED)).model
+    doc, weights = hf_state(model, load_latest(case.run_dir).tensors)
+    out = case.root / "hf"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(doc | (config or {})))
+    save_file(weights, str(out / "model.safetensors"))
+    if tokenizer:
+        shutil.copy(case.run_dir / "tokenizer.json", out / "tokenizer.json")
+    return out
+
+
+def tuned(case: Case, source: Path, **sections: dict) -> Path:
+    """A config for a new run, runs/tuned, that starts from `source`."""
+    train = dict(sections.pop("train", {}), init_from=str(source))
+    return case.config(run={"name": "tuned"}, train=train, **sections)
+
+
+def drop_latest(case: Case, damage: tuple[str, ...] = ()) -> None:
+    (case.run_dir / "latest").unlink()
+    for name in damage:
+        flip_byte(case.run_dir / name / "model.safetensors", 200)
+
+
 # Each setup gets a Case (with a trained run at case.run_dir when `trained`) and returns the config path.
 @dataclass(frozen=True)
 class Row:
@@ -137,6 +170,38 @@ ROWS: dict[str, Row] = {
                                      ("HELIOS_DEVICE=99 but only", "device(s) exist")),
     "init_from_missing": Row(lambda c: c.config(train={"init_from": str(c.root / "no-such-run")}),
                              ("[train] init_from", "does not exist", "Hugging Face model directory")),
+    "init_from_fewer_layers": Row(lambda c: tuned(c, c.run_dir, model={"n_layer": 2}),
+                                  ("[train] init_from", "n_layer 1 there, 2 here", "parameters the source lacks: h.1.*",
+                                   "--train.init_strict=false"), trained=True),
+    "init_from_other_heads_same_shapes": Row(lambda c: tuned(c, c.run_dir, model={"n_head": 4}),
+                                             ("[train] init_from", "n_head 2 there, 4 here"), trained=True),
+    "init_from_untied_head": Row(lambda c: tuned(c, c.run_dir, model={"tie_embeddings": False}),
+                                 ("tie_embeddings true there, false here", "lm_head.weight"), trained=True),
+    "init_from_hf_other_heads": Row(lambda c: tuned(c, hf_source(c, {"n_head": 4})), ("n_head 4 there, 2 here",),
+                                    trained=True),
+    "init_from_hf_relu": Row(lambda c: tuned(c, hf_source(c, {"activation_function": "relu"})),
+                             ('activation "relu" there, "gelu_tanh" here',), trained=True),
+    "init_from_hf_without_tokenizer": Row(lambda c: tuned(c, hf_source(c, tokenizer=False)),
+                                          ("has no tokenizer.json", "--train.init_tokenizer="), trained=True),
+    "init_tokenizer_missing": Row(lambda c: tuned(c, hf_source(c, tokenizer=False), train={
+        "init_tokenizer": str(c.root / "no-tokenizer.json")}), ("[train] init_tokenizer", "is not a file"),
+        trained=True),
+    "init_tokenizer_without_init_from": Row(lambda c: c.config(train={"init_tokenizer": "tok.json"}),
+                                            ("[train] init_tokenizer", "set init_from too")),
+    "init_strict_not_a_bool": Row(lambda c: c.config(train={"init_strict": "maybe"}),
+                                  ("[train] init_strict", "expected true or false")),
+    "no_latest_and_no_checkpoint_verifies": Row(lambda c: (drop_latest(c, ("ckpt-2", "ckpt-4")),
+                                                           c.config(**TRAINED))[1],
+                                                ("no `latest` pointer", "none of its checkpoints verifies",
+                                                 "ckpt-4", "new --run.name"), trained=True),
+    "resume_never_without_latest": Row(lambda c: (drop_latest(c), c.args.extend(["--resume", "never"]),
+                                                  c.config(**TRAINED))[2], ("already holds a run", "ckpt-4"),
+                                       trained=True),
+    "data_path_and_dataset_both_typed": Row(lambda c: (c.args.extend([f"--data.path={c.corpus}",
+                                                                       "--data.dataset=shakespeare"]), c.config())[1],
+                                            ("set either dataset or path, not both",)),
+    "none_for_a_required_key": Row(lambda c: (c.args.append("--train.max_iters=none"), c.config())[1],
+                                   ("[train] max_iters = none is not allowed", "give a value")),
     "nproc_zero": Row(lambda c: (c.args.extend(["--nproc", "0"]), c.config())[1], ("--nproc must be at least 1",)),
     # The --nproc launcher checks these before starting any rank: one line, not one per rank.
     "nproc_cannot_split_global_batch": Row(lambda c: (c.args.extend(["--nproc", "3"]), c.config(**TRAINED))[1],
@@ -252,6 +317,10 @@ def test_the_matrix_covers_every_input_the_issue_names():
     named = {"malformed_toml", "unknown_section", "unknown_key", "wrong_type", "out_of_range", "missing_data_file",
              "empty_data_file", "binary_data_file", "text_too_short", "tokenizer_mismatch", "model_config_mismatch",
              "truncated_safetensors", "corrupt_safetensors", "run_dir_not_writable", "disk_full_during_checkpoint",
-             "no_timeline_semaphores", "out_of_device_memory"}
+             "no_timeline_semaphores", "out_of_device_memory",
+             # issue 28: init_from mismatches, a run directory without `latest`, data overrides
+             "init_from_fewer_layers", "init_from_other_heads_same_shapes", "init_from_untied_head",
+             "init_from_hf_other_heads", "init_from_hf_relu", "init_from_hf_without_tokenizer",
+             "no_latest_and_no_checkpoint_verifies", "data_path_and_dataset_both_typed"}
     assert named <= set(ROWS)
     assert TINY["model"]["vocab_size"] == 257  # the needles above quote the tiny model's sizes

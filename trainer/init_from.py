@@ -65,35 +65,35 @@ class InitPlan:
     source: InitSource
     loaded: dict[str, np.ndarray]
     config_diffs: list[str]
-    dropped: tuple[int, str]  # (count, names) the source has and this model lacks, or shapes otherwise
-    fresh: tuple[int, str]  # (count, names) this model has and the source lacks in this shape: freshly initialised
+    dropped: list[str]  # the source has them and this model lacks them (or has them in another shape)
+    fresh: list[str]  # this model has them and the source lacks them in this shape: freshly initialised
 
     def report(self) -> list[str]:
         """Lines for the user (empty when the source matched exactly)."""
         where = f"init_from {self.source.path}"
         out = [f"{where}: {d} (loaded anyway: init_strict = false)" for d in self.config_diffs]
-        if self.dropped[0]:
-            out.append(f"{where}: dropped {self.dropped[0]} source parameter(s) this model lacks or shapes "
-                       f"otherwise: {self.dropped[1]}")
-        if self.fresh[0]:
-            out.append(f"{where}: left {self.fresh[0]} parameter(s) freshly initialised (the source lacks them in "
-                       f"this shape): {self.fresh[1]}")
+        if self.dropped:
+            theirs = {k[len(PARAM):] for k in self.source.params}
+            out.append(f"{where}: dropped {len(self.dropped)} source parameter(s) this model lacks or shapes "
+                       f"otherwise: {_names(self.dropped, theirs)}")
+        if self.fresh:
+            mine = set(self.loaded) | set(self.fresh)
+            out.append(f"{where}: left {len(self.fresh)} parameter(s) freshly initialised (the source lacks them in "
+                       f"this shape): {_names(self.fresh, mine)}")
         return out
 
 
 def _names(names: list[str], universe: set[str]) -> str:
-    """A compact list: `h.N.*` when every `universe` name of layer N is listed, at most _SHOWN entries."""
-    listed, items, layers_done = set(names), [], set()
+    """A compact list: `h.N.*` where every `universe` name of layer N is listed; at most _SHOWN entries."""
+    listed = set(names)
+    layers = {m.group(0) for n in listed if (m := _LAYER.match(n))}
+    whole = {p for p in layers if {u for u in universe if u.startswith(p)} <= listed}
+    items: list[str] = []
     for name in sorted(listed, key=_layer_order):
         m = _LAYER.match(name)
-        if m and m.group(0) not in layers_done:
-            layer = {n for n in universe if n.startswith(m.group(0))}
-            if len(layer) > 1 and layer <= listed:
-                layers_done.add(m.group(0))
-                items.append(f"{m.group(0)}*")
-                continue
-        if not (m and m.group(0) in layers_done):
-            items.append(name)
+        item = f"{m.group(0)}*" if m and m.group(0) in whole else name
+        if item not in items:
+            items.append(item)
     more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
     return ", ".join(items[:_SHOWN]) + more
 
@@ -192,9 +192,7 @@ def match_source(source: InitSource, model: ModelConfig, strict: bool) -> InitPl
         raise CheckpointError(f"[train] init_from {source.path} does not match this run's [model]: "
                               f"{'; '.join(parts)}; use the source's [model] settings, or "
                               "--train.init_strict=false to load only the parameters that match")
-    dropped = _names(extra + reshaped, set(theirs)) if extra or reshaped else ""
-    fresh = _names(lacking + reshaped, set(shapes)) if lacking or reshaped else ""
-    return InitPlan(source, loaded, diffs, (len(extra) + len(reshaped), dropped), (len(lacking) + len(reshaped), fresh))
+    return InitPlan(source, loaded, diffs, extra + reshaped, lacking + reshaped)
 
 
 def _fmt(value: Any) -> str:

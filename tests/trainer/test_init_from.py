@@ -181,3 +181,30 @@ def test_a_hf_source_without_a_tokenizer_takes_the_one_given(tmp_path, corpus, s
     assert (tuned / "tokenizer.json").read_text() == (source_hf / "tokenizer.json").read_text()
     mine, base = _params(tuned), _params(source_run)
     assert all(np.allclose(mine[k], base[k], rtol=0, atol=1e-7) for k in base)
+
+
+LLAMA = {"arch": "llama", "n_kv_head": 1, "bias": False, "tie_embeddings": False}
+
+
+def test_a_llama_export_loads_strictly_and_a_changed_one_is_refused(tmp_path, corpus):
+    base = write_config(tmp_path, corpus, "llama", model=LLAMA, train={"max_iters": 4, "sample_tokens": 0})
+    assert _run(base, "--backend", "torch").returncode == 0
+    hf = tmp_path / "hf-llama"
+    done = subprocess.run([sys.executable, "-m", "trainer", "export", "--run", str(tmp_path / "runs" / "llama"),
+                           "--out", str(hf)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tuned = write_config(tmp_path, corpus, "tuned", model=LLAMA, train={"init_from": str(hf), "max_iters": 1,
+                         "sample_tokens": 0}, **FROZEN)
+    done = _run(tuned, "--backend", "torch")
+    assert done.returncode == 0 and "warning" not in done.stderr, done.stderr
+    mine, base_params = _params(tmp_path / "runs" / "tuned"), _params(tmp_path / "runs" / "llama")
+    assert all(np.allclose(mine[k], base_params[k], rtol=0, atol=1e-7) for k in base_params)
+    doc = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps(doc | {"hidden_act": "gelu", "rope_theta": 500000.0,
+                                                      "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}))
+    refused = _run(write_config(tmp_path, corpus, "refused", model=LLAMA, train={"init_from": str(hf)}),
+                   "--backend", "torch")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    for needle in ('activation "swiglu_gelu" there, "swiglu_silu" here', "rope_base 500000.0 there, 10000.0 here",
+                   'positions "rope scaled (llama3)" there, "rope" here'):
+        assert needle in refused.stderr, refused.stderr

@@ -208,3 +208,23 @@ def test_a_llama_export_loads_strictly_and_a_changed_one_is_refused(tmp_path, co
     for needle in ('activation "swiglu_gelu" there, "swiglu_silu" here', "rope_base 500000.0 there, 10000.0 here",
                    'positions "rope scaled (llama3)" there, "rope" here'):
         assert needle in refused.stderr, refused.stderr
+
+
+def test_gpt2_weights_named_as_the_hub_stores_them_load_too(tmp_path, source_hf):
+    """The Hub's gpt2 model.safetensors names GPT2Model's tensors (no `transformer.` prefix) and keeps the
+    causal-mask buffers (`h.N.attn.bias`): both read as the same parameters, nothing left unused."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from trainer.init_from_hf import load_hf_source
+
+    hub = tmp_path / "hub"
+    shutil.copytree(source_hf, hub)
+    weights = {k.removeprefix("transformer."): v for k, v in load_file(str(source_hf / "model.safetensors")).items()}
+    weights["h.0.attn.bias"] = np.tril(np.ones((1, 1, 16, 16), np.float32))
+    save_file(weights, str(hub / "model.safetensors"))
+    ours, theirs = load_hf_source(source_hf), load_hf_source(hub)
+    assert theirs.unused == [] and sorted(theirs.params) == sorted(ours.params)
+    assert all(np.array_equal(theirs.params[k], ours.params[k]) for k in ours.params)
+    assert theirs.signature == ours.signature

@@ -143,8 +143,8 @@ ROWS: dict[str, Row] = {
                                ("HELIOS_INJECT_NAN_STEPS", "three")),
     # lr_decay_iters pinned to the trained run's: extending max_iters alone would also warn that the decay stretches
     "disk_full_during_checkpoint": Row(lambda c: (c.faults("enospc_after=0"), c.config(
-        train={"max_iters": 6, "ckpt_interval": 2}, schedule={"lr_decay_iters": 4}))[1], ("could not write checkpoint ckpt-6", "the disk is full",
-                                                          "latest still points at ckpt-4"), trained=True),
+        train={"max_iters": 6, "ckpt_interval": 2}, schedule={"lr_decay_iters": 4}))[1],
+        ("could not write checkpoint ckpt-6", "the disk is full", "latest still points at ckpt-4"), trained=True),
     "disk_full_writing_val_tokens": Row(lambda c: (c.faults("val_enospc"), c.config())[1],
                                         ("cannot keep the tokenizer and validation tokens", "No space left")),
     "no_vulkan_driver": Row(lambda c: (c.env.update(VK_DRIVER_FILES="/nonexistent.json",

@@ -59,9 +59,9 @@ def enospc_after(value: str) -> None:
 
 
 def deterministic() -> None:
-    import helios.kernels.embedding as embedding
+    from helios.kernels import selection
 
-    embedding.scatter_variant = lambda: "scan"
+    selection.force("embedding_backward", "deterministic")
 
 
 def install(faults: str) -> None:

@@ -70,9 +70,9 @@ def val_enospc() -> None:
 
 
 def deterministic() -> None:
-    import helios.kernels.embedding as embedding
+    from helios.kernels import selection
 
-    embedding.scatter_variant = lambda: "scan"
+    selection.force("embedding_backward", "deterministic")
 
 
 def install(faults: str) -> None:

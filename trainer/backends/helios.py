@@ -22,7 +22,15 @@ from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
 from helios.peak import Peak
-from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
+from trainer.backend import (
+    COUNTER_KEYS,
+    OTHER_BACKENDS_STATE,
+    Backend,
+    StepResult,
+    count_params,
+    flops_per_token,
+    sample_logits,
+)
 from trainer.backends.step_capture import OptimizerCapture, capture_micro_step
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import ModelTooLargeError
@@ -45,7 +53,7 @@ class HeliosBackend(Backend):
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed
-        self.max_tensor = rt.get_runtime().pool.max_tensor
+        self.max_tensor = rt.max_tensor_bytes()
         self._checked_batches: set[tuple[int, int]] = set()
         self._check_params_fit()
         info = rt.get_runtime().info
@@ -72,6 +80,12 @@ class HeliosBackend(Backend):
     @classmethod
     def create(cls, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> HeliosBackend:
         return cls(model_cfg, optim_cfg, seed)
+
+    def set_replay(self, on: bool) -> None:
+        self.replay = on
+
+    def on_compile(self, callback) -> None:
+        rt.get_runtime().set_compile_listener(callback)
 
     # -- device limits -------------------------------------------------------------------------
     def _check_params_fit(self) -> None:
@@ -325,7 +339,7 @@ class HeliosBackend(Backend):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         expected = {f"{k}.{n}" for n, _, _ in self._slices() for k in ("param", "adam_m", "adam_v")}
         expected.add("adam_step")
-        keys = set(state) - {"rng_forwards", "loss_scale"}
+        keys = set(state) - OTHER_BACKENDS_STATE
         missing, extra = sorted(expected - keys), sorted(keys - expected)
         if missing or extra:
             raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")

@@ -27,9 +27,9 @@ from trainer.errors import BackendUnavailableError
 
 COUNTER_KEYS = ("dispatches", "submits", "barriers", "host_waits", "pool_bytes", "pool_regions", "pool_classes",
                 "device_allocs", "pool_peak_in_use")
-# State a backend keeps beyond parameters and AdamW moments (helios: its dropout RNG's forward-pass count);
-# every backend loads a checkpoint that has or lacks these.
-OTHER_BACKENDS_STATE = frozenset({"rng_forwards"})
+# State a backend keeps beyond parameters and AdamW moments (helios: its dropout RNG's forward-pass count and
+# fp16's dynamic loss scale); every backend loads a checkpoint that has or lacks these.
+OTHER_BACKENDS_STATE = frozenset({"rng_forwards", "loss_scale"})
 # Counters that grow monotonically; the loop logs their per-step difference. The pool_* ones are gauges.
 CUMULATIVE_COUNTERS = ("dispatches", "submits", "barriers", "host_waits", "device_allocs")
 
@@ -117,9 +117,20 @@ class Backend(ABC):
     def device_name(self) -> str:
         """Human-readable name of the device the model runs on."""
 
-    # Data parallelism: the trainer sets this to its trainer.distributed.World; with size > 1, train_step
-    # averages the gradients (and the loss) over the ranks between backward and the optimizer update.
-    world = None
+    world = None  # the data-parallel trainer.distributed.World given to set_world (None: one process)
+
+    def set_world(self, world) -> None:
+        """Train as one rank of `world` (a trainer.distributed.World): with size > 1, train_step averages the
+        gradients (and the loss) over the ranks between backward and the optimizer update."""
+        self.world = world
+
+    def set_replay(self, on: bool) -> None:  # noqa: B027 (optional hook, no-op here)
+        """Whether train_step may capture its step once and replay it (train.replay); a backend that records
+        every step anyway ignores it."""
+
+    def on_compile(self, callback) -> None:  # noqa: B027 (optional hook, no-op here)
+        """Call `callback(kernel, kernels compiled so far, ms)` as the backend compiles device code (None: stop);
+        a backend that compiles nothing never calls it."""
 
     def set_activation_checkpointing(self, mode: str) -> None:
         """"none" keeps every activation for backward; "block" recomputes each block's forward in backward."""

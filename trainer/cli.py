@@ -199,8 +199,7 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         controls = Controls()
         progress = make_progress(cfg.train.log_interval) if world.is_main else _Quiet()
         console = progress
-        if args.backend == "helios":
-            rt.get_runtime().on_compile = console.compiling
+        backend.on_compile(console.compiling)
         if cfg.telemetry.tensorboard and world.is_main:  # TensorBoard files too: the sink forwards to progress
             from telemetry.tensorboard import TensorBoardSink
 
@@ -220,8 +219,7 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
                 outcome = trainer.run(writer)
         finally:
             progress.close()
-            if args.backend == "helios":
-                rt.get_runtime().on_compile = None
+            backend.on_compile(None)
     if world.is_main:
         print(f"run directory: {run_dir}")
         if outcome == "stopped":

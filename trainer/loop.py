@@ -112,13 +112,12 @@ class Trainer:
                  listener: Callable[[dict], None] | None = None, controls: Controls | None = None,
                  world: World | None = None):
         self.cfg, self.backend, self.backend_kind, self.data = cfg, backend, backend_kind, data
-        if hasattr(backend, "replay"):  # the helios backend captures its optimizer step unless train.replay = false
-            backend.replay = cfg.train.replay
+        backend.set_replay(cfg.train.replay)
         self.run_dir, self.listener = run_dir, listener
         self.writer: Any = None  # the MetricsWriter, set by run()
         self.controls = controls or Controls()
         self.world = world or World()
-        backend.world = self.world
+        backend.set_world(self.world)
         t = cfg.train
         backend.set_activation_checkpointing(t.checkpoint_activations)
         # Every rank draws the same global batch (world x batch_size windows) and trains on its own slice.

@@ -13,6 +13,7 @@ from helios.runtime.context import (
     flush,
     get_runtime,
     launch,
+    max_tensor_bytes,
     reset_counters,
     set_runtime,
     sync,
@@ -23,5 +24,6 @@ from helios.runtime.timing import Timing, time_ms, timed
 
 __all__ = [
     "Readback", "Runtime", "Tensor", "Timing", "configure", "copy", "counters", "empty", "fill", "flush", "from_numpy",
-    "full", "get_runtime", "launch", "reset_counters", "set_runtime", "sync", "time_ms", "timed", "zeros",
+    "full", "get_runtime", "launch", "max_tensor_bytes", "reset_counters", "set_runtime", "sync", "time_ms", "timed",
+    "zeros",
 ]

@@ -124,6 +124,10 @@ class Runtime:
                                 (time.perf_counter() - t0) * 1000.0)
         return entry
 
+    def set_compile_listener(self, callback: Callable[[str, int, float], None] | None) -> None:
+        """Call `callback(kernel, pipelines so far, ms)` after each new pipeline (None: stop)."""
+        self.on_compile = callback
+
     def launch(self, kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None,
                grid=(1, 1, 1), spec: Mapping[str, Any] | None = None, variant: str | None = None) -> None:
         """Record one dispatch; see `helios.runtime.launch`."""
@@ -394,6 +398,11 @@ def flush() -> None:
 def counters() -> dict[str, Any]:
     """dispatches, submits, barriers, host_waits, fills, copies, uploads, downloads and pool statistics."""
     return (_runtime or get_runtime()).stats()
+
+
+def max_tensor_bytes() -> int:
+    """The most bytes one tensor may span on the current device (maxStorageBufferRange, within one allocation)."""
+    return (_runtime or get_runtime()).pool.max_tensor
 
 
 def reset_counters() -> None:

@@ -22,8 +22,16 @@ from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
 from helios.peak import Peak
-from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
-from trainer.backends.step_capture import OptimizerCapture, capture_micro_step
+from trainer.backend import (
+    COUNTER_KEYS,
+    OTHER_BACKENDS_STATE,
+    Backend,
+    StepResult,
+    count_params,
+    flops_per_token,
+    sample_logits,
+)
+from trainer.backends.step_capture import OptimizerCapture, capture_keys, capture_micro_step
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import ModelTooLargeError
 
@@ -45,7 +53,7 @@ class HeliosBackend(Backend):
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed
-        self.max_tensor = rt.get_runtime().pool.max_tensor
+        self.max_tensor = rt.max_tensor_bytes()
         self._checked_batches: set[tuple[int, int]] = set()
         self._check_params_fit()
         info = rt.get_runtime().info
@@ -72,6 +80,12 @@ class HeliosBackend(Backend):
     @classmethod
     def create(cls, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> HeliosBackend:
         return cls(model_cfg, optim_cfg, seed)
+
+    def set_replay(self, on: bool) -> None:
+        self.replay = on
+
+    def on_compile(self, callback) -> None:
+        rt.get_runtime().set_compile_listener(callback)
 
     # -- device limits -------------------------------------------------------------------------
     def _check_params_fit(self) -> None:
@@ -119,10 +133,12 @@ class HeliosBackend(Backend):
         loss_sum = self._loss_sum
         rt.fill(loss_sum, 0.0)
         micro_replayed, self._step_keys = True, set()
+        opt_key = None
         for x, y in micro_batches:
             x, y = np.ascontiguousarray(x, np.int32), np.ascontiguousarray(y, np.int32)
+            micro_key, opt_key = capture_keys(x.shape, n, self.model, grad_clip, spike_threshold)
             t0 = time.perf_counter()
-            how = self._micro_step(x, y, n, inject_nan)
+            how = self._micro_step(micro_key, x, y, n, inject_nan)
             self.forwards += 1
             micro_replayed &= how == "replayed"
             if how == "lazy":
@@ -140,7 +156,7 @@ class HeliosBackend(Backend):
         self.opt.skip_above = spike_threshold if spike_threshold is not None else math.inf
         opt_replayed = False
         if self.replay and not inject_nan:
-            opt_replayed = self._optimizer_step_captured(n, lr, grad_clip, spike_threshold)
+            opt_replayed = self._optimizer_step_captured(opt_key, n, lr)
         else:
             mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
             poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
@@ -175,21 +191,20 @@ class HeliosBackend(Backend):
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms,
                           dtype=self.dtype, loss_scale=loss_scale, loss_scale_overflows=overflows)
 
-    def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None) -> None:
-        """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds."""
+    def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None, host=None) -> None:
+        """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds.
+        ids/targets: host arrays (a lazy step) or a captured step's fixed tensors with their `host` inputs."""
         t0 = time.perf_counter()
-        loss = self.model(ids, targets, forward_index=forward_index, rng_counter=counter)
+        loss = self.model(ids, targets, forward_index=forward_index, rng_counter=counter, feed=host)
         self._lazy_fwd_ms = _ms(t0)
         seed = self.opt.loss_scale  # fp16: d(loss) = the device's loss scale, else 1
         (loss if n == 1 else loss * (1.0 / n)).backward(autograd.Tensor(seed) if seed is not None else None)
         ops.add_inplace(self._loss_sum, loss.data)
 
-    def _micro_step(self, x: np.ndarray, y: np.ndarray, n: int, inject_nan: bool) -> str:
+    def _micro_step(self, key: tuple, x: np.ndarray, y: np.ndarray, n: int, inject_nan: bool) -> str:
         """One micro-step: "replayed" from the capture of its key, "captured" (recorded into a new capture
         and run), or "lazy" (recorded as usual). A key is captured when the step before ran it too, so a
         one-off shape (a partial batch) costs no capture and leaves the usual one in place."""
-        m = self.model
-        key = (x.shape, n, m.checkpoint_activations, m.cfg.dropout)
         self._step_keys.add(key)
         index = self._dropout_index()
         # Ignored targets (negative ids) would change what a chunked cross-entropy bakes in: record those lazily.
@@ -201,20 +216,19 @@ class HeliosBackend(Backend):
             if key in self._last_step_keys:
                 if cap is not None:
                     cap.close()
-                run = lambda ids, tg, fi, counter: self._run_micro_step(ids, tg, n, fi, counter)  # noqa: E731
-                self._micro_capture = capture_micro_step(key, run, x, y, index, m.cfg.vocab_size)
+                run = lambda ids, tg, fi, counter, host: self._run_micro_step(ids, tg, n, fi, counter, host)  # noqa: E731
+                self._micro_capture = capture_micro_step(key, run, x, y, index, self.model.cfg.vocab_size)
                 return "captured"
-        self._run_micro_step(autograd.tensor(x), autograd.tensor(y), n, index)
+        self._run_micro_step(x, y, n, index)
         return "lazy"
 
-    def _optimizer_step_captured(self, n: int, lr: float, grad_clip: float, spike_threshold):
+    def _optimizer_step_captured(self, key: tuple, n: int, lr: float):
         """The optimizer step from a captured command buffer: capture it on the first call (or when grad_accum,
         the clip or spike setting, baked into it, change), replay it after. Returns whether it replayed.
 
         Its inputs are fixed buffers: the grad arena, the loss sum and the optimizer's step buffer (lr and step
         count, written before each run). A host step such as a data-parallel gradient reduce can run between
         the last backward and this call."""
-        key = (n, grad_clip, spike_threshold)
         cap = self._opt_capture
         if cap is not None and self._opt_key == key:
             cap.replay(lr)
@@ -266,8 +280,7 @@ class HeliosBackend(Backend):
         self.model.eval()
         try:
             with autograd.no_grad():
-                return self.model(autograd.tensor(np.ascontiguousarray(x, np.int32)),
-                                  autograd.tensor(np.ascontiguousarray(y, np.int32))).item()
+                return self.model(np.ascontiguousarray(x, np.int32), np.ascontiguousarray(y, np.int32)).item()
         finally:
             self.model.train()
 
@@ -325,7 +338,7 @@ class HeliosBackend(Backend):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         expected = {f"{k}.{n}" for n, _, _ in self._slices() for k in ("param", "adam_m", "adam_v")}
         expected.add("adam_step")
-        keys = set(state) - {"rng_forwards", "loss_scale"}
+        keys = set(state) - OTHER_BACKENDS_STATE
         missing, extra = sorted(expected - keys), sorted(keys - expected)
         if missing or extra:
             raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")

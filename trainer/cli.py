@@ -242,11 +242,14 @@ def _locked_run_dir(run_dir: Path) -> Iterator[None]:
     from trainer.runlock import RunLock
     from trainer.session import remove_if_unused
 
+    acquired = False
     try:
         with RunLock(run_dir):
+            acquired = True
             yield
     except BaseException:
-        remove_if_unused(run_dir)
+        if acquired:  # a lock another trainer holds (RunLock refused us) is not ours to remove
+            remove_if_unused(run_dir)
         raise
 
 

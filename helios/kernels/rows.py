@@ -153,19 +153,26 @@ class RowLayout:
         """
         b = self.b
         if not self.cache:
-            # A loop with the same trip count in every invocation (lavapipe then runs it as plain SIMD
-            # code, not as a masked divergent loop), STREAM_UNROLL elements per trip.
-            span = self.width * STREAM_UNROLL
-            with b.for_range(0, (self.units + span - 1) / span) as block:
-                for u in range(STREAM_UNROLL):
-                    j = self.lane + block * span + self.width * u
-                    with b.if_(j < self.units):
-                        body(None, j)
+            self.stream(lambda _u, j: body(None, j))
             return
         for slot in range(self.cache):
             j = self.lane + self.width * slot
             with b.if_(j < self.units):
                 body(slot, j)
+
+    def stream(self, body: Callable[[int, Value], None]) -> None:
+        """Run body(u, j) for each of this invocation's elements j of a row, u = j's position 0..STREAM_UNROLL-1
+        within its loop trip (a kernel may keep one accumulator per u: STREAM_UNROLL shorter serial chains).
+
+        A loop with the same trip count in every invocation (lavapipe then runs it as plain SIMD code, not as
+        a masked divergent loop), STREAM_UNROLL elements per trip."""
+        b = self.b
+        span = self.width * STREAM_UNROLL
+        with b.for_range(0, (self.units + span - 1) / span) as block:
+            for u in range(STREAM_UNROLL):
+                j = self.lane + block * span + self.width * u
+                with b.if_(j < self.units):
+                    body(u, j)
 
     def registers(self, elem, init=None) -> list:
         """One function variable per cache slot (an empty list when streaming)."""

@@ -226,13 +226,20 @@ def _subgroup_width(info) -> int:
     return min(SG_LOCAL, max(1, info.subgroup_size))
 
 
+def _fit_width(info) -> int:
+    """Lanes a register tier may count on per "sg" worker: the narrowest subgroup the driver may run (a
+    cached variant holds only cache x width elements of a row, so a narrower subgroup than assumed would
+    drop the rest)."""
+    return min(SG_LOCAL, max(1, info.min_subgroup_size))
+
+
 def _pick(info, units: int, cacheable: bool) -> tuple[str, int]:
     """(layout, cache) for rows of `units`: the first register tier the row fits, else streaming.
 
     CPUs always use "sg" (barriers are costly there). GPUs give a row to a subgroup while it fits in a
     few registers per invocation, then to a workgroup.
     """
-    sg = _subgroup_width(info)
+    sg = _fit_width(info)
     if info.cpu_profile:
         tiers, fallback = [("sg", r, sg) for r in CACHE_TIERS["sg"]], "sg"
     else:
@@ -253,7 +260,7 @@ def _choose(info, shape: tuple, dtype: str, forced: RowChoice | None) -> str:
     vec = 1 if width == "scalar" else 4
     if forced.layout is not None or forced.cache is not None:
         layout, cache = forced.layout or "sg", (forced.cache or 0) if cacheable else 0
-        lanes = _subgroup_width(info) if layout == "sg" else WG_LOCAL
+        lanes = _fit_width(info) if layout == "sg" else WG_LOCAL
         if cols // vec > cache * lanes:
             cache = 0  # a forced tier the row does not fit: stream
     else:

@@ -45,13 +45,13 @@ def test_variant_choice():
     def choose(rows, cols, **info):
         return selection.choose("rows", (rows, cols, True), info=SimpleNamespace(int64=True, **info))
 
-    cpu = {"cpu_profile": True, "subgroup_size": 8}
+    cpu = {"cpu_profile": True, "subgroup_size": 8, "min_subgroup_size": 8}
     assert choose(1024, 256, **cpu) == "sg_u64x2_reg8"
     assert choose(1024, 33, **cpu) == "sg_scalar_reg8"
     assert choose(3, 1024, **cpu) == "sg_u64x2_reg32"
     assert choose(3, 4097, **cpu) == "sg_scalar"
     assert choose(3, 4096, **cpu) == "sg_u64x2"
-    gpu = {"cpu_profile": False, "subgroup_size": 32}
+    gpu = {"cpu_profile": False, "subgroup_size": 32, "min_subgroup_size": 32}
     assert choose(3, 256, **gpu) == "sg_vec4_reg4"
     assert choose(3, 4096, **gpu) == "wg_vec4_reg4"
     assert choose(3, 8192, **gpu) == "wg_vec4"

@@ -44,6 +44,7 @@ def test_against_reference(rows, vocab, grad_scale):
     np.testing.assert_allclose(dlogits.numpy(), ref_d, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.subgroup("cross_entropy_rows", "cross_entropy_count", "cross_entropy_mean")
 @pytest.mark.parametrize("layout", ["workgroup", ("workgroup", 32), "subgroup"])
 @pytest.mark.parametrize("rows,vocab", [(7, 517), (3, 4096), (33, 5)])
 def test_row_layouts(layout, rows, vocab, force):

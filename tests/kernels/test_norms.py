@@ -84,6 +84,7 @@ def test_register_tier_16(cols, force):
         _close(got.numpy(), want, 1e-4)
 
 
+@pytest.mark.subgroup("layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward")  # backward workers per group
 @pytest.mark.parametrize("shape", [(513, 36), (300, 4097), (4, 5, 33), (1000, 64)])
 def test_many_rows_and_accumulate_into_arena(shape):
     """More rows than backward workers; dw/db added into views of one flat gradient arena."""

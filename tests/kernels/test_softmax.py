@@ -60,6 +60,7 @@ def test_variant_choice():
         selection.force("rows", RW.RowChoice(width="vec8"))
 
 
+@pytest.mark.subgroup("softmax")
 def test_long_rows_many_rows():
     """513 rows of 4097 (odd row length: scalar variant) and a 3-D input."""
     x, dy = _data(513, 4097)
@@ -75,6 +76,7 @@ def test_extreme_values():
     np.testing.assert_allclose(got, S.reference(x.astype(np.float64)), atol=1e-7)
 
 
+@pytest.mark.subgroup("softmax", "softmax_backward")
 def test_matches_torch():
     torch = pytest.importorskip("torch")
     x, dy = _data(33, 65, seed=3)

@@ -164,6 +164,17 @@ def test_table_choice_by_device_type():
     assert sel.table_choice(Info(False), 64, 64, 1) == "tiled32"
 
 
+def test_register_tilings_need_subgroups_of_their_workgroup():
+    """Below 8 lanes a register tiling's workgroup spans subgroups: every way to ask for one gives a tiled one."""
+    class Info:
+        cpu_profile, min_subgroup_size, buffer_device_address = True, 4, True
+
+    assert sel.REG_LANES == 8 and not sel.reg_ok(Info()) and sel.device_tilings(Info()) == sel.TILED
+    assert not any(sel.runnable(Info(), t) for t in sel.REG + sel.ADDRESSED)
+    assert sel.table_choice(Info(), 2048, 1152, 1) in sel.TILED
+    assert sel.choose(Info(), ("nn", 2048, 1152, 64, 1), forced="reg8x8") in sel.TILED
+
+
 def test_addressed_tilings_need_device_addresses():
     class Info:
         cpu_profile, min_subgroup_size, buffer_device_address = True, 8, False

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from helios import env
 from helios.kernels import selection
+from helios.kernels.matmul_reg import REG_TILINGS
 from helios.spirv import ceil_div
 
 REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
@@ -82,10 +83,14 @@ def save_tuning(info, winners: dict[str, str]) -> Path | None:
     return path
 
 
+# Register tilings pass loads round their workgroup (wx lanes) by subgroup broadcasts.
+REG_LANES = max(p["wx"] for p in REG_TILINGS.values() if p.get("share"))
+
+
 def reg_ok(info) -> bool:
     """Register-blocked tilings pass loads round an 8-invocation workgroup by subgroup broadcasts, so the
-    workgroup must fit in one subgroup."""
-    return info.min_subgroup_size >= 8
+    workgroup must be one subgroup: every subgroup the driver may pick holds REG_LANES lanes."""
+    return info.min_subgroup_size >= REG_LANES
 
 
 def runnable(info, tiling: str) -> bool:

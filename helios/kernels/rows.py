@@ -153,19 +153,26 @@ class RowLayout:
         """
         b = self.b
         if not self.cache:
-            # A loop with the same trip count in every invocation (lavapipe then runs it as plain SIMD
-            # code, not as a masked divergent loop), STREAM_UNROLL elements per trip.
-            span = self.width * STREAM_UNROLL
-            with b.for_range(0, (self.units + span - 1) / span) as block:
-                for u in range(STREAM_UNROLL):
-                    j = self.lane + block * span + self.width * u
-                    with b.if_(j < self.units):
-                        body(None, j)
+            self.stream(lambda _u, j: body(None, j))
             return
         for slot in range(self.cache):
             j = self.lane + self.width * slot
             with b.if_(j < self.units):
                 body(slot, j)
+
+    def stream(self, body: Callable[[int, Value], None]) -> None:
+        """Run body(u, j) for each of this invocation's elements j of a row, u = j's position 0..STREAM_UNROLL-1
+        within its loop trip (a kernel may keep one accumulator per u: STREAM_UNROLL shorter serial chains).
+
+        A loop with the same trip count in every invocation (lavapipe then runs it as plain SIMD code, not as
+        a masked divergent loop), STREAM_UNROLL elements per trip."""
+        b = self.b
+        span = self.width * STREAM_UNROLL
+        with b.for_range(0, (self.units + span - 1) / span) as block:
+            for u in range(STREAM_UNROLL):
+                j = self.lane + block * span + self.width * u
+                with b.if_(j < self.units):
+                    body(u, j)
 
     def registers(self, elem, init=None) -> list:
         """One function variable per cache slot (an empty list when streaming)."""
@@ -219,13 +226,20 @@ def _subgroup_width(info) -> int:
     return min(SG_LOCAL, max(1, info.subgroup_size))
 
 
+def _fit_width(info) -> int:
+    """Lanes a register tier may count on per "sg" worker: the narrowest subgroup the driver may run (a
+    cached variant holds only cache x width elements of a row, so a narrower subgroup than assumed would
+    drop the rest)."""
+    return min(SG_LOCAL, max(1, info.min_subgroup_size))
+
+
 def _pick(info, units: int, cacheable: bool) -> tuple[str, int]:
     """(layout, cache) for rows of `units`: the first register tier the row fits, else streaming.
 
     CPUs always use "sg" (barriers are costly there). GPUs give a row to a subgroup while it fits in a
     few registers per invocation, then to a workgroup.
     """
-    sg = _subgroup_width(info)
+    sg = _fit_width(info)
     if info.cpu_profile:
         tiers, fallback = [("sg", r, sg) for r in CACHE_TIERS["sg"]], "sg"
     else:
@@ -246,7 +260,7 @@ def _choose(info, shape: tuple, dtype: str, forced: RowChoice | None) -> str:
     vec = 1 if width == "scalar" else 4
     if forced.layout is not None or forced.cache is not None:
         layout, cache = forced.layout or "sg", (forced.cache or 0) if cacheable else 0
-        lanes = _subgroup_width(info) if layout == "sg" else WG_LOCAL
+        lanes = _fit_width(info) if layout == "sg" else WG_LOCAL
         if cols // vec > cache * lanes:
             cache = 0  # a forced tier the row does not fit: stream
     else:

@@ -51,6 +51,11 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
 
 
+# Every subgroup kernel of a training step, in the variants this device picks: CI runs it again at subgroup sizes
+# 4 and 16 (`-m subgroup`).
+@pytest.mark.subgroup("attention_forward", "attention_backward_dq", "attention_backward_dkv", "layernorm",
+                      "layernorm_backward", "rmsnorm", "rmsnorm_backward", "cross_entropy_rows",
+                      "cross_entropy_count", "cross_entropy_mean", "matmul_nn", "matmul_nt", "matmul_tn")
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_loss_and_every_gradient_match_torch(arch):
     tmodel, model = _twins(arch)

@@ -28,6 +28,7 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
+@pytest.mark.subgroup("grad_norm_partial", "grad_norm_finish")
 @pytest.mark.parametrize("n", [1, 3, 4, 7, 4097, 100_003])
 def test_grad_norm(n):
     g = np.random.default_rng(n).standard_normal(n).astype(np.float32)

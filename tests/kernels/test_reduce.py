@@ -27,6 +27,7 @@ def test_spirv_valid(kernel, variant):
 layout = layout_fixture([("sg", "vec4"), ("sg", "scalar"), ("sg", "u64x2"), ("wg", "vec4"), ("wg", "scalar")])
 
 
+@pytest.mark.subgroup("reduce_rows", "reduce_all")
 @pytest.mark.parametrize("axis", [-1, None], ids=["last", "all"])
 def test_last_axis_and_all(layout, axis, force):
     force("reduce_all", "scalar" if layout[1] == "scalar" else "vec4")  # axis=None: the reduce_all family
@@ -59,6 +60,7 @@ def test_many_rows_grid_stride(monkeypatch):
     np.testing.assert_allclose(R.reduce_sum(rt.from_numpy(x)).numpy(), x.sum(-1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.subgroup("reduce_all")
 @pytest.mark.parametrize("n", [4 * 4096 + 3, 100_003])
 def test_all_two_stage(n):
     """Sizes that take the partials-then-one-workgroup path (vec4 body plus a scalar tail)."""

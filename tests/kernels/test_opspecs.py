@@ -15,7 +15,6 @@ from helios.kernels import elementwise as E
 from helios.kernels import optable
 from helios.kernels.rows import RowChoice
 from helios.kernels.spec import as_tuple, specs
-from helios.spirv import validate
 from tests.kernels.row_variants import LAYOUTS, layout_id
 
 SPECS = specs()
@@ -28,8 +27,8 @@ def _id(x) -> str:
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for s in SPECS for k in s.kernels for v in k.variants], ids=_id)
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 @pytest.mark.parametrize("spec,choice", [(s, c) for s in SPECS for c in FORCED[s.family]], ids=_id)

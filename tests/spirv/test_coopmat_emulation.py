@@ -73,6 +73,7 @@ def _round(x: np.ndarray, half: np.dtype) -> np.ndarray:
     return x.astype(np.float32).astype(half).astype(np.float64)
 
 
+@pytest.mark.subgroup()  # each op's lowering at subgroup scope: CI runs it again at subgroup sizes 4 and 16
 @pytest.mark.parametrize("variant", list(OPS.variants))
 def test_each_op_matches_numpy(variant):
     v = OPS.variant(variant)

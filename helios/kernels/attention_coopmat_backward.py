@@ -106,16 +106,18 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
         h = kvh * d.group + hh
         row_base = (batch * d.H + h) * T
         with b.for_range(lo, T, step=TILE) as i0:
-            b.barrier()  # the previous step's readers of x_s, lse_s and delta_s are done
-            k.stage(x_s, 0, qkv, q_at + h * D, i0, T, S, D)
-            _stats(b, k, lse, delta, lse_s, delta_s, row_base, i0, T)
-            b.barrier()
-            k.product(sp_s, TILE, kv_s, LDH, x_s, LDH, "col", 1, D / TILE, accumulate=False)  # S^T = K Q^T
-            b.barrier()
-            k.stage(x_s, 0, do, do_at + h * D, i0, T, HD, D)
-            b.barrier()
-            k.product(sp_s, TILE, kv_s, LDH, x_s, LDH, "col", 1, D / TILE, accumulate=False,
-                      offsets=(TILE * TILE, TILE * LDH, 0))  # dP^T = V dO^T
+            # Q and dO take turns in x_s; each pair of products is one run-time loop of two (one MulAdd site each,
+            # which keeps the emulated kernel's code and compile time down)
+            with b.for_range(0, 2) as phase:  # S^T = K Q^T (Q staged), then dP^T = V dO^T (dO staged)
+                b.barrier()  # the previous readers of x_s, lse_s and delta_s are done
+                with b.if_(phase.eq(0)):
+                    k.stage(x_s, 0, qkv, q_at + h * D, i0, T, S, D)
+                    _stats(b, k, lse, delta, lse_s, delta_s, row_base, i0, T)
+                with b.else_():
+                    k.stage(x_s, 0, do, do_at + h * D, i0, T, HD, D)
+                b.barrier()
+                k.product(sp_s, TILE, kv_s, LDH, x_s, LDH, "col", 1, D / TILE, accumulate=False,
+                          offsets=(phase * (TILE * TILE), phase * (TILE * LDH), 0))
             b.barrier()
             with b.for_range(k.tid, TILE * TILE, step=WG) as e:
                 r, c = e / TILE, e % TILE  # key r, query c
@@ -123,13 +125,14 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
                 ok = (i < T) & (~d.causal | (i >= j))
                 pz, ds = _pz_and_ds(b, d, sp_s[e], sp_s[TILE * TILE + e], lse_s[c], delta_s[c], ok, row_base + i, j)
                 pd_s[e], pd_s[TILE * TILE + e] = k.half(ds), k.half(pz)  # [dS^T; (P Z)^T]
-            b.barrier()
-            k.product(dkv_s, LDF, pd_s, TILE, x_s, LDH, "row", D / TILE, 1, accumulate=True,
-                      offsets=(TILE * LDF, TILE * TILE, 0))  # dV += (P Z)^T dO
-            b.barrier()
-            k.stage(x_s, 0, qkv, q_at + h * D, i0, T, S, D)
-            b.barrier()
-            k.product(dkv_s, LDF, pd_s, TILE, x_s, LDH, "row", D / TILE, 1, accumulate=True)  # dK += dS^T Q
+            with b.for_range(0, 2) as phase:  # dV += (P Z)^T dO (dO still staged), then dK += dS^T Q
+                b.barrier()
+                with b.if_(phase.eq(1)):
+                    k.stage(x_s, 0, qkv, q_at + h * D, i0, T, S, D)
+                b.barrier()
+                other = 1 - phase
+                k.product(dkv_s, LDF, pd_s, TILE, x_s, LDH, "row", D / TILE, 1, accumulate=True,
+                          offsets=(other * (TILE * LDF), other * (TILE * TILE), 0))
     b.barrier()
     with b.for_range(k.tid, TILE * D, step=WG) as e:
         r, c = e / D, e % D

@@ -7,8 +7,9 @@ autograd, and dropout also against the register-only "rowwise" kernel under the 
 dtype's rounding (dtypes.ROUNDING): a half output is rounded once (u |ref|), and the matrix-unit kernels round P
 (forward) and P Z and dS (backward) to the io dtype before their products, as FlashAttention does on tensor
 cores; each such term is off by at most u relative, so an output is off by at most u times the sum of its
-products' magnitudes, which these unit-normal inputs keep under 4 u max|part| (measured: under 1.3 u). lse is
-f32 (scores are exact half products summed in f32): 1e-5.
+products' magnitudes: at most u max|v| for o, and for the gradients (no such bound: sums of signed terms)
+under 4 u max|part| with these unit-normal inputs (measured: under 1.3 u). lse is f32 (scores are exact half
+products summed in f32): 1e-5.
 
 Each (dtype, head dim, causal, softcap, dropout) compiles three emulated pipelines (tens of seconds each on
 lavapipe), so the cases share a few of them: T in {1, 7, 33, 129}, GQA, head dims 48, 64 and 128.
@@ -80,11 +81,11 @@ def _parts(H, Hkv, D):
     return {"q": (0, H * D), "k": (H * D, (H + Hkv) * D), "v": ((H + Hkv) * D, (H + 2 * Hkv) * D)}
 
 
-def _check(got, want, dtype, scale, what):
-    """|got - want| <= u |want| + 4 u scale + 1e-5 scale, per element."""
+def _check(got, want, dtype, scale, what, k=4.0):
+    """|got - want| <= u |want| + k u scale + 1e-5 scale, per element."""
     u = ROUNDING[dtype]
     err = np.abs(_f64(got) - want)
-    bound = u * np.abs(want) + (4 * u + 1e-5) * scale
+    bound = u * np.abs(want) + (k * u + 1e-5) * scale
     worst = np.unravel_index((err - bound).argmax(), err.shape)
     assert (err <= bound).all(), f"{what}: error {err[worst]:.3g} > bound {bound[worst]:.3g} at {worst}"
 
@@ -115,13 +116,14 @@ def test_forward(case):
     o, lse = A.flash_attention(rt.from_numpy(qkv), B, T, H, Hkv, D, **kw)
     assert o.dtype == NUMPY[dtype] and o.shape == (B, T, H * D) and lse.shape == (B, H, T)
     ro, rl = A.reference(_f64(qkv), B, T, H, Hkv, D, causal, cap, p, 11, 3)
-    v_max = np.abs(_f64(qkv)[..., _parts(H, Hkv, D)["v"][0]:]).max()  # P's rounding: u * sum p |v| <= u max|v|
-    _check(o.numpy(), ro, dtype, max(v_max / (1 - p), np.abs(ro).max()), "o")
+    # P's rounding moves o by at most u * sum_j p_j |v_j| / l <= u max|v| (times 1 / (1 - p) with dropout)
+    v_scale = np.abs(_f64(qkv)[..., _parts(H, Hkv, D)["v"][0]:]).max() / (1 - p)
+    _check(o.numpy(), ro, dtype, v_scale, "o", k=1.5)
     np.testing.assert_allclose(lse.numpy(), rl, rtol=1e-5, atol=1e-5)
     if p > 0:  # the same dropout mask as the register-only kernel under the same seed
         with selection.forcing("attention", "rowwise"):
             o_rows, lse_rows = A.flash_attention(rt.from_numpy(qkv), B, T, H, Hkv, D, **kw)
-        _check(o.numpy(), _f64(o_rows.numpy()), dtype, 2 * v_max / (1 - p), "o vs rowwise")
+        _check(o.numpy(), _f64(o_rows.numpy()), dtype, v_scale, "o vs rowwise", k=2.5)  # rowwise's o is rounded too
         np.testing.assert_allclose(lse.numpy(), lse_rows.numpy(), rtol=1e-5, atol=1e-5)
 
 

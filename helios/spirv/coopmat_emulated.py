@@ -147,9 +147,9 @@ def muladd(b: KernelBuilder, a: Value, bmat: Value, c: Value) -> Value:
     kdim, ncols = ta.cols, tc.cols
     with _own_elements(b, tc) as (j, row, col):
         acc = b.var(f32, own_c[j])
-        arow, bcol = row * kdim, col
-        for k in range(kdim):  # unrolled: K is 16 or less in every shape helios uses
-            acc.value = b.fma(whole_a[arow + k], whole_b[bcol + k * ncols], acc.value)
+        arow = row * kdim
+        with b.for_range(0, kdim) as k:  # a loop, not unrolled: lavapipe compiles each per-lane index for long
+            acc.value = b.fma(whole_a[arow + k], whole_b[col + k * ncols], acc.value)
         out[j] = round_to(b, acc.value, tc.elem)
     return _gather(b, out, tc)
 

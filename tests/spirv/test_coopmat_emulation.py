@@ -13,11 +13,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from helios import runtime as rt
 from helios.device import get_device
 from helios.spirv import Kernel, KernelBuilder, SpirvError, bf16, f16, f32, u32, validate
 from helios.spirv.coopmat import coopmat
 from helios.spirv.tools import disassemble
-from tests.spirv.direct_launch import launch
 
 HALF = {"f16": (f16, np.dtype(np.float16)), "bf16": (bf16, np.dtype(ml_dtypes.bfloat16))}
 LOCAL = 64  # lanes per workgroup: 16 subgroups of 4 down to 1 subgroup of 64
@@ -87,7 +87,10 @@ def test_each_op_matches_numpy(variant):
             5: np.zeros(n * REGION_D, half), 6: np.zeros(n * REGION_A, half),
             7: np.zeros(n * REGION_D, np.float32), 8: np.zeros(n * REGION_D, np.float32),
             9: np.zeros(2 * n, np.uint32)}
-    got = launch(OPS.module(variant), {0: a, 1: bm, 2: c, **outs}, 1)
+    arrays = [a, bm, c, *(outs[k] for k in sorted(outs))]
+    tensors = [rt.from_numpy(x) for x in arrays]
+    rt.launch(OPS.module(variant), buffers=tensors, grid=1)  # the runtime keeps the pipeline for the run
+    got = {k: t.numpy() for k, t in enumerate(tensors) if k >= 3}
 
     size = get_device().info.subgroup_size
     groups = LOCAL // size

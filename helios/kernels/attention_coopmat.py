@@ -107,6 +107,7 @@ class Tiles:
             dst[dst_off + r * LDH + c] = b.select(inside, src[base + b.select(inside, row, 0) * stride + c], self.zero)
 
     def fill(self, dst, n: int, value: float = 0.0) -> None:
+        """dst[e] = value for e < n (the workgroup's lanes in turn)."""
         with self.b.for_range(self.tid, n, step=WG) as e:
             dst[e] = value
 

@@ -31,6 +31,12 @@ from helios.kernels.attention_backward import (
     ATTENTION_BACKWARD_PRE,
 )
 from helios.kernels.attention_common import KERNEL_VARIANTS, MAX_D4, TILED_MAX_D, VARIANTS, spec_values
+from helios.kernels.attention_coopmat import ATTENTION_FORWARD_COOPMAT
+from helios.kernels.attention_coopmat import LOWERINGS as COOPMAT_VARIANTS
+from helios.kernels.attention_coopmat import VARIANTS as COOPMAT_KERNEL_VARIANTS
+from helios.kernels.attention_coopmat import choose as choose_coopmat
+from helios.kernels.attention_coopmat import spec as coopmat_spec
+from helios.kernels.attention_coopmat_backward import ATTENTION_BACKWARD_DKV_COOPMAT, ATTENTION_BACKWARD_DQ_COOPMAT
 from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops
 from helios.kernels.attention_reference import reference, reference_backward
 from helios.kernels.dtypes import FLOAT_DTYPES, check_float, dtype_variant, variant_dtype
@@ -41,17 +47,28 @@ from helios.runtime import Tensor, empty, launch
 def _base_variant(name: str) -> str:
     """A forced variant's base name: a dtype-prefixed one ("bf16_tiled") forces its base variant, since the
     dtype always follows the tensors."""
-    if name not in KERNEL_VARIANTS:
-        raise ValueError(f"unknown attention variant {name!r} (variants: {', '.join(VARIANTS)})")
-    return name.removeprefix(f"{variant_dtype(KERNEL_VARIANTS[name])}_")
+    table = COOPMAT_KERNEL_VARIANTS if name in COOPMAT_KERNEL_VARIANTS else KERNEL_VARIANTS
+    if name in COOPMAT_VARIANTS:
+        return name
+    if name not in table:
+        raise ValueError(f"unknown attention variant {name!r} (variants: {', '.join([*VARIANTS, *COOPMAT_VARIANTS])})")
+    return name.removeprefix(f"{variant_dtype(table[name])}_")
 
 
 @selection.rule("attention", check=_base_variant)
 def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
-    """"rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere; head dims
-    over TILED_MAX_D, and devices with subgroups narrower than the tiled variant's lanes per row
-    (`tiled_fits`), run rowwise even when "tiled" is forced."""
+    """"coopmat" (or "coopmat_emulated") in bf16/fp16 where the device's matrix units (real, or emulated ones:
+    DeviceInfo.cooperative_matrix_emulated) take the dtype and head dim (attention_coopmat.choose); otherwise
+    "rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere. Head dims over
+    TILED_MAX_D, and devices with subgroups narrower than the tiled variant's lanes per row (`tiled_fits`), run
+    rowwise even when "tiled" is forced. A forced matrix-unit variant the launch cannot run (f32, a head dim off
+    16) falls back to that choice."""
     (head_dim,) = shape
+    matrix = choose_coopmat(info, head_dim, dtype, forced)
+    if matrix is not None:
+        return matrix
+    if forced in COOPMAT_VARIANTS:
+        forced = None
     if head_dim > TILED_MAX_D or not tiled_fits(info):
         return "rowwise"
     if forced is not None:
@@ -96,6 +113,9 @@ def _backward_dtype(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor) -> str:
 def _spec(variant: str, D: int, causal: bool, softcap: float, dropout_p: float) -> dict:
     from helios.device import get_device
 
+    if variant in COOPMAT_KERNEL_VARIANTS:
+        return coopmat_spec(variant_dtype(COOPMAT_KERNEL_VARIANTS[variant]), D, causal, softcap, dropout_p)
+
     return spec_values(variant, D, causal, softcap, dropout_p, get_device().info.min_subgroup_size)
 
 
@@ -116,10 +136,11 @@ def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, he
     _check(qkv, B, T, H, Hkv, D, dropout_p)
     variant = selection.choose("attention", (D,), dtype)
     name = dtype_variant(variant, dtype)
+    kernel = ATTENTION_FORWARD_COOPMAT if variant in COOPMAT_VARIANTS else ATTENTION_FORWARD
     o, lse = empty((B, T, H * D), qkv.dtype), empty((B, H, T))
-    launch(ATTENTION_FORWARD, [qkv, o, lse, counter_or_zero(counter)],
+    launch(kernel, [qkv, o, lse, counter_or_zero(counter)],
            push=_push(T, H, Hkv, D, softcap, dropout_p, seed, offset),
-           grid=ATTENTION_FORWARD.grid_for((B, T, H, Hkv), name), spec=_spec(variant, D, causal, softcap, dropout_p),
+           grid=kernel.grid_for((B, T, H, Hkv), name), spec=_spec(name, D, causal, softcap, dropout_p),
            variant=name)
     return o, lse
 
@@ -135,17 +156,18 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
     _check(qkv, B, T, H, Hkv, D, dropout_p)
     variant = selection.choose("attention", (D,), dtype)
     push = _push(T, H, Hkv, D, softcap, dropout_p, seed, offset)
-    spec = _spec(variant, D, causal, softcap, dropout_p)
     shape, name, pre = (B, T, H, Hkv), dtype_variant(variant, dtype), dtype_variant("vec4", dtype)
+    spec = _spec(name, D, causal, softcap, dropout_p)
+    matrix = variant in COOPMAT_VARIANTS
+    dq_kernel = ATTENTION_BACKWARD_DQ_COOPMAT if matrix else ATTENTION_BACKWARD_DQ
+    dkv_kernel = ATTENTION_BACKWARD_DKV_COOPMAT if matrix else ATTENTION_BACKWARD_DKV
     delta = empty((B, H, T))
     launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H},
            grid=ATTENTION_BACKWARD_PRE.grid_for(shape, pre), spec={"D4": D // 4}, variant=pre)
     dqkv = empty((B, T, (H + 2 * Hkv) * D), qkv.dtype)
     bufs = [qkv, lse, do, delta, dqkv, counter_or_zero(counter)]
-    launch(ATTENTION_BACKWARD_DQ, bufs, push=push, grid=ATTENTION_BACKWARD_DQ.grid_for(shape, name), spec=spec,
-           variant=name)
-    launch(ATTENTION_BACKWARD_DKV, bufs, push=push, grid=ATTENTION_BACKWARD_DKV.grid_for(shape, name), spec=spec,
-           variant=name)
+    launch(dq_kernel, bufs, push=push, grid=dq_kernel.grid_for(shape, name), spec=spec, variant=name)
+    launch(dkv_kernel, bufs, push=push, grid=dkv_kernel.grid_for(shape, name), spec=spec, variant=name)
     return dqkv
 
 

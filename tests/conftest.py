@@ -1,4 +1,5 @@
-"""Shared fixtures: one Vulkan device for the whole run, and the `gpu` marker for real-GPU-only tests."""
+"""Shared fixtures: one Vulkan device for the whole run, the `gpu` marker for real-GPU-only tests, and
+`--profile=cpu|gpu`, the pytest form of HELIOS_PROFILE (docs/GPU.md, "The GPU profile")."""
 
 from __future__ import annotations
 
@@ -10,6 +11,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--profile", choices=("cpu", "gpu"), default=None,
+                     help="behave as this device class (HELIOS_PROFILE): gpu runs the GPU's kernels and staging "
+                          "memory on lavapipe; default: the device's own")
+
+
+def pytest_configure(config):
+    """Set HELIOS_PROFILE before any test creates the device; subprocesses inherit it through os.environ."""
+    chosen = config.getoption("--profile")
+    if chosen is not None:
+        os.environ["HELIOS_PROFILE"] = chosen
+
+
+def pytest_report_header(config):
+    from helios import env
+
+    own = "the device's own"
+    return f"helios profile: {env.profile() or own}, cooperative matrices: {env.coopmat_mode()}"
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 "The GPU profile") trains like the default profile. CLI runs in subprocesses (the profile is fixed when the
 device is created) with one fresh HELIOS_CACHE_DIR: 50 steps of a gpt2 and a llama model match the default
 profile within 1e-4 relative on every fp32 loss and 2% on the final bf16/fp16 validation loss; replay is
-bit-identical to lazy recording; 2 ranks equal 1 rank. `pytest --profile=gpu` reaches the device."""
+bit-identical to lazy recording; 2 ranks equal 1 rank. `pytest --profile=gpu` reaches the device, and forced
+staging trains configs/shakespeare.toml's model bit-identically to zero-copy memory."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from helios import runtime as rt
 from telemetry.events import read_events
 from tests.conftest import run_python
 from tests.trainer.conftest import write_config
+from trainer.backends.helios import HeliosBackend
+from trainer.config import load_config
 from trainer.distributed import mpiexec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,3 +145,28 @@ def test_pytest_option_sets_the_profile_before_the_device_exists(tmp_path):
                       "--rootdir", str(tmp_path), str(probe), env={"HELIOS_PROFILE": ""})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout
+
+
+def _shakespeare_losses(zero_copy: bool, steps: int = 12) -> list[float]:
+    """The losses of `steps` replayed training steps of configs/shakespeare.toml's model on seeded random
+    batches, in a private runtime with zero-copy memory or forced staging."""
+    cfg = load_config(REPO / "configs" / "shakespeare.toml")
+    runtime = rt.Runtime(zero_copy=zero_copy, persist_pipelines=False)
+    previous = rt.set_runtime(runtime)
+    try:
+        backend = HeliosBackend.create(cfg.model, cfg.optim, seed=0)
+        rng = np.random.default_rng(0)
+        B, T, V = cfg.train.batch_size, cfg.model.block_size, cfg.model.vocab_size
+        results = [backend.train_step([(rng.integers(0, V, (B, T), dtype=np.int32),
+                                        rng.integers(0, V, (B, T), dtype=np.int32))],
+                                      lr=cfg.optim.lr, grad_clip=1.0, spike_threshold=None) for _ in range(steps)]
+        assert sum(r.replayed for r in results) >= steps - 3, "the steps were not replayed"
+        del backend
+        return [r.loss for r in results]
+    finally:
+        rt.set_runtime(previous)
+        runtime.close()
+
+
+def test_forced_staging_trains_bit_identically_to_zero_copy():
+    assert _shakespeare_losses(zero_copy=False) == _shakespeare_losses(zero_copy=True)

@@ -170,3 +170,35 @@ def _shakespeare_losses(zero_copy: bool, steps: int = 12) -> list[float]:
 
 def test_forced_staging_trains_bit_identically_to_zero_copy():
     assert _shakespeare_losses(zero_copy=False) == _shakespeare_losses(zero_copy=True)
+
+
+VALIDATED_RUN = """
+import sys
+from helios.device import get_device
+from trainer.cli import main
+assert main(["run", sys.argv[1], "--backend", "helios"]) == 0
+get_device().check_validation()
+print("validation clean")
+"""
+
+
+def _has_validation_layer() -> bool:
+    from helios.device import load_vulkan
+
+    vk = load_vulkan()
+    return any(p.layerName == "VK_LAYER_KHRONOS_validation" for p in vk.vkEnumerateInstanceLayerProperties())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_validation_layer(), reason="vulkan-validationlayers is not installed")
+@pytest.mark.parametrize("arch,dtype", [("gpt2", "fp32"), ("llama", "fp16")])
+def test_training_in_the_gpu_profile_is_clean_under_the_validation_layer(tmp_path, corpus, arch, dtype):
+    # Lazy steps, the captures and their replays, an eval and the staging copies, with synchronization
+    # validation checking every hazard the recorder decided needed no barrier.
+    config = write_config(tmp_path, corpus, "validated", model={**MODEL, **ARCHS[arch], "dtype": dtype},
+                          schedule=SCHEDULE, train={**TRAIN, "max_iters": 6, "eval_interval": 6})
+    env = {"HELIOS_PROFILE": "gpu", "HELIOS_VALIDATE": "1", "HELIOS_CACHE_DIR": str(tmp_path / "cache"),
+           "VK_LAYER_ENABLES": "VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT"}
+    done = run_python("-c", VALIDATED_RUN, str(config), env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "validation clean" in done.stdout

@@ -1,5 +1,6 @@
-"""Shared fixtures: one Vulkan device for the whole run, the `gpu` marker for real-GPU-only tests, and
-`--profile=cpu|gpu`, the pytest form of HELIOS_PROFILE (docs/GPU.md, "The GPU profile")."""
+"""Shared fixtures: one Vulkan device for the whole run, the `gpu` marker for real-GPU-only tests,
+`--profile=cpu|gpu`, the pytest form of HELIOS_PROFILE (docs/GPU.md, "The GPU profile"), and under
+HELIOS_VALIDATE=1 a check after each test that the validation layer stayed silent."""
 
 from __future__ import annotations
 
@@ -39,6 +40,20 @@ def device():
     from helios.device import get_device
 
     return get_device()
+
+
+@pytest.fixture(autouse=True)
+def _validation_layer_clean():
+    """Under HELIOS_VALIDATE=1, a test whose Vulkan calls drew validation-layer messages fails with them."""
+    yield
+    from helios import env
+
+    if env.validate():
+        from helios import runtime as rt
+        from helios.device import get_device
+
+        rt.sync()  # submit what the test left recorded: submission is validated too
+        get_device().check_validation()
 
 
 def pytest_collection_modifyitems(config, items):

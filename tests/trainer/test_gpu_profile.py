@@ -65,7 +65,9 @@ class Runs:
             self.seconds[key] = time.perf_counter() - t0
             assert done.returncode == 0, f"{name}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
             events = read_events(self.root / "runs" / name)
-            self.done[key] = {"loss": {e["step"]: e["loss"] for e in events if e["event"] == "step"},
+            steps = [e for e in events if e["event"] == "step"]
+            assert {e["dtype"] for e in steps} == {dtype}, name
+            self.done[key] = {"loss": {e["step"]: e["loss"] for e in steps},
                               "val": {e["step"]: e["val_loss"] for e in events if e["event"] == "eval"}}
             assert sorted(self.done[key]["loss"]) == list(range(1, STEPS + 1)), name
         return self.done[key]

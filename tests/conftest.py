@@ -25,6 +25,13 @@ def pytest_configure(config):
     chosen = config.getoption("--profile")
     if chosen is not None:
         os.environ["HELIOS_PROFILE"] = chosen
+    from helios import env
+    from helios.errors import SetupError
+
+    try:  # a bad HELIOS_PROFILE or HELIOS_COOPMAT is one line here, not an error in every test
+        env.profile(), env.coopmat_mode()
+    except SetupError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_report_header(config):

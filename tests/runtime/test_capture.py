@@ -46,7 +46,9 @@ def test_replay_matches_lazy_and_records_no_dispatches(runtime):
         step.replay()
         after = rt.counters()
         assert after["dispatches"] == before["dispatches"]  # 0 dispatches recorded on the host
-        assert after["submits"] == before["submits"] + 1  # one submit, one timeline signal
+        # One submit, one timeline signal; with staging memory the input's copy is recorded in the open batch,
+        # which the replay submits first.
+        assert after["submits"] == before["submits"] + (1 if runtime.zero_copy else 2)
         got.append(z.numpy().copy())
     for a, b in zip(lazy, got):
         np.testing.assert_array_equal(a, b)

@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 CONFIG ?= configs/shakespeare.toml
 RUN_DIR ?= runs/shakespeare
 
-.PHONY: train test system mesa info lint clean
+.PHONY: train test test-gpu-profile test-subgroups system mesa info lint clean
 
 # Prepare the dataset, train the default config (resuming if a run exists), sample, and plot.
 train: $(VENV)/.installed
@@ -30,8 +30,21 @@ train: $(VENV)/.installed
 	@echo "plot: $(RUN_DIR)/plot.png"
 	@echo "live dashboard in the browser (also while training): $(PY) -m telemetry serve $(RUN_DIR)"
 
+# The whole suite, then the GPU's code paths on lavapipe (docs/GPU.md): the kernel and autograd tests in the GPU
+# profile (tiled kernels, GPU row layouts, staging memory, emulated cooperative matrices), and the tests whose
+# kernels use subgroup operations at lavapipe's other honest subgroup sizes, 4 and 16, with a short training
+# parity at 16. helios keys its caches per vector width, so each width compiles its own kernels once.
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-gpu-profile test-subgroups
+
+test-gpu-profile: $(VENV)/.installed
+	$(PY) -m pytest -q --profile=gpu tests/kernels tests/autograd $(PYTEST_ARGS)
+
+test-subgroups: $(VENV)/.installed
+	LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
+	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
+	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q tests/trainer/test_loss_parity.py $(PYTEST_ARGS)
 
 info: $(VENV)/.installed
 	$(PY) -m helios info

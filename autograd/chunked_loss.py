@@ -48,17 +48,19 @@ def row_bounds(rows: int, max_rows: int) -> list[tuple[int, int]]:
     return [(r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
 
 
-def chunked_cross_entropy(x: Tensor, head: Tensor, targets: Tensor, max_rows: int, ignore_index: int = -1) -> Tensor:
+def chunked_cross_entropy(x: Tensor, head: Tensor, targets: Tensor, host_targets: np.ndarray, max_rows: int,
+                          ignore_index: int = -1) -> Tensor:
     """mean cross_entropy(x @ head^T, targets) over the counted rows, computed max_rows rows at a time.
 
-    x is [..., C], targets the matching int32 ids; the targets must have come from the host (their
-    `host` array gives each chunk's count of rows that are not ignore_index).
+    x is [..., C], targets the matching int32 ids; `host_targets`, the host array the targets were uploaded
+    from, gives each chunk's count of rows that are not ignore_index (its weight in the mean).
     """
-    if targets.host is None:
-        raise ValueError("chunked cross-entropy needs targets uploaded from the host (to weight the chunks)")
     cols = x.shape[-1]
     rows = int(np.prod(x.shape[:-1]))
-    host = np.asarray(targets.host).reshape(-1)
+    host = np.asarray(host_targets).reshape(-1)
+    if host.size != rows:
+        raise ValueError(f"chunked cross-entropy: host_targets has {host.size} ids for {rows} rows; pass the "
+                         f"array the targets were uploaded from")
     bounds = row_bounds(rows, max_rows)
     counted = [int(np.count_nonzero(host[r0:r1] != ignore_index)) for r0, r1 in bounds]
     total = sum(counted)
@@ -70,7 +72,6 @@ def chunked_cross_entropy(x: Tensor, head: Tensor, targets: Tensor, max_rows: in
         if n == 0:
             continue
         ids = Tensor(flat.view(r0, (r1 - r0,)))
-        ids.host = host[r0:r1]
         term = F.cross_entropy(F.linear(part, head), ids, ignore_index) * (n / total)
         loss = term if loss is None else loss + term
     if loss is None:  # every row ignored: the unchunked op's answer (NaN mean of nothing), from one chunk

@@ -129,10 +129,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: T
     return N.Linear.apply(x, weight, bias, residual, gelu)
 
 
-def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None) -> Tensor:
-    """Rows of `table` for int32 ids (+ learned positions). When the ids came from the host, the
-    backward scatter is the deterministic sorted one (bit-reproducible); otherwise float atomics."""
-    return N.Embedding.apply(ids, table, pos_table, host_ids=ids.host, plan=ids.plan)
+def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None, *, host_ids=None,
+              plan=None) -> Tensor:
+    """Rows of `table` for int32 ids (+ learned positions). Given `host_ids` (the host array the ids came
+    from) or a captured step's fixed `plan` (with its host_ids), the backward scatter is the deterministic
+    sorted one (bit-reproducible); otherwise float atomics."""
+    return N.Embedding.apply(ids, table, pos_table, host_ids=host_ids, plan=plan)
 
 
 def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:

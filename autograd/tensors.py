@@ -26,7 +26,7 @@ class Tensor:
     """Wraps a `helios.runtime.Tensor`; `grad_fn` is the tape entry that produced it (None for leaves)."""
 
     __slots__ = ("data", "requires_grad", "grad", "grad_fn", "output_index", "_version", "_grad_owned",
-                 "name", "host", "plan", "__weakref__")
+                 "name", "__weakref__")
 
     def __init__(self, data, requires_grad: bool = False, *, _version: Version | None = None):
         if isinstance(data, np.ndarray):
@@ -39,8 +39,6 @@ class Tensor:
         self._version = _version or Version()
         self._grad_owned = False  # True once .grad is a buffer we may accumulate into in place
         self.name = ""
-        self.host = None  # the host array an integer tensor was uploaded from (token ids), when known
-        self.plan = None  # token ids of a captured step: their embedding scatter plan in fixed device tensors
 
     # -- creation ------------------------------------------------------------------------------
     @classmethod
@@ -245,7 +243,4 @@ def tensor(array, requires_grad: bool = False) -> Tensor:
     if array.dtype.kind == "f":
         array = array.astype(np.float32)
     with no_grad():
-        t = Tensor.from_numpy(array, requires_grad)
-    if array.dtype.kind in "iu":
-        t.host = array  # lets ops plan on the host what they would otherwise sort on the device
-    return t
+        return Tensor.from_numpy(array, requires_grad)

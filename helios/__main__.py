@@ -17,6 +17,14 @@ def _human_bytes(n: int) -> str:
     return str(n)
 
 
+def _executed_line(info: dict) -> str:
+    """What a probe dispatch saw of the subgroups kernels run (helios.subgroup_probe)."""
+    executed = info["subgroup_size_executed"]
+    if info["subgroup_size_verified"]:
+        return f"executed      subgroup size {executed} (verified by a probe dispatch)"
+    return f"executed      subgroup size {executed}: MISMATCH, the device reports {info['subgroup_size']}"
+
+
 def format_report(info: dict) -> str:
     """The readable form of a DeviceInfo dict."""
     yes = lambda flag: "yes" if flag else "no"  # noqa: E731
@@ -31,6 +39,7 @@ def format_report(info: dict) -> str:
         f"vendor/device 0x{info['vendor_id']:04x} / 0x{info['device_id']:04x}",
         f"subgroups     size {info['subgroup_size']} (min {info['min_subgroup_size']}, "
         f"max {info['max_subgroup_size']}); ops: {', '.join(info['subgroup_ops'])}",
+        *([_executed_line(info)] if "subgroup_size_executed" in info else []),
         f"workgroups    max size {tuple(info['max_workgroup_size'])}, max invocations "
         f"{info['max_workgroup_invocations']}, max count {tuple(info['max_workgroup_count'])}",
         f"shared memory {_human_bytes(info['max_shared_memory'])}",
@@ -63,11 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     info_cmd.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
     try:
+        from helios import subgroup_probe
         from helios.device import get_device
         from helios.driver import slow_driver_note
 
-        device_info = get_device().info
+        device = get_device()
+        device_info = device.info
         info = device_info.to_dict()
+        # What kernels will see: one probe dispatch, reported here rather than refused, so info always prints.
+        measured = subgroup_probe.measure(device)
+        info["subgroup_size_executed"] = measured.executed
+        info["subgroup_size_verified"] = measured.consistent
     except HeliosError as exc:
         print(f"helios: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -75,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     note = slow_driver_note(device_info)
     if note:
         print(note, file=sys.stderr)
+    if not measured.consistent:  # the runtime would refuse this device: say why, and fail like it
+        print(f"helios: {subgroup_probe.refusal(device_info, measured, None)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -151,6 +151,9 @@ class Device:
     """A logical Vulkan device with one compute queue, and the instance it came from."""
 
     def __init__(self) -> None:
+        # Before the driver loads (it reads the variable when it opens its shader cache): one Mesa cache per
+        # lavapipe vector width, whose binaries differ in subgroup size while Mesa's cache key does not.
+        self.mesa_shader_cache = driver.isolate_mesa_shader_cache()
         self.vk = vk = load_vulkan()
         self.ffi = vk.ffi
         self.validation_messages: list[str] = []

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from helios import env
 
 # lavapipe from Mesa 24+ loads storage buffers far faster than 22.3's per-component loop: 2-2.5x on
 # helios's matmul and training (docs/BENCHMARKS.md, 2026-11-24).
@@ -42,3 +47,66 @@ def slow_driver_note(info) -> str | None:
     return (f"note: lavapipe from Mesa {found} runs helios 2-2.5x slower than Mesa 25; on Debian 12 `make system` "
             "installs Mesa 25 from bookworm-backports (apt-get install -t bookworm-backports mesa-vulkan-drivers), "
             "and Debian 13 has it by default")
+
+
+# -- subgroup size and shader caches (docs/GPU.md, "Verified subgroup size and cache keys") ----------------
+# lavapipe's subgroup size follows its vector width (LP_NATIVE_VECTOR_WIDTH 128 -> 4, 256 -> 8, 512 -> 16).
+# Above 512, Mesa 25 reports 32 / 64 but runs 16-lane subgroups; 512 is the widest it runs honestly.
+HONEST_LAVAPIPE_WIDTH = 512
+MESA_CACHE_FOLDER = "mesa_shader_cache_helios"
+
+
+def lavapipe_vector_width(info) -> int | None:
+    """The vector width lavapipe runs at, from its device name ("llvmpipe (LLVM 15.0.6, 256 bits)"); None for
+    other drivers or a name without it."""
+    if not is_lavapipe(info):
+        return None
+    match = re.search(r"(\d+) bits", info.name or "")
+    return int(match.group(1)) if match else None
+
+
+def default_cache_home(environ: Mapping[str, str]) -> Path:
+    """Where Mesa (and other XDG programs) put caches by default: $XDG_CACHE_HOME, else $HOME/.cache."""
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg)
+    home = environ.get("HOME", "")
+    return Path(home) / ".cache" if home else Path.home() / ".cache"
+
+
+def width_shader_cache_dir(environ: Mapping[str, str], width: str) -> Path:
+    """The Mesa shader cache folder helios gives lavapipe runs at one LP_NATIVE_VECTOR_WIDTH."""
+    safe = re.sub(r"[^A-Za-z0-9]+", "_", width)
+    return default_cache_home(environ) / MESA_CACHE_FOLDER / f"lp-width-{safe}"
+
+
+def isolate_mesa_shader_cache() -> str | None:
+    """Before the Vulkan driver loads: with LP_NATIVE_VECTOR_WIDTH set, point MESA_SHADER_CACHE_DIR at a folder
+    of its own for that width, since Mesa's cache key ignores the width and would hand one width's binaries (and
+    subgroup size) to another. Leaves a cache location or switch the user chose alone; returns the folder set."""
+    inherited = os.environ.get("MESA_SHADER_CACHE_DIR", "")
+    if inherited and Path(inherited).parent.name == MESA_CACHE_FOLDER:
+        # Set by a helios parent process for its own width, not by the user: this process may run another.
+        del os.environ["MESA_SHADER_CACHE_DIR"]
+    width = env.lavapipe_vector_width()
+    if width is None or env.mesa_shader_cache_chosen():
+        return None
+    folder = str(width_shader_cache_dir(os.environ, width))
+    os.environ["MESA_SHADER_CACHE_DIR"] = folder  # Mesa creates it (and its own subfolder) when it opens the cache
+    return folder
+
+
+def subgroup_mismatch_advice(info) -> str:
+    """The likely cause of a device running another subgroup size than it reports, and the fix (one sentence)."""
+    bits = lavapipe_vector_width(info)
+    if bits is not None and bits > HONEST_LAVAPIPE_WIDTH:
+        return (f"likely cause: lavapipe at LP_NATIVE_VECTOR_WIDTH={env.lavapipe_vector_width() or bits} (above "
+                f"{HONEST_LAVAPIPE_WIDTH}) misreports its subgroup size; fix: unset LP_NATIVE_VECTOR_WIDTH or set "
+                "it to 128, 256 or 512")
+    chosen = os.environ.get("MESA_SHADER_CACHE_DIR") or os.environ.get("MESA_GLSL_CACHE_DIR")
+    folder = chosen or f"{default_cache_home(os.environ)}/mesa_shader_cache*"
+    if bits is not None:
+        return ("likely cause: a Mesa shader cache filled at another LP_NATIVE_VECTOR_WIDTH served stale binaries; "
+                f"fix: run with MESA_SHADER_CACHE_DISABLE=true or delete {folder}")
+    return ("likely cause: the driver misreports its subgroup size or served a shader binary cached for another "
+            "setting; fix: clear the driver's shader cache or update the driver")

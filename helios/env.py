@@ -12,9 +12,19 @@ def device_choice() -> str | None:
     return value or None
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
 def validate() -> bool:
     """HELIOS_VALIDATE=1 enables the Khronos validation layer and raises its messages as errors."""
-    return os.environ.get("HELIOS_VALIDATE", "") not in ("", "0", "false", "no")
+    value = os.environ.get("HELIOS_VALIDATE", "").strip().lower()
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    from helios.errors import SetupError
+
+    raise SetupError(f"HELIOS_VALIDATE={value!r}: expected 1/true/yes/on to turn the Khronos validation layer on, "
+                     "or 0/false/no/off (or unset) to leave it off")
 
 
 def cache_dir() -> Path:
@@ -67,3 +77,53 @@ def coopmat_mode() -> str:
 
         raise SetupError(f"HELIOS_COOPMAT={value!r}: expected one of {', '.join(COOPMAT_MODES)}")
     return value
+
+
+def lavapipe_vector_width() -> str | None:
+    """LP_NATIVE_VECTOR_WIDTH (Mesa's, read here because it changes lavapipe's subgroup size: 128 -> 4,
+    256 -> 8, 512 -> 16); None when unset."""
+    value = os.environ.get("LP_NATIVE_VECTOR_WIDTH", "").strip()
+    return value or None
+
+
+def mesa_shader_cache_chosen() -> bool:
+    """Whether the user chose where Mesa's shader cache lives or turned it off (MESA_SHADER_CACHE_DIR or
+    MESA_SHADER_CACHE_DISABLE=true, or their older MESA_GLSL_ names): helios then leaves it alone."""
+    if os.environ.get("MESA_SHADER_CACHE_DIR") or os.environ.get("MESA_GLSL_CACHE_DIR"):
+        return True
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "y")
+               for name in ("MESA_SHADER_CACHE_DISABLE", "MESA_GLSL_CACHE_DISABLE"))
+
+
+_cache_checked: dict[Path, str | None] = {}
+
+
+def cache_problem() -> str | None:
+    """Why cache_dir() cannot be written (None when it can): checked once per directory and process by creating
+    it and a probe file. Every cache is an optimisation, so its writers skip it when this is not None, and front
+    ends warn once (kernels compile at every start, the MFU peak is measured at every run)."""
+    path = cache_dir()
+    if path not in _cache_checked:
+        import tempfile
+
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+                pass
+            _cache_checked[path] = None
+        except OSError as exc:
+            blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+            _cache_checked[path] = (f"{blocker} is a file, not a directory" if blocker is not None
+                                    and not blocker.is_dir() else exc.strerror or str(exc))
+    return _cache_checked[path]
+
+
+def cache_warning() -> str | None:
+    """The one-line warning a front end prints when the cache directory cannot be written (None when it can)."""
+    problem = cache_problem()
+    if problem is None:
+        return None
+    where = "HELIOS_CACHE_DIR" if os.environ.get("HELIOS_CACHE_DIR") else "the cache directory"
+    return (f"{where} {cache_dir()} is not writable ({problem}): going on without the cache (kernels compile "
+            "at every start and the MFU peak is measured at every run); point HELIOS_CACHE_DIR at a writable "
+            "directory to keep them")

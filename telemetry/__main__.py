@@ -13,7 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from telemetry.events import NotTelemetryError, check_telemetry, metrics_path, read_events, surviving
+from telemetry.events import NotTelemetryError, check_telemetry, metrics_path, read_events, surviving, trainer_alive
 
 
 class UsageError(Exception):
@@ -91,7 +91,7 @@ def _watch(args: argparse.Namespace) -> int:
     if log.is_file():
         _check_log(log)
     if args.plain or (not args.once and not sys.stdout.isatty()):
-        watch_plain(args.run_dir, interval=args.interval)
+        return watch_plain(args.run_dir, interval=args.interval)
     else:
         watch(args.run_dir, once=args.once, interval=args.interval)
     return 0
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         return _plot(args, events, path)
     from telemetry.summary import format_summary, summarize
 
-    summary = summarize(events)
+    summary = summarize(events, trainer_alive(path.parent))
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
 

@@ -181,3 +181,42 @@ class EventTail:
         events = list(parse_lines(lines, f"{self.path}@{self._lineno}"))
         self._lineno += len(lines)
         return events
+
+
+LOCK_FILE = ".lock"  # trainer.runlock's: rank 0 of a live trainer holds it and has written its pid there
+
+
+def trainer_pid(run_dir: str | Path) -> int | None:
+    """The pid of the trainer that last held RUN_DIR/.lock (None when there is no lock file or no pid in it)."""
+    try:
+        text = (Path(run_dir) / LOCK_FILE).read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def trainer_alive(run_dir: str | Path) -> bool | None:
+    """Whether the run's trainer process still exists: None when unknown (no lock file: a run copied from
+    elsewhere, or one from before the lock), False when its pid is gone (it crashed or was killed)."""
+    import os
+
+    pid = trainer_pid(run_dir)
+    if pid is None:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process with that pid: alive
+        return True
+    return True
+
+
+def run_status(events: list[dict[str, Any]], alive: bool | None) -> str:
+    """"done"/"stopped"/"diverged" from the last `end` event after the last step; else "running" while the
+    trainer lives (or when that is unknown) and "crashed" once it is gone."""
+    ends = [e for e in events if e.get("event") == "end"]
+    steps = [e for e in events if e.get("event") == "step"]
+    if ends and (not steps or ends[-1].get("t", 0) >= steps[-1].get("t", 0)):
+        return str(ends[-1].get("status", "ended"))
+    return "crashed" if alive is False else "running"

@@ -6,18 +6,20 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from telemetry.events import run_status
+
 
 def _num(values: list[Any]) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
-def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Headline numbers: progress, losses, throughput, skips, checkpoints, wall time (None where unknown)."""
+def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[str, Any]:
+    """Headline numbers: progress, losses, throughput, skips, checkpoints, wall time (None where unknown).
+    `alive`: whether the run's trainer process still exists (telemetry.events.trainer_alive), for the status."""
     configs = [e for e in events if e["event"] == "config"]
     steps = [e for e in events if e["event"] == "step"]
     evals = [e for e in events if e["event"] == "eval"]
     ckpts = [e for e in events if e["event"] == "ckpt"]
-    ends = [e for e in events if e["event"] == "end"]
     first = configs[0] if configs else {}
     last_cfg = configs[-1] if configs else {}
     losses = _num([s.get("loss") for s in steps])
@@ -26,6 +28,8 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     vals = _num([e.get("val_loss") for e in evals])
     clipped = sum(1 for s in steps if isinstance(s.get("clip_coef"), (int, float)) and s["clip_coef"] < 1)
     mfus = _num([s.get("mfu") for s in steps])
+    # The peak MFU divides by: the last run's, or the figure it re-measured when MFU passed 100%.
+    peak_event = next((e for e in reversed(events) if e["event"] in ("peak", "config") and e.get("peak_flops")), {})
     peaks = _num([s.get("pool_peak_in_use") for s in steps])  # each step's peak, from the device pool
     reserved = _num([s.get("pool_bytes") for s in steps])
     return {
@@ -34,7 +38,7 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "params": last_cfg.get("num_params"),
         "step": steps[-1]["step"] if steps else 0,
         "max_iters": last_cfg.get("max_iters"),
-        "status": ends[-1].get("status") if ends and (not steps or ends[-1]["t"] >= steps[-1]["t"]) else "running",
+        "status": run_status(events, alive),
         "resumes": max(0, len(configs) - 1),
         "first_loss": losses[0] if losses else None,
         "last_loss": statistics.fmean(tail) if tail else None,
@@ -43,7 +47,9 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "best_val_loss": min(vals) if vals else None,
         "tok_per_s": statistics.median(speeds) if speeds else None,
         "step_ms": statistics.median(_num([s.get("step_ms") for s in steps])) if steps else None,
-        "mfu": statistics.median(mfus) if mfus else None,
+        "mfu": min(1.0, statistics.median(mfus)) if mfus else None,
+        "peak_flops": peak_event.get("peak_flops"),
+        "peak_source": peak_event.get("peak_source"),
         "peak_bytes_in_use": int(max(peaks)) if peaks else None,
         "pool_bytes_reserved": int(max(reserved)) if reserved else None,
         "clipped_steps": clipped,
@@ -80,7 +86,8 @@ def format_summary(s: dict[str, Any]) -> str:
                        f"(min {f(s['min_loss'])})"),
         ("val loss", f"{f(s['last_val_loss'])} (best {f(s['best_val_loss'])})"),
         ("throughput", f"{f(s['tok_per_s'], ',.0f')} tok/s, {f(s['step_ms'], '.1f')} ms/step (median)"),
-        ("mfu", f(s["mfu"], ".1%")),
+        ("mfu", f(s["mfu"], ".1%") + (f" of {s['peak_flops'] / 1e9:,.1f} GFLOP/s: {s['peak_source']}"
+                                       if s.get("peak_flops") and s.get("peak_source") else "")),
         ("device memory", _memory(s)),
         ("clipped steps", str(s["clipped_steps"])),
         ("skipped steps", skips),

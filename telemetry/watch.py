@@ -103,7 +103,7 @@ class Dashboard:
         counts = "  ".join(f"{k} {s.get(k, 0)}" for k in ("dispatches", "submits", "barriers", "pool_regions",
                                                           "pool_classes", "device_allocs"))
         perf = (f"{s.get('step_ms', 0):.1f} ms/step  ({times_ms} ms)  mfu "
-                f"{f'{mfu:.1%}' if isinstance(mfu, (int, float)) else '-'}\n{counts}")
+                f"{f'{min(mfu, 1.0):.1%}' if isinstance(mfu, (int, float)) else '-'}\n{counts}")
         log = Table(show_header=False, box=None, padding=(0, 1))
         for e in self.notable:
             log.add_row(str(e.get("step", "")), e["event"], _describe(e))
@@ -132,7 +132,7 @@ def watch(run_dir: Path, once: bool = False, interval: float = 1.0, console: Any
     from rich.console import Console
     from rich.live import Live
 
-    from telemetry.events import EventTail
+    from telemetry.events import EventTail, trainer_alive
 
     console = console or Console()
     tail = EventTail(run_dir)
@@ -146,6 +146,8 @@ def watch(run_dir: Path, once: bool = False, interval: float = 1.0, console: Any
             while True:
                 time.sleep(interval)
                 board.update(tail.poll())
+                if board.status in ("running", "waiting for events") and trainer_alive(run_dir) is False:
+                    board.status = "crashed (its trainer is gone without an `end` event)"
                 live.update(board.render())
         except KeyboardInterrupt:
             pass
@@ -191,25 +193,37 @@ def plain_line(e: dict[str, Any]) -> str | None:
     return None
 
 
-def watch_plain(run_dir: Path, interval: float = 1.0, out: Any = None) -> None:
+def watch_plain(run_dir: Path, interval: float = 1.0, out: Any = None, err: Any = None) -> int:
     """Print one line per event (for logs and pipes, where a live screen shows nothing) until the run's `end`
-    event or Ctrl-C."""
-    from telemetry.events import EventTail
+    event, its trainer's death without one, or Ctrl-C. Returns the exit code: 1 when the trainer died."""
+    from telemetry.events import EventTail, trainer_alive, trainer_pid
 
-    out = out or sys.stdout
+    out, err = out or sys.stdout, err or sys.stderr
     tail = EventTail(run_dir)
+    seen = False
     try:
         while True:
             ended = False
-            for e in tail.poll():
+            events = tail.poll()
+            for e in events:
                 line = plain_line(e)
                 if line is not None:
                     print(line, file=out, flush=True)
                 ended = e["event"] == "end" or (ended and e["event"] != "config")
             if ended:
-                return
+                return 0
+            if not events and trainer_alive(run_dir) is False:
+                print(f"telemetry: the run's trainer (pid {trainer_pid(run_dir)}) is gone and the log has no `end` "
+                      "event: it crashed or was killed; its output says why, and `trainer run` resumes from the "
+                      "latest checkpoint", file=err, flush=True)
+                return 1
+            if not seen and not events:
+                print(f"waiting for events in {run_dir}/metrics.jsonl (the trainer writes its first once its device "
+                      "and data are ready)", file=err, flush=True)
+            seen = True
             time.sleep(interval)
     except KeyboardInterrupt:
-        pass
+        return 0
     except BrokenPipeError:  # `watch --plain | head`: the reader left; exit quietly, with nothing left to flush
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

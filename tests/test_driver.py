@@ -58,3 +58,62 @@ def test_helios_info_prints_the_note_on_mesa_22():
     assert done.returncode == 0, done.stderr
     assert "Mesa 22.3" in done.stdout
     assert done.stderr.count("\n") == 1 and "bookworm-backports" in done.stderr
+
+
+def test_lavapipe_vector_width_comes_from_the_device_name():
+    from helios.driver import lavapipe_vector_width
+
+    info = get_device().info
+    assert lavapipe_vector_width(dataclasses.replace(info, name="llvmpipe (LLVM 15.0.6, 128 bits)",
+                                                     driver_name="llvmpipe")) == 128
+    gpu = dataclasses.replace(info, name="NVIDIA H100 80GB HBM3", driver_name="NVIDIA", driver_info="580.159.04")
+    assert lavapipe_vector_width(gpu) is None
+
+
+@pytest.fixture
+def mesa_env(monkeypatch, tmp_path):
+    """A clean slate for Mesa's cache variables, with the XDG cache home in tmp_path."""
+    for name in ("MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE",
+                 "MESA_GLSL_CACHE_DISABLE", "LP_NATIVE_VECTOR_WIDTH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return monkeypatch
+
+
+def test_each_vector_width_gets_its_own_mesa_shader_cache(mesa_env, tmp_path):
+    from helios.driver import isolate_mesa_shader_cache
+
+    assert isolate_mesa_shader_cache() is None and "MESA_SHADER_CACHE_DIR" not in os.environ  # default width
+    mesa_env.setenv("LP_NATIVE_VECTOR_WIDTH", "128")
+    folder = isolate_mesa_shader_cache()
+    assert folder == str(tmp_path / "mesa_shader_cache_helios" / "lp-width-128") == os.environ["MESA_SHADER_CACHE_DIR"]
+    mesa_env.setenv("LP_NATIVE_VECTOR_WIDTH", "512")  # a child process at another width inherits the variable
+    assert isolate_mesa_shader_cache() == str(tmp_path / "mesa_shader_cache_helios" / "lp-width-512")
+    mesa_env.delenv("LP_NATIVE_VECTOR_WIDTH")  # ... or at the default width: Mesa's own folder again
+    assert isolate_mesa_shader_cache() is None and "MESA_SHADER_CACHE_DIR" not in os.environ
+
+
+@pytest.mark.parametrize("setting", [("MESA_SHADER_CACHE_DIR", "/somewhere/mine"),
+                                     ("MESA_SHADER_CACHE_DISABLE", "true"), ("MESA_GLSL_CACHE_DIR", "/old/name")])
+def test_a_mesa_cache_the_user_chose_is_left_alone(mesa_env, setting):
+    from helios.driver import isolate_mesa_shader_cache
+
+    mesa_env.setenv("LP_NATIVE_VECTOR_WIDTH", "128")
+    mesa_env.setenv(*setting)
+    before = os.environ.get("MESA_SHADER_CACHE_DIR")
+    assert isolate_mesa_shader_cache() is None and os.environ.get("MESA_SHADER_CACHE_DIR") == before
+
+
+def test_mismatch_advice_names_the_cause_and_fix(mesa_env):
+    from helios.driver import subgroup_mismatch_advice
+
+    info = get_device().info
+    lavapipe = dataclasses.replace(info, driver_name="llvmpipe", driver_info="Mesa 25.0.7 (LLVM 15.0.6)")
+    mesa_env.setenv("LP_NATIVE_VECTOR_WIDTH", "2048")
+    wide = subgroup_mismatch_advice(dataclasses.replace(lavapipe, name="llvmpipe (LLVM 15.0.6, 2048 bits)"))
+    assert "LP_NATIVE_VECTOR_WIDTH=2048" in wide and "128, 256 or 512" in wide
+    honest = subgroup_mismatch_advice(dataclasses.replace(lavapipe, name="llvmpipe (LLVM 15.0.6, 256 bits)"))
+    assert "MESA_SHADER_CACHE_DISABLE=true" in honest and "mesa_shader_cache" in honest
+    gpu = dataclasses.replace(info, name="NVIDIA H100 80GB HBM3", driver_name="NVIDIA", driver_info="580.159.04")
+    assert "driver" in subgroup_mismatch_advice(gpu) and "LP_NATIVE" not in subgroup_mismatch_advice(gpu)
+    assert all("\n" not in text for text in (wide, honest, subgroup_mismatch_advice(gpu)))

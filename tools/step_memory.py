@@ -38,7 +38,6 @@ def _live_storages():
 
 
 def measure(config: str, batch: int | None, mode: str, dtype: str | None = None) -> dict:
-    import autograd
     from helios import runtime as rt
     from trainer.backends.helios import HeliosBackend
     from trainer.config import load_config
@@ -63,7 +62,7 @@ def measure(config: str, batch: int | None, mode: str, dtype: str | None = None)
     rt.sync()
     pool.reset_peak()
     before = pool.bytes_in_use
-    loss = backend.model(autograd.tensor(x), autograd.tensor(y), forward_index=backend.forwards)
+    loss = backend.model(x, y, forward_index=backend.forwards)
     rt.sync()
     after_forward = pool.bytes_in_use
     live = _live_storages()

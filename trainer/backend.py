@@ -21,14 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
+from helios.peak import Peak
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
 COUNTER_KEYS = ("dispatches", "submits", "barriers", "host_waits", "pool_bytes", "pool_regions", "pool_classes",
                 "device_allocs", "pool_peak_in_use")
-# State a backend keeps beyond parameters and AdamW moments (helios: its dropout RNG's forward-pass count);
-# every backend loads a checkpoint that has or lacks these.
-OTHER_BACKENDS_STATE = frozenset({"rng_forwards"})
+# State a backend keeps beyond parameters and AdamW moments (helios: its dropout RNG's forward-pass count and
+# fp16's dynamic loss scale); every backend loads a checkpoint that has or lacks these.
+OTHER_BACKENDS_STATE = frozenset({"rng_forwards", "loss_scale"})
 # Counters that grow monotonically; the loop logs their per-step difference. The pool_* ones are gauges.
 CUMULATIVE_COUNTERS = ("dispatches", "submits", "barriers", "host_waits", "device_allocs")
 
@@ -116,17 +117,33 @@ class Backend(ABC):
     def device_name(self) -> str:
         """Human-readable name of the device the model runs on."""
 
-    # Data parallelism: the trainer sets this to its trainer.distributed.World; with size > 1, train_step
-    # averages the gradients (and the loss) over the ranks between backward and the optimizer update.
-    world = None
+    world = None  # the data-parallel trainer.distributed.World given to set_world (None: one process)
+
+    def set_world(self, world) -> None:
+        """Train as one rank of `world` (a trainer.distributed.World): with size > 1, train_step averages the
+        gradients (and the loss) over the ranks between backward and the optimizer update."""
+        self.world = world
+
+    def set_replay(self, on: bool) -> None:  # noqa: B027 (optional hook, no-op here)
+        """Whether train_step may capture its step once and replay it (train.replay); a backend that records
+        every step anyway ignores it."""
+
+    def on_compile(self, callback) -> None:  # noqa: B027 (optional hook, no-op here)
+        """Call `callback(kernel, kernels compiled so far, ms)` as the backend compiles device code (None: stop);
+        a backend that compiles nothing never calls it."""
 
     def set_activation_checkpointing(self, mode: str) -> None:
         """"none" keeps every activation for backward; "block" recomputes each block's forward in backward."""
         self.model.checkpoint_activations = mode
 
+    def precision(self) -> tuple[str, str]:
+        """(dtype the model computes in, why: the config's choice or what "auto" decided on this device)."""
+        return "fp32", "this backend computes in fp32"
+
     @abstractmethod
-    def peak_flops(self) -> float | None:
-        """The device's peak fp32 FLOP/s, or None when unknown (MFU is then null)."""
+    def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
+        """The device's peak fp32 FLOP/s and its source, or None when unknown (MFU is then null).
+        `remeasure_from`: a run's MFU passed 100% of that figure, so measure again where it was measured."""
 
 
 def _declared_backends() -> dict[str, str]:

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,38 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
         raise CheckpointError(f"{exc}; {fallback}") from None
 
 
+def held_checkpoint(run_dir: Path) -> str | None:
+    """The name of the checkpoint a run directory would resume from (`latest`, else its newest), or None."""
+    name = _latest_name(run_dir)
+    if name is not None:
+        return name[:40]
+    found = list_checkpoints(run_dir)
+    return found[-1][1].name if found else None
+
+
+def load_resumable(run_dir: Path, verb: str = "resuming from") -> tuple[Checkpoint | None, str | None]:
+    """(checkpoint to continue from, a note for the user or None). `latest` names it when it exists; without
+    `latest` (deleted, or lost with a copy), the newest ckpt-N that verifies, and the note says so. Checkpoints
+    but none that verifies is a CheckpointError: starting afresh would bury them."""
+    if os.path.lexists(run_dir / LATEST):
+        return load_latest(run_dir), None
+    found = list_checkpoints(run_dir)
+    failed: list[str] = []
+    for _, path in reversed(found):
+        try:
+            ckpt = load_checkpoint(path)
+        except CheckpointError as exc:
+            failed.append(f"{path.name}: {exc}")
+            continue
+        skipped = f" (skipped {'; '.join(failed)})" if failed else ""
+        return ckpt, (f"{run_dir} has no `{LATEST}` pointer: {verb} {path.name}, the newest checkpoint that "
+                      f"verifies{skipped}")
+    if failed:
+        raise CheckpointError(f"{run_dir} has no `{LATEST}` pointer and none of its checkpoints verifies "
+                              f"({'; '.join(failed)}); move them out of the way or use a new --run.name")
+    return None, None
+
+
 def _describe(run_dir: Path) -> str:
     """'latest still points at ckpt-N' (or 'there is no earlier checkpoint') for error messages."""
     try:
@@ -137,8 +170,9 @@ def _describe(run_dir: Path) -> str:
 
 
 def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], state: dict[str, Any],
-                    keep: int) -> Path:
-    """Write ckpt-<step> atomically, point `latest` at it, keep the `keep` newest; returns its path."""
+                    keep: int, ours: Callable[[int], bool] | None = None) -> Path:
+    """Write ckpt-<step> atomically, point `latest` at it, keep the `keep` newest; returns its path.
+    `ours(step)` says which checkpoints this run wrote (None: all): pruning never touches the others."""
     from safetensors.numpy import save
 
     delay = env.ckpt_delay_s()
@@ -175,7 +209,7 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
         raise CheckpointError(f"could not write checkpoint ckpt-{step} in {run_dir}: {reason}; "
                               f"{_describe(run_dir)} ({fix} run again to resume from there)") from None
     _pause(delay)
-    _prune(run_dir, keep, final)
+    _prune(run_dir, keep, final, ours)
     return final
 
 
@@ -190,9 +224,10 @@ def _point_latest(run_dir: Path, name: str) -> None:
     _fsync_dir(run_dir)
 
 
-def _prune(run_dir: Path, keep: int, current: Path) -> None:
-    """Delete all but the `keep` newest checkpoints (never the current one); failures only leave extra files."""
-    ckpts = [p for _, p in list_checkpoints(run_dir)]
+def _prune(run_dir: Path, keep: int, current: Path, ours: Callable[[int], bool] | None) -> None:
+    """Delete all but the `keep` newest of this run's checkpoints (never the current one, never another run's);
+    failures only leave extra files."""
+    ckpts = [p for step, p in list_checkpoints(run_dir) if ours is None or ours(step) or p == current]
     for path in ckpts[:-keep] if keep > 0 else []:
         if path != current:
             # Renamed first, so a kill mid-delete leaves a temp name (removed at the next start), never a

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from helios.errors import HeliosError
-from trainer import distributed
+from trainer import distributed, resume
 from trainer.backend import BACKENDS
 from trainer.errors import TrainerError
 
@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--split", choices=["val", "train", "both"], default="val",
                     help="which split (default val; train needs the run's training text)")
-    ev.add_argument("--eval-iters", type=int, default=None, metavar="N",
-                    help="batches per split (default: the run's train.eval_iters)")
+    ev.add_argument("--eval-iters", default=None, metavar="N|all",
+                    help="batches per split (default: the run's train.eval_iters); all: every window of the split")
 
     exp = sub.add_parser("export", help="write a run's latest checkpoint as a Hugging Face model directory",
                          description="config.json + model.safetensors (+ tokenizer.json) that "
@@ -150,17 +150,17 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     from telemetry.events import METRICS_FILE, MetricsWriter
     from trainer import env
     from trainer.backend import create_backend
-    from trainer.checkpoint import LATEST, load_latest, remove_stale_temps
+    from trainer.checkpoint import held_checkpoint, load_resumable, remove_stale_temps
     from trainer.config import load_config
     from trainer.loop import Controls, Trainer, check_checkpoint_matches
     from trainer.progress import make_progress
-    from trainer.runlock import RunLock
     from trainer.session import prepare_run_dir, write_resolved
     from trainer.tokens import prepare_data
 
     cfg = load_config(args.config, overrides)
     env.check_all()
     world = distributed.world()
+    _warn_if_no_cache(world)
     if args.backend == "helios":  # device and memory settings fail here, before the run directory exists
         from helios import runtime as rt
 
@@ -169,34 +169,37 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     if world.is_main:
         prepare_run_dir(run_dir)
     # Rank 0 alone holds the run directory's lock and writes in it; the others read checkpoints from it.
-    with RunLock(run_dir) if world.is_main else _nothing():
+    with _locked_run_dir(run_dir) if world.is_main else _nothing():
         if world.is_main:
             remove_stale_temps(run_dir)  # left by a trainer that was killed mid-write; we hold the lock
         world.barrier()
-        if args.resume == "never" and (run_dir / LATEST).exists():
-            raise TrainerError(f"{run_dir} already holds a run (latest checkpoint "
-                               f"{(run_dir / LATEST).read_text().strip()[:40]}); use --resume auto "
+        held = held_checkpoint(run_dir)
+        if args.resume == "never" and held:
+            raise TrainerError(f"{run_dir} already holds a run (latest checkpoint {held}); use --resume auto "
                                "to continue it or a new --run.name")
-        ckpt = load_latest(run_dir)
-        source, tokenizer_json = _init_source(cfg, run_dir, ckpt)
+        ckpt, note = load_resumable(run_dir)
+        if note and world.is_main:
+            print(f"trainer: note: {note}", file=sys.stderr)
+        plan, tokenizer_json = _init_source(cfg, run_dir, ckpt)
+        for line in plan.report() if plan is not None and world.is_main else []:
+            print(f"trainer: warning: {line}", file=sys.stderr)
         data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
+            cfg, notes = resume.fit_to_ranks(cfg, resume.SavedBatch.of(ckpt.state), world.size, ckpt.path.name)
             if world.is_main:
-                for line in resume_warnings(cfg, ckpt):
+                for line in notes + resume.resume_warnings(cfg, ckpt, world.size):
                     print(line, file=sys.stderr)
         backend = create_backend(args.backend, cfg.model, cfg.optim, cfg.train.seed)
         backend.check_batch(cfg.train.batch_size, cfg.model.block_size)
-        if source is not None:  # fine-tuning: the source's weights, a fresh optimizer, step 0
-            from trainer.backend import param_shapes
+        if plan is not None:  # fine-tuning: the source's weights, a fresh optimizer, step 0
             from trainer.init_from import initial_state
 
-            backend.load_state_dict(initial_state(source, param_shapes(cfg.model)))
+            backend.load_state_dict(initial_state(plan, backend.state_dict()))
         controls = Controls()
         progress = make_progress(cfg.train.log_interval) if world.is_main else _Quiet()
         console = progress
-        if args.backend == "helios":
-            rt.get_runtime().on_compile = console.compiling
+        backend.on_compile(console.compiling)
         if cfg.telemetry.tensorboard and world.is_main:  # TensorBoard files too: the sink forwards to progress
             from telemetry.tensorboard import TensorBoardSink
 
@@ -216,8 +219,7 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
                 outcome = trainer.run(writer)
         finally:
             progress.close()
-            if args.backend == "helios":
-                rt.get_runtime().on_compile = None
+            backend.on_compile(None)
     if world.is_main:
         print(f"run directory: {run_dir}")
         if outcome == "stopped":
@@ -231,6 +233,24 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield None
+
+
+@contextmanager
+def _locked_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold the run lock; a run refused before it wrote anything (bad data, a bad init_from) leaves no
+    directory behind that holds only the lock file."""
+    from trainer.runlock import RunLock
+    from trainer.session import remove_if_unused
+
+    acquired = False
+    try:
+        with RunLock(run_dir):
+            acquired = True
+            yield
+    except BaseException:
+        if acquired:  # a lock another trainer holds (RunLock refused us) is not ours to remove
+            remove_if_unused(run_dir)
+        raise
 
 
 class _Quiet:
@@ -250,47 +270,30 @@ class _Quiet:
 
 
 def _resume_command(args: argparse.Namespace, overrides: list[str]) -> str:
-    """The command that continues this run (the same config, overrides and backend)."""
+    """The command that continues this run: this Python, the same config, overrides, backend and rank count."""
     import shlex
 
-    parts = ["python", "-m", "trainer", "run", args.config, *(f"--{o}" for o in overrides)]
+    parts = [sys.executable, "-m", "trainer", "run", args.config, *(f"--{o}" for o in overrides)]
     if args.backend != "helios":
         parts += ["--backend", args.backend]
-    if args.nproc:
-        parts += ["--nproc", str(args.nproc)]
+    if distributed.launched_size() > 1:  # the ranks never see --nproc: the launcher takes it out of their argv
+        parts += ["--nproc", str(distributed.launched_size())]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def resume_warnings(cfg, ckpt) -> list[str]:
-    """Lines that tell a user resuming with changed training settings what changed (it is allowed)."""
-    saved = (ckpt.state.get("config") or {})
-    out = []
-    # (Not lr_decay_iters: it follows max_iters by default, and raising max_iters is how a run is extended.)
-    for section, key in (("optim", "lr"), ("train", "batch_size"), ("train", "grad_accum"), ("optim", "weight_decay")):
-        was = (saved.get(section) or {}).get(key)
-        now = getattr(getattr(cfg, section), key)
-        if was is not None and was != now:
-            out.append(f"trainer: warning: resuming {ckpt.path.name} with [{section}] {key} = {now} (it was trained "
-                       f"with {was})")
-    if ckpt.step >= cfg.train.max_iters:
-        out.append(f"trainer: note: the run is already at step {ckpt.step}, at or past [train] max_iters = "
-                   f"{cfg.train.max_iters}: nothing to train (raise --train.max_iters to continue)")
-    return out
-
-
 def _init_source(cfg, run_dir: Path, ckpt):
-    """(init_from source or None, tokenizer JSON the data must use or None) for `trainer run`."""
+    """(init_from's checked plan or None, tokenizer JSON the data must use or None) for `trainer run`."""
     if not cfg.train.init_from:
         return None, None
     from trainer import run_artifacts
-    from trainer.init_from import load_source
+    from trainer.init_from import load_source, match_source
 
     own = run_dir / run_artifacts.TOKENIZER
     if ckpt is not None:  # resuming a fine-tuning run: its own copy of the source's tokenizer
         return None, own.read_text(encoding="utf-8") if own.exists() else ckpt.state.get("tokenizer_json")
     path = Path(cfg.train.init_from).expanduser()
-    source = load_source(path, cfg.model)
-    return source, source.tokenizer_json
+    source = load_source(path, cfg.train)
+    return match_source(source, cfg.model, cfg.train.init_strict), source.tokenizer_json
 
 
 def _prepare_data_in_turn(cfg, world, prepare_data):
@@ -339,26 +342,38 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Print the loss and perplexity of a run's latest checkpoint on its validation (and/or training) split."""
-    from trainer.loop import evaluate
+    from trainer.loop import evaluate, evaluate_whole
     from trainer.session import load_run, training_tokens
 
-    if args.eval_iters is not None and args.eval_iters < 1:
-        raise TrainerError(f"--eval-iters must be at least 1, got {args.eval_iters}")
+    whole = args.eval_iters == "all"
+    if args.eval_iters is not None and not whole and not (args.eval_iters.isdigit() and int(args.eval_iters) > 0):
+        raise TrainerError(f"--eval-iters must be at least 1 (a whole number) or all, got {args.eval_iters}")
     loaded = load_run(Path(args.run), args.backend)
+    if loaded.note:
+        print(f"trainer: note: {loaded.note}", file=sys.stderr)
     cfg = loaded.cfg
-    if args.eval_iters is not None:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_iters=args.eval_iters))
+    if args.eval_iters is not None and not whole:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_iters=int(args.eval_iters)))
     splits = ["val", "train"] if args.split == "both" else [args.split]
-    result: dict = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step, "eval_iters": cfg.train.eval_iters}
-    for split in splits:
-        tokens = loaded.data.val if split == "val" else training_tokens(loaded)
-        loss = evaluate(cfg, loaded.backend, tokens)
-        result[f"{split}_loss"], result[f"{split}_perplexity"] = loss, math.exp(min(loss, 700.0))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        parts = [f"{s} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f})" for s in splits]
-        print(f"{loaded.checkpoint} (step {loaded.trainer.step}): " + ", ".join(parts))
+    result: dict = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step,
+                    "eval_iters": "all" if whole else cfg.train.eval_iters}
+    done: list[str] = []
+    try:
+        for split in splits:  # val first: it needs nothing but the run directory
+            tokens = loaded.data.val if split == "val" else training_tokens(loaded)
+            if whole:
+                loss, result[f"{split}_tokens"] = evaluate_whole(cfg, loaded.backend, tokens)
+            else:
+                loss = evaluate(cfg, loaded.backend, tokens)
+            result[f"{split}_loss"], result[f"{split}_perplexity"] = loss, math.exp(min(loss, 700.0))
+            done.append(split)
+    finally:  # what was evaluated is printed even when a later split fails
+        if done and args.json:
+            print(json.dumps(result))
+        elif done:
+            parts = [f"{s} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f}"
+                     + (f", {result[f'{s}_tokens']:,} tokens)" if whole else ")") for s in done]
+            print(f"{loaded.checkpoint} (step {loaded.trainer.step}): " + ", ".join(parts))
     return 0
 
 
@@ -373,12 +388,11 @@ def cmd_config(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def cmd_configs() -> int:
     """List the shipped configs."""
-    from trainer.inspect_config import shipped_configs
+    import shutil
 
-    rows = shipped_configs()
-    width = max((len(path) for path, _ in rows), default=0)
-    for path, about in rows:
-        print(f"{path:<{width}}  {about}")
+    from trainer.inspect_config import format_configs, shipped_configs
+
+    print(format_configs(shipped_configs(), shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
     return 0
 
 
@@ -402,7 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
-            return distributed.relaunch(args.nproc, _without_nproc(raw))
+            from trainer.config import load_config
+
+            # Checked once here, before any rank starts: a bad config or resume is one line, not one per rank.
+            return distributed.relaunch(args.nproc, _without_nproc(raw), check=lambda: (resume.check_launch(
+                load_config(args.config, split_overrides(extra)), args.nproc), _warn_if_oversubscribed(args.nproc)))
         if args.command in ("run", "prepare", "config"):
             overrides = split_overrides(extra)
             if args.command == "config":
@@ -434,6 +452,25 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             distributed.world().abort(1)
         raise
+
+
+def _warn_if_no_cache(world) -> None:
+    """One warning (rank 0's) before anything is written when HELIOS_CACHE_DIR cannot be written: the run goes
+    on without the caches."""
+    from helios.env import cache_warning
+
+    warning = cache_warning()
+    if warning and world.is_main:
+        print(f"trainer: warning: {warning}", file=sys.stderr)
+
+
+def _warn_if_oversubscribed(nproc: int) -> None:
+    """More ranks than CPU cores: each rank's host work (and on lavapipe, its device work) then shares cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if nproc > cores:
+        print(f"trainer: warning: --nproc {nproc} starts more ranks than this machine has CPU cores ({cores}): they "
+              f"will share cores and each step will be slower than with fewer ranks; --nproc {cores} or less "
+              "usually trains faster", file=sys.stderr)
 
 
 def _fail(message: str, code: int) -> int:

@@ -85,6 +85,8 @@ class TrainConfig:
     replay: bool = True  # capture the training step once and replay it (false: record every step; debugging)
     checkpoint_activations: str = "none"  # "block": recompute each block's forward in backward (less memory)
     init_from: str | None = None  # a run, checkpoint or Hugging Face directory to start from (fine-tuning)
+    init_strict: bool = True  # false: load the parameters that match, list the rest (init_from only)
+    init_tokenizer: str | None = None  # the tokenizer.json for init_from's weights (a source without its own)
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,7 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "spike_threshold"): _pos, ("train", "sample_interval"): _nonneg,
     ("train", "sample_tokens"): _nonneg,
     ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
+    ("train", "init_tokenizer"): (lambda v: v != "", "a path to a tokenizer.json file"),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
     ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
                       "letters, digits, '_', '-', '.' (no slashes, not only dots)"),
@@ -183,6 +186,9 @@ def _coerce(section: str, key: str, hint: Any, value: Any, source: str) -> Any:
             return None
         return _coerce(section, key, inner, value, source)
     where = f"{source}: [{section}] {key} = {_fmt(value)}"
+    if value is None:  # only a command-line `none` gets here: TOML has no null
+        raise ConfigError(f"{source}: [{section}] {key} = none is not allowed: `none` resets only an optional key; "
+                          "give a value")
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -263,6 +269,9 @@ def _check_relations(cfg: Config, source: str) -> Config:
         raise bad("[schedule] lr_decay_iters", s.lr_decay_iters, f"must be at least warmup_iters ({s.warmup_iters})")
     if s.min_lr > cfg.optim.lr:
         raise bad("[schedule] min_lr", s.min_lr, f"must not exceed optim.lr ({cfg.optim.lr})")
+    if t.init_tokenizer is not None and t.init_from is None:
+        raise bad("[train] init_tokenizer", t.init_tokenizer, "it is the tokenizer of [train] init_from's weights; "
+                  "set init_from too")
     return dataclasses.replace(cfg, model=m, data=d, schedule=s)
 
 
@@ -290,6 +299,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         raise ConfigError(f"override '--{text}' is not allowed: expected --section.key=value, "
                           "e.g. --train.max_iters=50")
     section, key, raw = match.groups()
+    if raw.strip().lower() in ("none", "null"):
+        return section, key, None  # the bare word resets an optional key (TOML itself has no null)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -297,22 +308,31 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
+# Keys of which a config sets at most one: one given on the command line replaces the file's other.
+EXCLUSIVE_KEYS = {("data", "path"): "dataset", ("data", "dataset"): "path"}
+
+
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """A copy of the parsed document with each `section.key=value` override set."""
     merged = {k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+    given = set()
     for text in overrides:
         section, key, value = parse_override(text)
         table = merged.setdefault(section, {})
         if not isinstance(table, dict):
             raise ConfigError(f"override '--{text}': '{section}' is not a section")
         table[key] = value
+        given.add((section, key))
+    for (section, key), rival in EXCLUSIVE_KEYS.items():
+        if (section, key) in given and (section, rival) not in given and merged[section][key] is not None:
+            merged[section].pop(rival, None)
     return merged
 
 
 # Paths a config file names are relative to the file (so a run resumes, and finds its data, from any working
 # directory); paths given as command-line overrides stay relative to the working directory, as typed.
 FILE_RELATIVE_PATHS = (("data", "path"), ("data", "root"), ("data", "cache_dir"), ("run", "out_dir"),
-                       ("train", "init_from"))
+                       ("train", "init_from"), ("train", "init_tokenizer"))
 
 
 def _anchor_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -11,6 +11,10 @@ and divided by N on the host (`Allreduce`, MPI.IN_PLACE): the device-side clippi
 decisions then see the same numbers on every rank. Rank 0 alone writes checkpoints, metrics, samples
 and plots.
 
+`--nproc N` is `relaunch`: it passes SIGTERM/SIGINT/SIGUSR1 on to every rank through mpiexec, and neither
+mpiexec nor a rank outlives it (parent-death signals). A resume on another rank count keeps the global batch
+(trainer/resume.py).
+
 Without an MPI launcher (no PMI/OMPI environment) nothing here imports mpi4py: `World()` is one rank.
 """
 
@@ -18,9 +22,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +109,11 @@ def _init() -> World:
     size = launched_size()
     if size <= 1:
         return World()
+    # A rank whose launcher-side parent (hydra's proxy, orted, slurmstepd) dies abruptly has no one to stop it or
+    # to reach its peers through: end it with its parent (mpiexec's own death is passed on by the proxy).
+    die_with_parent(signal.SIGKILL)
+    if os.getppid() == 1:
+        raise TrainerError("this rank's MPI launcher exited while it started; start the job again")
     try:
         from mpi4py import MPI
     except ImportError:
@@ -136,17 +146,67 @@ def mpiexec() -> str:
     return found
 
 
-def relaunch(nproc: int, argv: Sequence[str]) -> int:
-    """Run `python -m trainer ARGV` as nproc MPI ranks and return the job's exit code."""
+# The signals the launcher passes on to mpiexec, which passes them on to every rank (MPICH's hydra does so
+# for all three; tested in tests/trainer/test_distributed.py).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(signum: int) -> None:
+    """Ask Linux to send this process `signum` when its parent exits (prctl PR_SET_PDEATHSIG; nothing elsewhere).
+    A parent that exited before this call is not noticed: callers compare os.getppid() afterwards."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None = None) -> int:
+    """Run `python -m trainer ARGV` as nproc MPI ranks and return the job's exit code.
+
+    `check()` runs first (it raises on a config or resume the ranks would refuse). SIGTERM, SIGINT and SIGUSR1
+    sent to this launcher reach every rank (through mpiexec), which agree on a step, checkpoint once and exit;
+    the launcher then exits with their code. mpiexec runs in its own process group, so a terminal's Ctrl-C
+    reaches it once (from here), not twice (a second Ctrl-C is mpiexec's "abort now"). If this launcher is
+    killed outright, mpiexec gets SIGTERM from the kernel (a parent-death signal) and the ranks stop the
+    same way: no rank outlives its launcher.
+    """
     import subprocess
 
     if nproc < 1:
         raise TrainerError(f"--nproc must be at least 1, got {nproc}")
+    if check is not None:
+        check()
     cmd = [mpiexec(), "-n", str(nproc), sys.executable, "-m", "trainer", *argv]
+    launcher = os.getpid()
+
+    def own_group_dying_with_launcher() -> None:  # runs in the child between fork and exec
+        os.setpgid(0, 0)
+        die_with_parent(signal.SIGTERM)
+        if os.getppid() != launcher:  # the launcher died before prctl took hold
+            os._exit(1)
+
+    jobs: list[subprocess.Popen] = []
+    pending: list[int] = []  # signals that arrived while mpiexec was being started: passed on once it runs
+
+    def forward(signum: int, _frame) -> None:
+        if jobs:
+            jobs[0].send_signal(signum)
+        else:
+            pending.append(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
-        code = subprocess.call(cmd)
-    except KeyboardInterrupt:  # mpiexec forwards the signal to the ranks, which checkpoint and stop
-        return 130
+        # stdin from /dev/null: mpiexec is not in the terminal's foreground group, and would stop if it read it.
+        jobs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=own_group_dying_with_launcher))
+        for signum in pending:
+            jobs[0].send_signal(signum)
+        code = jobs[0].wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if code < 0:  # mpiexec itself was killed by a signal (not through this launcher)
+        code = 128 - code
     if code not in (0, 2, 130):  # 2 and 130: a rank has said why already
         print(f"trainer: error: the {nproc}-process job ended with exit code {code}: a rank died or was killed and "
               "MPI ended the others; the run directory keeps its latest complete checkpoint, and the same "

@@ -1,5 +1,5 @@
 """`trainer export`: a run's latest checkpoint as a Hugging Face model directory (`config.json` +
-`model.safetensors`, and the run's tokenizer as `tokenizer.json`), loadable with
+`model.safetensors`, and the run's tokenizer as `tokenizer.json` with a `tokenizer_config.json`), loadable with
 `transformers.AutoModelForCausalLM.from_pretrained(dir)`; and the way back, HF weights as a state to start
 from (`init_from`).
 
@@ -92,27 +92,40 @@ def hf_state(m: ModelConfig, tensors: dict[str, np.ndarray]) -> tuple[dict, dict
     return config, {k: np.ascontiguousarray(v) for k, v in weights.items()}
 
 
+def tokenizer_config(m: ModelConfig) -> dict:
+    """tokenizer_config.json for `transformers.AutoTokenizer`: the fast tokenizer over tokenizer.json, with the
+    end-of-text token (id 0, as config.json's bos/eos_token_id say) as its bos, eos and unk token. Without it
+    AutoTokenizer has no eos_token, and generate() cannot stop."""
+    from trainer.tokens import EOT
+
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": EOT, "eos_token": EOT, "unk_token": EOT,
+            "model_max_length": m.block_size, "clean_up_tokenization_spaces": False}
+
+
 def export_run(run_dir: Path, out_dir: Path) -> Path:
     """Write the run's latest checkpoint to out_dir as a Hugging Face model directory."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     from trainer import run_artifacts
-    from trainer.checkpoint import load_latest
+    from trainer.checkpoint import load_resumable
     from trainer.session import read_resolved
 
     cfg, _ = read_resolved(run_dir)
-    ckpt = load_latest(run_dir)
+    ckpt, _ = load_resumable(run_dir, "using")
     if ckpt is None:
         raise TrainerError(f"run {run_dir} has no checkpoint yet")
     config, weights = hf_state(cfg.model, ckpt.tensors)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        save_file(weights, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+        # Serialised here and written with open(), so the file gets the umask's mode (safetensors' save_file
+        # leaves 0600, which other users and containers cannot read).
+        (out_dir / "model.safetensors").write_bytes(save(weights, metadata={"format": "pt"}))
         tokenizer = run_dir / run_artifacts.TOKENIZER
         text = tokenizer.read_text(encoding="utf-8") if tokenizer.exists() else ckpt.state.get("tokenizer_json")
         if text:
             (out_dir / "tokenizer.json").write_text(text, encoding="utf-8")
+            (out_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(cfg.model), indent=2) + "\n")
     except OSError as exc:
         raise TrainerError(f"cannot write the export to {out_dir}: {exc.strerror or exc}") from None
     return out_dir

@@ -91,6 +91,20 @@ def evaluate(cfg: Config, backend: Backend, tokens: np.ndarray, batch_size: int 
     return float(np.mean([backend.eval_loss(x, y) for x, y in eval_batches(cfg, tokens, batch_size)]))
 
 
+def evaluate_whole(cfg: Config, backend: Backend, tokens: np.ndarray,
+                   batch_size: int | None = None) -> tuple[float, int]:
+    """(mean loss per token, tokens scored) over the whole split: consecutive non-overlapping block_size windows,
+    batch_size at a time (the tail shorter than one window is left out)."""
+    block, rows = cfg.model.block_size, batch_size or cfg.train.batch_size
+    starts = np.arange((len(tokens) - 1) // block) * block
+    offsets = np.arange(block + 1)
+    total = 0.0
+    for i in range(0, len(starts), rows):
+        window = np.asarray(tokens[starts[i:i + rows, None] + offsets], dtype=np.int32)
+        total += backend.eval_loss(window[:, :-1], window[:, 1:]) * len(window)
+    return (total / len(starts) if len(starts) else float("nan")), len(starts) * block
+
+
 class Trainer:
     """Runs `train.max_iters` steps of a backend over prepared data, logging to a MetricsWriter."""
 
@@ -98,13 +112,12 @@ class Trainer:
                  listener: Callable[[dict], None] | None = None, controls: Controls | None = None,
                  world: World | None = None):
         self.cfg, self.backend, self.backend_kind, self.data = cfg, backend, backend_kind, data
-        if hasattr(backend, "replay"):  # the helios backend captures its optimizer step unless train.replay = false
-            backend.replay = cfg.train.replay
+        backend.set_replay(cfg.train.replay)
         self.run_dir, self.listener = run_dir, listener
         self.writer: Any = None  # the MetricsWriter, set by run()
         self.controls = controls or Controls()
         self.world = world or World()
-        backend.world = self.world
+        backend.set_world(self.world)
         t = cfg.train
         backend.set_activation_checkpointing(t.checkpoint_activations)
         # Every rank draws the same global batch (world x batch_size windows) and trains on its own slice.
@@ -113,7 +126,12 @@ class Trainer:
                                     np.random.default_rng(t.seed))
         self.step = 0
         self.resumed_from: str | None = None
+        # Pruning deletes only this run's checkpoints: those up to where it resumed, and those it wrote since.
+        self.start_step = 0
+        self.saved_steps: set[int] = set()
         self._tokenizer: Any = None
+        self.peak: Any = None  # the backend's helios.peak.Peak, set by run()
+        self._peak_remeasured = False
 
     # --- events and checkpoints ---------------------------------------------------------------------
 
@@ -124,23 +142,17 @@ class Trainer:
             self.listener(record)
         return record
 
-    def restore(self, ckpt: Checkpoint, for_training: bool = True) -> None:
+    def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: weights, Adam state, step and data RNG; refuses a mismatched one.
-        (`for_training=False`: a read-only load for sample/eval, which any number of ranks may have written.)"""
+        Any rank count may resume it: the sampler state covers the global batch (trainer/resume.py keeps it)."""
         saved = ckpt.state
         check_checkpoint_matches(self.cfg, self.data, ckpt)
-        ranks = int(saved.get("world_size", 1))
-        if for_training and ranks != self.world.size:
-            raise CheckpointError(
-                f"checkpoint {ckpt.path.name} was written by a run of {ranks} data-parallel rank(s), this run has "
-                f"{self.world.size}; resume with the same number (mpiexec -n {ranks} ... or --nproc {ranks}), or "
-                f"start a new --run.name")
         try:
             self.backend.load_state_dict(ckpt.tensors)
         except (ValueError, KeyError) as exc:
             raise CheckpointError(f"checkpoint {ckpt.path.name} does not fit this model: {exc}") from None
         self.sampler.set_state(saved["data_rng"])
-        self.step = ckpt.step
+        self.step = self.start_step = ckpt.step
         self.resumed_from = ckpt.path.name
 
     def save(self, reason: str) -> Path:
@@ -153,7 +165,9 @@ class Trainer:
                  "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
                  "data_rng": self.sampler.state(), "world_size": self.world.size,
                  "tokenizer_json": self.data.tokenizer_path.read_text(encoding="utf-8")}
-        path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts)
+        self.saved_steps.add(self.step)
+        path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts,
+                               ours=lambda step: step <= self.start_step or step in self.saved_steps)
         self.emit("ckpt", step=self.step, path=path.name, reason=reason, ms=(time.perf_counter() - t0) * 1000)
         return path
 
@@ -183,6 +197,19 @@ class Trainer:
         self.emit("sample", step=self.step, prompt=DEFAULT_PROMPT, text=text)
         return text
 
+    def mfu(self, flops_per_s: float) -> float | None:
+        """Model FLOPs utilisation of all ranks (each with a device of this peak), at most 1: past 100% the peak
+        must be too low (measured while the machine was busy), so it is measured again once, logged as a `peak`
+        event, and the figure capped."""
+        if self.peak is None:
+            return None
+        if flops_per_s > self.peak.flops * self.world.size and not self._peak_remeasured and self.world.is_main:
+            self._peak_remeasured = True
+            was, self.peak = self.peak, self.backend.device_peak(remeasure_from=self.peak) or self.peak
+            self.emit("peak", step=self.step, peak_flops=self.peak.flops, peak_source=self.peak.source,
+                      was=was.flops)
+        return min(1.0, flops_per_s / (self.peak.flops * self.world.size))
+
     # --- the loop ---------------------------------------------------------------------------------------
 
     def run(self, writer: Any) -> str:
@@ -192,17 +219,19 @@ class Trainer:
         """
         self.writer = writer
         cfg, t, b = self.cfg, self.cfg.train, self.backend
+        peak = self.peak = b.device_peak()
         self.emit("config", config=cfg.to_dict(), backend=self.backend_kind, device=b.device_name(),
-                  num_params=b.num_params(), flops_per_token=b.flops_per_token(), peak_flops=b.peak_flops(),
+                  num_params=b.num_params(), flops_per_token=b.flops_per_token(),
+                  peak_flops=peak.flops if peak else None, peak_source=peak.source if peak else None,
                   start_step=self.step, max_iters=t.max_iters, resumed_from=self.resumed_from,
                   tokenizer_sha256=self.data.tokenizer_hash, train_tokens=len(self.data.train),
-                  val_tokens=len(self.data.val))
+                  val_tokens=len(self.data.val), dtype=b.precision()[0], dtype_reason=b.precision()[1])
         if self.step >= t.max_iters:
             self.emit("end", step=self.step, status="done")
             return "done"
         inject, delay = env.inject_nan_steps(), env.step_delay_s()
         tokens_per_step = self.global_batch * t.grad_accum * cfg.model.block_size
-        fpt, peak = b.flops_per_token(), b.peak_flops()
+        fpt = b.flops_per_token()
         prev = b.counters()
         last_eval = last_sample = last_ckpt = -1
         while self.step < t.max_iters:
@@ -221,7 +250,7 @@ class Trainer:
                       bwd_ms=res.bwd_ms, opt_ms=res.opt_ms, wait_ms=res.wait_ms, replayed=res.replayed,
                       record_ms=res.record_ms, dtype=res.dtype, loss_scale=res.loss_scale,
                       loss_scale_overflows=res.loss_scale_overflows, **counters,
-                      mfu=fpt * tok_s / peak if peak else None, rss_mb=rss_mb(),
+                      mfu=self.mfu(fpt * tok_s), rss_mb=rss_mb(),
                       **({"world_size": self.world.size, "allreduce_ms": self.world.reduce_ms}
                          if self.world.size > 1 else {}))
             if res.skipped:

@@ -22,9 +22,11 @@ def describe(record: dict[str, Any]) -> str | None:
     ev = record["event"]
     if ev == "config":
         resumed = f", resumed from {record['resumed_from']}" if record.get("resumed_from") else ""
-        return (f"{record['backend']} backend on {record['device']}: {record['num_params']:,} parameters, "
+        dtype = f"{record['dtype']} ({record['dtype_reason']}), " if record.get("dtype") else ""
+        return (f"{record['backend']} backend on {record['device']}: {record['num_params']:,} parameters, {dtype}"
                 f"{record['train_tokens']:,} train / {record['val_tokens']:,} val tokens, "
-                f"steps {record['start_step']}->{record['max_iters']}{resumed}")
+                f"steps {record['start_step']}->{record['max_iters']}{resumed}"
+                + (f"\nMFU peak: {record['peak_source']}" if record.get("peak_source") else ""))
     if ev == "eval":
         return f"step {record['step']}: val loss {record['val_loss']:.4f}"
     if ev == "sample":
@@ -37,7 +39,53 @@ def describe(record: dict[str, Any]) -> str | None:
         return f"step {record['step']}: skipped ({record['reason']}, grad norm {shown})"
     if ev == "end":
         return f"{record['status']} at step {record['step']}"
+    if ev == "peak":
+        return (f"step {record['step']}: MFU passed 100% of the device peak ({record['was'] / 1e9:,.1f} GFLOP/s); "
+                f"now {record['peak_flops'] / 1e9:,.1f} GFLOP/s: {record['peak_source']}")
     return None
+
+
+def mfu_text(record: dict[str, Any]) -> str:
+    """MFU as a percentage, never above 100% (the loop caps it; older logs may not), or "" when unknown."""
+    mfu = record.get("mfu")
+    return f"MFU {min(float(mfu), 1.0):.1%}" if isinstance(mfu, (int, float)) else ""
+
+
+def step_line(record: dict[str, Any], total: int, eta: str) -> str:
+    """The periodic log line of a step: step, loss, lr, tok/s, MFU, step time, ETA."""
+    loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
+    mfu = f" | {mfu_text(record)}" if mfu_text(record) else ""
+    return (f"step {record['step']}/{total} | loss {loss} | lr {record['lr']:.2e} | "
+            f"{record['tok_per_s']:,.0f} tok/s{mfu} | {record['step_ms']:.0f} ms | ETA {eta}")
+
+
+def logged(step: int, log_interval: int, start: int, total: int) -> bool:
+    """Whether a step gets a log line: every log_interval-th, the first of this process and the last."""
+    return step % log_interval == 0 or step == total or step == start + 1
+
+
+class BudgetWatch:
+    """HELIOS_MEMORY_BUDGET_MB is soft: past it the device pool first waits for in-flight memory and gives back
+    unused blocks, but grows when a step needs more. The first step that finds the pool past the budget gets
+    one line saying so and what the run needs."""
+
+    def __init__(self) -> None:
+        from helios.env import memory_budget_mb
+
+        self.budget_mb = memory_budget_mb()  # validated already: the runtime read it at start-up
+        self.told = False
+
+    def check(self, record: dict[str, Any]) -> str | None:
+        """The warning for a step event whose pool_bytes passed the budget (once per run), else None."""
+        reserved = record.get("pool_bytes")
+        if self.told or self.budget_mb is None or not isinstance(reserved, int) or reserved <= self.budget_mb << 20:
+            return None
+        self.told = True
+        need = -(-reserved // (1 << 20))
+        return (f"warning: the device pool reserves {need} MiB at step {record['step']}, past "
+                f"HELIOS_MEMORY_BUDGET_MB={self.budget_mb}: the budget is soft (the pool waits for memory in flight "
+                f"before growing, but grows when a step needs more); this run needs at least {need} MiB, so set the "
+                "budget to that or more, or train a smaller batch or model")
 
 
 class StepClock:
@@ -68,6 +116,7 @@ class PlainProgress:
         self.clock = StepClock()
         self.start = self.total = 0
         self.compiled, self.compile_ms = 0, 0.0
+        self.budget = BudgetWatch()
 
     def compiling(self, kernel: str, count: int, ms: float) -> None:
         """A new kernel pipeline was built: a line every 10th once compiling has taken a second (a cold
@@ -84,13 +133,11 @@ class PlainProgress:
             self.start, self.total = record["start_step"], record["max_iters"]
         if ev == "step":
             step = record["step"]
+            self._print(self.budget.check(record))
             eta = self.clock.eta(step, self.total)
-            if step % self.log_interval and step != self.total and step != self.start + 1:
+            if not logged(step, self.log_interval, self.start, self.total):
                 return
-            loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
-            mfu = f" | MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
-            line = (f"step {step}/{self.total} | loss {loss} | lr {record['lr']:.2e} | "
-                    f"{record['tok_per_s']:,.0f} tok/s{mfu} | {record['step_ms']:.0f} ms | ETA {eta}")
+            line = step_line(record, self.total, eta)
         else:
             line = describe(record)
         self._print(line)
@@ -111,18 +158,22 @@ class PlainProgress:
 
 
 class RichProgress:
-    """A rich progress bar with loss, tok/s and ETA; events print above it."""
+    """A rich progress bar with loss, tok/s and ETA; events, and a step line every log_interval steps (the
+    scrolling log nanoGPT users expect), print above it and stay in the scrollback."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_interval: int) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tok_s]} tok/s"),
                                  TextColumn("ETA {task.fields[eta]}"), TextColumn("{task.fields[status]}"),
                                  refresh_per_second=4)
+        self.log_interval = log_interval
         self.task: Any = None
         self.clock = StepClock()
         self.compiled = 0
+        self.start = self.total = 0
+        self.budget = BudgetWatch()
 
     def compiling(self, kernel: str, count: int, ms: float) -> None:
         """Show the kernel being compiled in the bar (a cold start compiles dozens before step 1 ends)."""
@@ -133,31 +184,40 @@ class RichProgress:
     def __call__(self, record: dict[str, Any]) -> None:
         ev = record["event"]
         if ev == "config":
+            self.start, self.total = record["start_step"], record["max_iters"]
             self.progress.start()
-            self.task = self.progress.add_task("train", total=record["max_iters"], completed=record["start_step"],
+            self.task = self.progress.add_task("train", total=self.total, completed=self.start,
                                                loss="-", tok_s="-", eta="-", status="")
         if ev == "step" and self.task is not None:
+            step = record["step"]
             loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
-            eta = self.clock.eta(record["step"], int(self.progress.tasks[0].total or 0))
-            mfu = f"MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
-            self.progress.update(self.task, completed=record["step"], loss=loss, tok_s=f"{record['tok_per_s']:,.0f}",
-                                 eta=eta, status=mfu)
+            eta = self.clock.eta(step, self.total)
+            self.progress.update(self.task, completed=step, loss=loss, tok_s=f"{record['tok_per_s']:,.0f}",
+                                 eta=eta, status=mfu_text(record))
+            if logged(step, self.log_interval, self.start, self.total):
+                self.say(step_line(record, self.total, eta))
+            note = self.budget.check(record)
+            if note:
+                self.say(note)
             return
         line = describe(record)
         if line:
-            self.progress.console.print(line, highlight=False, markup=False)
+            self.say(line)
 
     def close(self) -> None:
-        """Stop the live display."""
+        """Stop the live display (its last frame shows the last step)."""
+        self.progress.refresh()
         self.progress.stop()
 
     def say(self, line: str) -> None:
-        """A line above the bar (signal acknowledgements)."""
+        """A line above the bar. The bar is redrawn first: it redraws 4 times a second, so a checkpoint line
+        would otherwise sit above a bar still showing the step before."""
+        self.progress.refresh()
         self.progress.console.print(line, highlight=False, markup=False)
 
 
 def make_progress(log_interval: int) -> PlainProgress | RichProgress:
     """RichProgress on an interactive terminal, PlainProgress otherwise (logs, CI, pipes)."""
     if sys.stdout.isatty():
-        return RichProgress()
+        return RichProgress(log_interval)
     return PlainProgress(log_interval)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -20,15 +22,24 @@ TOKENIZER = "tokenizer.json"
 VAL_TOKENS = "val_tokens.npy"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """write(file) into a temp file beside path, then rename it into place; the temp file is removed when
+    anything fails (a full disk), and the file gets the mode the umask gives new files (not mkstemp's 0600)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def save(run_dir: Path, data: PreparedData) -> None:
@@ -36,13 +47,11 @@ def save(run_dir: Path, data: PreparedData) -> None:
     try:
         tok = data.tokenizer_path.read_bytes()
         if not (run_dir / TOKENIZER).exists() or (run_dir / TOKENIZER).read_bytes() != tok:
-            _write_atomic(run_dir / TOKENIZER, tok)
+            _write_atomic(run_dir / TOKENIZER, lambda f: f.write(tok))
         val = np.ascontiguousarray(data.val)
         path = run_dir / VAL_TOKENS
         if not path.exists() or not np.array_equal(np.load(path, mmap_mode="r"), val):
-            with tempfile.NamedTemporaryFile(dir=run_dir, prefix=f".{VAL_TOKENS}.", suffix=".npy", delete=False) as f:
-                np.save(f, val)
-            os.replace(f.name, path)
+            _write_atomic(path, lambda f: np.save(f, val))
     except OSError as exc:
         raise TrainerError(f"cannot keep the tokenizer and validation tokens in {run_dir}: {exc.strerror or exc}") \
             from None

@@ -13,7 +13,7 @@ import numpy as np
 
 from trainer import run_artifacts
 from trainer.backend import Backend, create_backend
-from trainer.checkpoint import load_latest
+from trainer.checkpoint import load_resumable
 from trainer.config import Config, config_from_dict
 from trainer.data import write_text_atomic
 from trainer.errors import CheckpointError, ConfigError, TrainerError
@@ -33,6 +33,21 @@ def prepare_run_dir(run_dir: Path) -> None:
     except OSError as exc:
         raise TrainerError(f"run directory {run_dir} is not writable: {exc.strerror or exc}; "
                            "set [run] out_dir/name to a writable place") from None
+
+
+def remove_if_unused(run_dir: Path) -> bool:
+    """Remove a run directory that holds nothing but its lock file (a run refused at the data or init_from
+    stage, before writing anything); True if it was removed. Call it after releasing the lock."""
+    from trainer.runlock import LOCK_FILE
+
+    try:
+        if {p.name for p in run_dir.iterdir()} != {LOCK_FILE}:
+            return False
+        (run_dir / LOCK_FILE).unlink()
+        run_dir.rmdir()
+    except OSError:  # another trainer is starting in it, or it is not ours to remove: leave it
+        return False
+    return True
 
 
 def write_resolved(run_dir: Path, cfg: Config, backend_kind: str) -> None:
@@ -68,13 +83,14 @@ class LoadedRun:
     data: PreparedData
     trainer: Trainer
     checkpoint: str
+    note: str | None = None  # how the checkpoint was found, when `latest` did not name it
 
 
 def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
     """Config, data and the latest checkpoint of a run directory, in a fresh backend."""
     cfg, saved_kind = read_resolved(run_dir)
     kind = backend_kind or saved_kind
-    ckpt = load_latest(run_dir)
+    ckpt, note = load_resumable(run_dir, "using")
     if ckpt is None:
         raise CheckpointError(f"run {run_dir} has no checkpoint yet")
     # The run's own tokenizer and validation tokens (written by `trainer run`), so a moved run or one whose
@@ -83,16 +99,18 @@ def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
     check_checkpoint_matches(cfg, data, ckpt)
     backend = create_backend(kind, cfg.model, cfg.optim, cfg.train.seed)
     trainer = Trainer(cfg, backend, kind, data, run_dir)
-    trainer.restore(ckpt, for_training=False)
-    return LoadedRun(cfg, backend, data, trainer, ckpt.path.name)
+    trainer.restore(ckpt)
+    return LoadedRun(cfg, backend, data, trainer, ckpt.path.name, note)
 
 
 def training_tokens(loaded: LoadedRun) -> np.ndarray:
     """The run's training split, which the run directory does not keep: re-derived from the data."""
     if len(loaded.data.train):
         return loaded.data.train
+    # A fine-tuning run tokenized its text with init_from's tokenizer, kept in its directory: so must this.
+    given = loaded.data.tokenizer_path.read_text(encoding="utf-8") if loaded.cfg.train.init_from else None
     try:
-        data = prepare_data(loaded.cfg)
+        data = prepare_data(loaded.cfg, given)
     except TrainerError as exc:
         raise TrainerError(f"evaluating the training split needs the training data: {exc}") from None
     if data.tokenizer_hash != loaded.data.tokenizer_hash:

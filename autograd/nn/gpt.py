@@ -13,6 +13,7 @@ import numpy as np
 from autograd import functional as F
 from autograd.checkpoint import checkpoint
 from autograd.chunked_loss import chunked_cross_entropy
+from autograd.host_inputs import HostInputs
 from autograd.nn.layers import (
     MLP,
     CausalSelfAttention,
@@ -26,7 +27,7 @@ from autograd.nn.layers import (
     residual_std,
 )
 from autograd.nn.module import Module
-from autograd.tensors import Tensor
+from autograd.tensors import Tensor, tensor
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class GPTConfig:
     norm_eps: float = 1e-5
     # What activations, their gradients and the working copy of the weights are stored in: "fp32", or
     # "bf16"/"fp16" with fp32 master weights, gradients and optimizer state (mixed precision); "auto" (the
-    # default) is fp32 on CPU drivers and bf16 on GPUs (resolve_dtype).
+    # default) is decided per device (auto_dtype: fp32 on CPU drivers, bf16/fp16 by the GPU's matrix units).
     dtype: str = "auto"
 
     @property
@@ -112,27 +113,35 @@ class GPT(Module):
             if dtype != "fp32":
                 self.arena.set_working_dtype(KERNEL_DTYPE[dtype])
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, *, forward_index: int | None = None,
-                rng_counter=None) -> Tensor:
-        """`forward_index` seeds this pass's dropout masks (step * grad_accum + micro-step in training).
+    def forward(self, idx: Tensor | np.ndarray, targets: Tensor | np.ndarray | None = None, *,
+                forward_index: int | None = None, rng_counter=None, feed: HostInputs | None = None) -> Tensor:
+        """Logits, or the mean cross-entropy given targets. `idx`/`targets`: int32 token ids [B, T], as host
+        arrays (uploaded here; their host copies plan the embedding backward and chunk the loss) or as device
+        tensors, whose host copies, where known, come in `feed` (a captured step's fixed inputs).
+        `forward_index` seeds this pass's dropout masks (step * grad_accum + micro-step in training).
         `rng_counter`: a one-word u32 device tensor holding forward_index << 16 that the dropout kernels read
         (a captured step's; see RngCursor), instead of baking the index into push constants."""
+        if feed is None:
+            feed = HostInputs(ids=idx if isinstance(idx, np.ndarray) else None,
+                              targets=targets if isinstance(targets, np.ndarray) else None)
+        idx = tensor(idx) if isinstance(idx, np.ndarray) else idx
+        targets = tensor(targets) if isinstance(targets, np.ndarray) else targets
         B, T = idx.shape
         if T > self.cfg.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
         if forward_index is not None:
             self.cursor.begin(forward_index, rng_counter)
-        x = self.wte(idx, self.wpe if self.cfg.arch == "gpt2" else None)
+        x = self.wte(idx, self.wpe if self.cfg.arch == "gpt2" else None, host_ids=feed.ids, plan=feed.scatter_plan)
         x = self.drop(x)
         for block in self.h:
             x = checkpoint(block, x, rng=self.cursor) if self.checkpoint_activations == "block" else block(x)
         x = self.ln_f(x)
         head = self.wte.weight if self.cfg.tie_embeddings else self.lm_head.weight
-        if targets is not None and targets.host is not None:
+        if targets is not None and feed.targets is not None:
             # Logits too big for one device buffer are computed, and their loss taken, in row chunks.
             max_rows = _max_tensor_bytes() // (4 * self.cfg.vocab_size)
             if B * T > max_rows:
-                return chunked_cross_entropy(x, head, targets, max_rows)
+                return chunked_cross_entropy(x, head, targets, feed.targets, max_rows)
         logits = F.linear(x, head)
         if targets is None:
             return logits
@@ -146,23 +155,40 @@ KERNEL_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "fp16"}  # config names -
 MODEL_DTYPES = ("auto", *KERNEL_DTYPE)  # what model.dtype accepts
 
 
-def resolve_dtype(dtype: str) -> str:
-    """A config dtype with "auto" decided for this device: fp32 on CPU drivers (lavapipe computes in f32
-    either way and gains little from 16-bit loads), bf16 on GPUs."""
+def auto_dtype(info) -> tuple[str, str]:
+    """What model.dtype = "auto" is on a device (a DeviceInfo), and why: fp32 on CPU drivers (lavapipe computes
+    in f32 either way), bf16 where the device has bf16 matrix units, fp16 (with loss scaling on the device)
+    where it has only fp16 ones, and bf16 storage on a GPU without matrix units (half the memory traffic).
+    Emulated cooperative matrices (the GPU profile) are not matrix units."""
+    if info.is_cpu:
+        return "fp32", "a CPU driver computes in f32 either way"
+    real = () if info.cooperative_matrix_emulated else info.cooperative_matrix
+    halves = {shape[3] for shape in real if shape[3] == shape[4] and shape[5] == "f32"}
+    if "bf16" in halves:
+        return "bf16", "the device has bf16 matrix units"
+    if "f16" in halves:
+        return "fp16", "the device has fp16 matrix units but no bf16 ones (loss scaling on the device)"
+    return "bf16", "a GPU without matrix units: bf16 storage halves the memory traffic"
+
+
+def resolve_dtype(dtype: str, info=None) -> str:
+    """A config dtype with "auto" decided for this device (or `info`'s): see auto_dtype."""
     if dtype not in MODEL_DTYPES:
         raise ValueError(f"model dtype must be one of {', '.join(MODEL_DTYPES)}; got {dtype!r}")
     if dtype != "auto":
         return dtype
-    from helios import runtime as rt
+    if info is None:
+        from helios import runtime as rt
 
-    return "fp32" if rt.get_runtime().info.is_cpu else "bf16"
+        info = rt.get_runtime().info
+    return auto_dtype(info)[0]
 
 
 def _max_tensor_bytes() -> int:
-    """The most bytes one tensor may span on this device (the pool's one-buffer limit)."""
+    """The most bytes one tensor may span on this device (its one-buffer limit)."""
     from helios import runtime as rt
 
-    return rt.get_runtime().pool.max_tensor
+    return rt.max_tensor_bytes()
 
 
 class _ModuleList(Module):

@@ -59,8 +59,9 @@ class Embedding(Module):
         rng = rng or np.random.default_rng(0)
         self.weight = Parameter(_init(rng, (num, dim), std), decay=False)
 
-    def forward(self, ids: Tensor, positions: Embedding | None = None) -> Tensor:
-        return F.embedding(ids, self.weight, positions.weight if positions is not None else None)
+    def forward(self, ids: Tensor, positions: Embedding | None = None, *, host_ids=None, plan=None) -> Tensor:
+        return F.embedding(ids, self.weight, positions.weight if positions is not None else None, host_ids=host_ids,
+                           plan=plan)
 
 
 class LayerNorm(Module):

@@ -54,10 +54,18 @@ def _module_parser(name: str, module) -> argparse.ArgumentParser:
     return parser
 
 
+def _takes_positionals(name: str) -> bool:
+    """Whether a benchmark's own parser takes positional arguments (then it runs alone, e.g. `tune matmul`)."""
+    module = importlib.import_module(BENCHMARKS[name])
+    return any(not action.option_strings for action in _module_parser(name, module)._actions)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     split = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
     names, options = argv[:split], argv[split:]
+    if names and names[0] in BENCHMARKS and _takes_positionals(names[0]):  # `tune matmul`: arguments, not names
+        names, options = names[:1], argv[1:]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown or (not names and options in (["-h"], ["--help"])):
         _top_parser().print_help(sys.stderr)
@@ -65,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nunknown benchmark(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
     many = len(names) != 1
+    from helios.env import cache_warning
+
+    if cache_warning():  # the limits, tuning winners and pipelines are then kept for this process only
+        print(f"warning: {cache_warning()}", file=sys.stderr)
     for name in names or DEFAULT_ORDER:
         module = importlib.import_module(BENCHMARKS[name])
         parser = _module_parser(name, module)

@@ -50,7 +50,8 @@ def numpy_reference(logits: np.ndarray, targets: np.ndarray, ignore_index: int =
 def run(args: argparse.Namespace) -> list[dict]:
     """One record per shape (and one more against torch on CUDA where there is a CUDA GPU)."""
     import helios.runtime as rt
-    from helios.kernels.cross_entropy import cross_entropy, flops, nbytes, row_layout
+    from helios.kernels import selection
+    from helios.kernels.cross_entropy import cross_entropy, flops, nbytes
 
     info = rt.get_runtime().info
     shapes = QUICK if args.quick else FULL
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         targets[::7] = -1
         lt, tt = rt.from_numpy(logits), rt.from_numpy(targets)
         shape = f"{n}x{vocab}"
-        variant = ("vec4" if vocab % 4 == 0 else "scalar") + row_layout()[0]
+        variant = selection.choose("cross_entropy", (n, vocab)).variant
 
         def device_fn(lt=lt, tt=tt):
             cross_entropy(lt, tt)

@@ -51,26 +51,14 @@ def run(args) -> list[dict]:
     return records
 
 
-def store_peaks(device: str, records: list[dict]) -> None:
-    """Keep this device's best FMA and copy figures in the cache dir: the trainer's MFU reads the FMA peak."""
-    import json
+def store_peaks(device: str, records: list[dict]) -> bool:
+    """Keep this device's best FMA and copy figures in the cache dir: the trainer's MFU reads the FMA peak.
+    False when the cache directory cannot be written."""
+    from helios.peak import store_limits
 
-    from helios.env import cache_dir
-
-    path = cache_dir() / "limits.json"
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        table = {}
     fma = [r["gflops"] for r in records if r["kernel"] == "limits_fma" and r.get("gflops")]
     copy = [r["gbps"] for r in records if r["kernel"] == "limits_copy" and r.get("gbps")]
-    entry = table.get(device, {})
-    if fma:
-        entry["fma_gflops"] = max(fma + [entry.get("fma_gflops", 0.0)])
+    best = {"fma_gflops": max(fma)} if fma else {}
     if copy:
-        entry["copy_gbps"] = max(copy + [entry.get("copy_gbps", 0.0)])
-    table[device] = entry
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    tmp.replace(path)
+        best["copy_gbps"] = max(copy)
+    return store_limits(device, **best)

@@ -76,7 +76,7 @@ def run(args) -> list[dict]:
     if not args.dry_run:
         path = sel.save_tuning(info, winners)
         for r in records:
-            r["stored_in"] = str(path)
+            r["stored_in"] = str(path) if path else "nowhere: the cache directory is not writable"
     return records
 
 

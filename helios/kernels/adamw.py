@@ -30,6 +30,7 @@ Grid shapes: `grad_norm_partial` (n,) the tensor's elements, `grad_norm_finish` 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -238,21 +239,55 @@ def _partial_groups(n: int, vec: int, lanes: bool) -> int:
     return max(1, min(MAX_PARTIALS, ceil_div(n, WG * vec * 8)))
 
 
-def grad_norm(grads, max_norm: float, layout: tuple[int, bool] | None = None):
+class PartialPlan(NamedTuple):
+    """The first grad-norm stage for one tensor: its variant and workgroup count."""
+
+    variant: str
+    groups: int
+
+
+def _split(choice) -> tuple[str | None, int | None]:
+    """(layout, workgroups) of a forced grad_norm choice: "lanes"/"shared" alone or with a workgroup count."""
+    if choice is None or isinstance(choice, str):
+        return choice, None
+    layout, groups = choice
+    return layout, groups
+
+
+def _check_partials(choice):
+    """A forced first stage: "lanes" or "shared", or (that, workgroups) with workgroups >= 1."""
+    ok = isinstance(choice, str) or (isinstance(choice, tuple) and len(choice) == 2)
+    layout, groups = _split(choice) if ok else (None, None)
+    if layout not in ("lanes", "shared") or not (groups is None or (isinstance(groups, int) and groups >= 1)):
+        raise ValueError(f"unknown grad_norm choice {choice!r}: 'lanes' (a partial per invocation) or 'shared' (a "
+                         "partial per workgroup), or (that, workgroups) with workgroups >= 1")
+    return choice
+
+
+@selection.rule("grad_norm", check=_check_partials)
+def _choose_partials(info, shape: tuple, dtype: str, forced) -> PartialPlan:
+    """shape = (n,). "lanes" on CPU drivers (a barrier costs lavapipe ~0.3 ms per workgroup), "shared"
+    elsewhere; vec4 loads from 4 elements on; the workgroups `_partial_groups` plans unless forced."""
+    (n,) = shape
+    layout, groups = _split(forced)
+    lanes = info.cpu_profile if layout is None else layout == "lanes"
+    vec = 4 if n >= 4 else 1
+    variant = ("vec4" if vec == 4 else "scalar") + ("_lanes" if lanes else "")
+    return PartialPlan(variant, groups or _partial_groups(n, vec, lanes))
+
+
+def grad_norm(grads, max_norm: float):
     """(norm (1,), clip_coef (1,)) of a tensor or a list of tensors (global L2 norm), on the device:
-    one dispatch per tensor, then one to finish. `layout` = (workgroups, lanes) overrides the
-    first stage's plan (tests, benchmarks)."""
+    one dispatch per tensor, then one to finish (the "grad_norm" selection family plans the first stage)."""
     rt = _rt()
     tensors = list(grads) if isinstance(grads, list | tuple) else [grads]
     plan = []
     total = 0
     for t in tensors:
         n = int(t.numel)
-        lanes = rt.get_runtime().info.cpu_profile if layout is None else layout[1]
-        variant = ("vec4" if n >= 4 else "scalar") + ("_lanes" if lanes else "")
-        groups = GRAD_NORM_PARTIAL.grid_for((n,), variant)[0] if layout is None else layout[0]
+        variant, groups = selection.choose("grad_norm", (n,))
         plan.append((t, n, variant, groups, total))
-        total += groups * (WG if lanes else 1)
+        total += groups * (WG if variant.endswith("_lanes") else 1)
     partials = rt.empty((total,))
     for t, n, variant, groups, offset in plan:
         rt.launch(GRAD_NORM_PARTIAL, [t, partials], push={"n": n, "offset": offset}, grid=(groups, 1, 1),

@@ -49,13 +49,22 @@ def _base_variant(name: str) -> str:
 @selection.rule("attention", check=_base_variant)
 def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     """"rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere; head dims
-    over TILED_MAX_D run rowwise everywhere (the tiled variant's shared-memory tiles would not fit)."""
+    over TILED_MAX_D, and devices with subgroups narrower than the tiled variant's lanes per row
+    (`tiled_fits`), run rowwise even when "tiled" is forced."""
     (head_dim,) = shape
-    if head_dim > TILED_MAX_D:
+    if head_dim > TILED_MAX_D or not tiled_fits(info):
         return "rowwise"
     if forced is not None:
         return forced
-    return "rowwise" if info.cpu_profile or info.subgroup_size < 4 else "tiled"
+    return "rowwise" if info.cpu_profile else "tiled"
+
+
+def tiled_fits(info) -> bool:
+    """Whether the device's subgroups hold the tiled variant's rows: a row's TPR lanes sum their dots with
+    subgroup shuffles, so every subgroup the driver may pick must be at least TPR wide (Vulkan subgroup sizes
+    are powers of two, so TPR lanes never straddle two subgroups, and the 128-invocation workgroup is a
+    whole number of subgroups, or one partial one). "rowwise" works at any subgroup size."""
+    return info.min_subgroup_size >= VARIANTS["tiled"]["tpr"]
 
 
 def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: float) -> None:

@@ -237,7 +237,14 @@ class Stream:
         if not self.bcast:
             return buf[base + b.min(j0 + u, T - 1)]
         mine = buf[base + b.min(j0 + self.sl % self.kb, T - 1)]
-        return b.subgroup_broadcast(mine, u)
+        if u == 0:
+            return b.subgroup_broadcast(mine, u)
+        # Lane u exists only in subgroups wider than u: narrower ones (4 lanes, KB = 8) load row u in every
+        # lane instead. The branch is subgroup-uniform and never taken where the subgroup holds KB lanes.
+        value = b.var(f32, b.subgroup_broadcast(mine, b.min(b.const(u, u32), self.sg - 1)))
+        with b.if_(self.sg <= u):
+            value.value = buf[base + b.min(j0 + u, T - 1)]
+        return value.value
 
     def load(self, k: int, row: Value, c: Value) -> Value:
         """Component c of row `row` of operand k, from the device buffer."""

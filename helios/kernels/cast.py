@@ -5,6 +5,8 @@ Both are elementwise maps (elementwise.py) whose fp32 side is read or written as
 variant's dtype governs only the half side: `cast_to_half` reads u32 words (bitcast to f32) and stores
 half; `cast_to_f32` reads half and stores the f32's bits; `scale_by` reads its scalar as a u32 word
 broadcast to every element (a "col" broadcast whose one column spans the whole tensor).
+Their access (scalar, vec4, u64x2) is the "elementwise" selection family's choice, made in run_map: force
+it there (helios.kernels.selection). Which kernel runs follows from the dtypes, which is no choice.
 """
 
 from __future__ import annotations

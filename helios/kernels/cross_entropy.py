@@ -22,8 +22,11 @@ Every kernel's grid shape is (N, V).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, one_workgroup, u32, vec
 
@@ -209,16 +212,38 @@ CROSS_ENTROPY_MEAN = Kernel("cross_entropy_mean", _build_mean, variants={"scalar
                             bytes=lambda n, vocab: 4 * n + 8)
 
 
-def row_layout() -> tuple[str, int]:
-    """(variant suffix, workgroup size) for the rows kernel on this device: a row per subgroup on CPU
-    drivers with a fixed subgroup size (barriers are costly there), else WG_ROW invocations per row."""
-    from helios.device import get_device
+class RowPlan(NamedTuple):
+    """The rows kernel's variant and workgroup size (its "WG" specialization constant)."""
 
-    info = get_device().info
+    variant: str
+    workgroup: int
+
+
+def _check_layout(choice):
+    """A forced layout: "subgroup", "workgroup", or ("workgroup", size) with size a power of two <= 1024."""
+    if choice in ("subgroup", "workgroup"):
+        return choice
+    if isinstance(choice, tuple) and len(choice) == 2 and choice[0] == "workgroup" and isinstance(choice[1], int) \
+            and 0 < choice[1] <= 1024 and choice[1] & (choice[1] - 1) == 0:
+        return choice
+    raise ValueError(f"unknown cross_entropy choice {choice!r}: 'subgroup', 'workgroup' or ('workgroup', size) "
+                     "with size a power of two up to 1024")
+
+
+@selection.rule("cross_entropy", check=_check_layout)
+def _choose(info, shape: tuple, dtype: str, forced) -> RowPlan:
+    """shape = (rows, vocab). A row per subgroup on CPU drivers with a fixed subgroup size (barriers are
+    costly there; "*_subgroup" variants, WG = that size), else WG_ROW invocations per row; vec4 where
+    vocab % 4 == 0."""
     fixed = info.min_subgroup_size == info.max_subgroup_size == info.subgroup_size
-    if info.cpu_profile and fixed:
-        return "_subgroup", info.subgroup_size
-    return "", WG_ROW
+    layout = forced if forced is not None else ("subgroup" if info.cpu_profile and fixed else "workgroup")
+    if layout == "subgroup" and not fixed:
+        raise ValueError("cross_entropy choice 'subgroup' needs a fixed subgroup size, which this device does not "
+                         "give (DeviceInfo.min/max_subgroup_size differ); force 'workgroup'")
+    width = "vec4" if shape[1] % 4 == 0 else "scalar"
+    if layout == "subgroup":
+        return RowPlan(dtype_variant(width + "_subgroup", dtype), info.subgroup_size)
+    return RowPlan(dtype_variant(width, dtype), layout[1] if isinstance(layout, tuple) else WG_ROW)
 
 
 def _row_grid(n_rows: int) -> tuple[int, int, int]:
@@ -240,11 +265,11 @@ def nbytes(n_rows: int, vocab: int) -> int:
 
 # -- op --------------------------------------------------------------------------------------------
 
-def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1.0, out=None, layout=None):
+def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1.0, out=None):
     """(loss (1,), dlogits) for logits [..., V] and int32 targets [...]; loss is the mean over valid rows and
-    dlogits = grad_scale * (softmax - onehot) / n_valid (0 on ignored rows). `out` receives dlogits;
-    `layout` = (variant suffix, workgroup size) overrides `row_layout()` (tests, benchmarks). logits and
-    dlogits share one dtype (f32, bf16 or fp16; dlogits defaults to the logits'); the loss is f32."""
+    dlogits = grad_scale * (softmax - onehot) / n_valid (0 on ignored rows). `out` receives dlogits (the
+    "cross_entropy" selection family picks the row layout). logits and dlogits share one dtype (f32, bf16
+    or fp16; dlogits defaults to the logits'); the loss is f32."""
     import helios.runtime as rt
 
     dtype = io_dtype("cross_entropy", logits=logits, out=out)
@@ -257,8 +282,7 @@ def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1
     push = {"n_rows": n_rows, "vocab": vocab, "ignore_index": int(ignore_index)}
     shape = (n_rows, vocab)
     rt.launch(CROSS_ENTROPY_COUNT, [targets, stats], push=push, grid=CROSS_ENTROPY_COUNT.grid_for(shape))
-    suffix, wg = row_layout() if layout is None else layout
-    variant = dtype_variant(("vec4" if vocab % 4 == 0 else "scalar") + suffix, dtype)
+    variant, wg = selection.choose("cross_entropy", shape, dtype)
     rt.launch(CROSS_ENTROPY_ROWS, [logits, targets, stats, dlogits, losses], push={**push, "grad_scale": grad_scale},
               grid=CROSS_ENTROPY_ROWS.grid_for(shape, variant), variant=variant, spec={"WG": wg})
     rt.launch(CROSS_ENTROPY_MEAN, [losses, stats, loss], push={"n_rows": n_rows},

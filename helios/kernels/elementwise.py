@@ -10,7 +10,7 @@ stored values, written once and emitted for scalars or for vec4s. Variants:
 Broadcast kernels add "row_*" (operand b is a row vector [N] repeated over rows) and "col_*" (operand b is
 a column [..., 1], one value per row) variants; their 4-wide forms need N % 4 == 0.
 Every variant also exists for bfloat16 and float16 tensors ("bf16_"/"fp16_" + the name; in "u64x2" the 4
-values are one 64-bit word, see unpack_half4; helios.kernels.dtypes is the shared dtype axis): each float
+values are one 64-bit word, see helios.kernels.wide; helios.kernels.dtypes is the shared dtype axis): each float
 operand is stored as 16 bits, widened to f32 in registers and rounded to nearest even when stored, so the
 body is the same f32 code (fp32 math, one rounding per output). All float operands of a launch share one
 dtype; run_map picks the variant from it.
@@ -28,9 +28,9 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import check_float, dtype_variant, float_dtype, storage, with_dtypes
+from helios.kernels.wide import WideView
 from helios.runtime import Tensor, copy, empty, launch
-from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64, vec
-from helios.spirv.memory import bf16_bits
+from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64
 
 LOCAL = 256  # invocations per workgroup; a multiple of every subgroup size in use (8 .. 64)
 MAX_GROUPS: tuple[int, int] | None = None  # (x, y) limit; tests lower it to exercise the 2-D grid; None: the device
@@ -62,35 +62,7 @@ def grid_2d(items: int, local: int = LOCAL) -> tuple[int, int, int]:
 
 
 # -- the generic map -------------------------------------------------------------------------------
-# "u64x2" moves 4 floats as two 64-bit words (buffers declared u64, bitcast to and from vec4<f32>). Mesa 22's
-# lavapipe loads and stores storage buffers one component per invocation in a loop, so two u64 components
-# instead of four f32 ones cost about half (measured 1.8x less CPU per element). On GPUs the f32 vec4 access
-# is the natural 128-bit load, so "u64x2" is a lavapipe variant.
-
-
-# A bf16 operand's 4 values are one 64-bit word in "u64x2": unpacked by shifts (a bf16 is the top half of
-# an f32) and packed after rounding, one load and one store per 4 elements.
-
-
-# An fp16 word is unpacked two halves at a time by GLSL UnpackHalf2x16 (exact) and packed by PackHalf2x16.
-def unpack_half4(b: KernelBuilder, word: Value, dtype: str) -> Value:
-    """The vec4<f32> of the 4 halves (bf16 or fp16, lowest address first) in a u64 word; exact. The one unpacking
-    of packed half operands: maps, row kernels (rows.PackedHalfView), matmul and attention loads."""
-    lo_hi = b.bitcast(word, vec(u32, 2))
-    lo, hi = lo_hi[0], lo_hi[1]
-    if dtype == "fp16":
-        a, c = (b.glsl("UnpackHalf2x16", w, result=vec(f32, 2)) for w in (lo, hi))
-        return b.vector(a[0], a[1], c[0], c[1])
-    return b.bitcast(b.vector(lo << 16, lo & 0xFFFF0000, hi << 16, hi & 0xFFFF0000), vec(f32, 4))
-
-
-def pack_half4(b: KernelBuilder, value: Value, dtype: str) -> Value:
-    """A vec4<f32> rounded to 4 halves (bf16 or fp16) packed in one u64 word (unpack_half4's inverse)."""
-    if dtype == "fp16":
-        lo, hi = (b.glsl("PackHalf2x16", b.vec2(value[j], value[j + 1]), result=u32) for j in (0, 2))
-        return b.bitcast(b.vector(lo, hi), u64)
-    r = bf16_bits(b, value)
-    return b.bitcast(b.vector(r[0] | (r[1] << 16), r[2] | (r[3] << 16)), u64)
+# "u64x2" moves 4 values as 64-bit words (buffers declared u64; helios.kernels.wide explains why and does it).
 
 
 def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode: str, cols: Value | None,
@@ -104,9 +76,7 @@ def _load(b: KernelBuilder, buf, dtype: ScalarType, i: Value, access: str, mode:
         return buf[k]
     if access == "vec4":
         return buf.vec4[k]
-    if packed:
-        return unpack_half4(b, buf[k], packed)
-    return b.bitcast(buf.vec2[k], vec(dtype, 4))
+    return WideView(b, buf, packed or "f32", dtype)[k]
 
 
 def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str, packed: str | None = None) -> None:
@@ -114,10 +84,8 @@ def _store(b: KernelBuilder, buf, i: Value, value: Value, access: str, packed: s
         buf[i] = value
     elif access == "vec4":
         buf.vec4[i] = value
-    elif packed:
-        buf[i] = pack_half4(b, value, packed)
     else:
-        buf.vec2[i] = b.bitcast(value, vec(u64, 2))
+        WideView(b, buf, packed or "f32")[i] = value
 
 
 def _emit_item(b, bufs_in, dtypes, bufs_out, out_dtypes, i: Value, access: str, bcast: str, cols, params, body, inplace,

@@ -1,7 +1,10 @@
 """Token (+ learned position) embedding: lookup and its backward scatter-add into the table gradient.
 
 Forward: `out[n] = table[ids[n]] (+ pos_table[n % T])` for the N = B*T rows of `ids [B, T]`.
-Backward: `table_grad[v] += sum of dy[n] over n with ids[n] == v`, in one of two ways:
+Backward: `table_grad[v] += sum of dy[n] over n with ids[n] == v`, in one of three ways (the
+"embedding_backward" selection family picks one; tests force one with helios.kernels.selection):
+- "sorted": with a host-side plan of the ids sorted into segments, one invocation per (segment, column)
+  sums its rows in order. Deterministic at O(N * D): the trainer's choice, since token ids come from the host.
 - "atomic": one invocation per (row, column) adds `dy[n, c]` into `table_grad[ids[n], c]` with a float
   atomic. Fast, but the summation order (and so the last bits) varies run to run.
 - "scan" / "scan_vec4": one invocation per (vocab row, column or column quad) scans all ids and sums the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.dtypes import check_f32, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
 
@@ -244,11 +248,26 @@ def embedding(ids, table, pos_table=None, out=None):
     return out
 
 
-def scatter_variant() -> str:
-    """"atomic" where the device has float atomic adds on buffers, else the deterministic "scan"."""
-    from helios.device import get_device
+SCATTERS = ("sorted", "atomic", "scan", "deterministic")  # what tests and benchmarks may force
 
-    return "atomic" if get_device().info.float_atomic_add_buffer else "scan"
+
+@selection.rule("embedding_backward", choices=SCATTERS)
+def _choose_scatter(info, shape: tuple, dtype: str, forced: str | None) -> str:
+    """shape = (tokens, vocab, D, planned). "sorted" where the caller brings a plan (deterministic, O(N * D)),
+    else "atomic" where the device has float atomic adds on buffers, else the deterministic "scan".
+    Forcing "deterministic" keeps "sorted" with a plan and takes "scan" without one."""
+    planned = shape[3]
+    if forced == "sorted" and not planned:
+        raise ValueError("embedding_backward choice 'sorted' needs plan=sorted_segments(host_ids, vocab); "
+                         "force 'deterministic' to take 'scan' where no plan is given")
+    if forced == "atomic" and not info.float_atomic_add_buffer:
+        raise ValueError("embedding_backward choice 'atomic' needs float atomic adds on buffers, which this "
+                         "device lacks (DeviceInfo.float_atomic_add_buffer); force 'sorted' or 'scan'")
+    if forced in ("sorted", "atomic", "scan"):
+        return forced
+    if planned:
+        return "sorted"
+    return "atomic" if info.float_atomic_add_buffer and forced is None else "scan"
 
 
 def plan_arrays(host_ids: np.ndarray, vocab: int, capacity: int | None = None):
@@ -300,13 +319,12 @@ class FixedScatterPlan:
         return list(plan_arrays(host_ids, self.vocab, self.capacity)[:3])
 
 
-def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, variant: str | None = None,
-                       plan=None):
+def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, plan=None):
     """Scatter-add dy [N, D] rows into table_grad [V, D] (and position rows into pos_grad); returns
-    (table_grad, pos_grad). Without accumulate the gradients are overwritten. `variant`: "sorted"
-    (deterministic; needs `plan` from `sorted_segments`, the default when one is given), "atomic" or
-    "scan" (default without a plan: `scatter_variant()`). dy may be f32, bf16 or fp16 (the variant follows
-    it); the gradients are always f32 and summed in f32."""
+    (table_grad, pos_grad). Without accumulate the gradients are overwritten. `plan` (from
+    `sorted_segments`) lets the deterministic "sorted" scatter run; the "embedding_backward" selection
+    family picks the scatter (force it with helios.kernels.selection). dy may be f32, bf16 or fp16 (the
+    variant follows it); the gradients are always f32 and summed in f32."""
     rt = _rt()
     dtype = io_dtype("embedding_backward", dy=dy)
     check_f32("embedding_backward", table_grad=table_grad, pos_grad=pos_grad)
@@ -314,10 +332,8 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
     n, seq = _rows(ids)
     vocab, d = int(table_grad.shape[0]), int(table_grad.shape[1])
     vec = 4 if d % 4 == 0 else 1
-    variant = variant or ("sorted" if plan is not None else scatter_variant())
+    variant = selection.choose("embedding_backward", (n, vocab, d, plan is not None), dtype)
     if variant == "sorted":
-        if plan is None:
-            raise ValueError("embedding_backward variant 'sorted' needs plan=sorted_segments(host_ids, vocab)")
         order, starts, uniq, segments = plan
         if not accumulate:
             rt.fill(table_grad, 0.0)
@@ -332,13 +348,11 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, var
         name = pick("atomic")
         rt.launch(EMBEDDING_BACKWARD_ATOMIC, [ids, dy, table_grad], push={"n_rows": n, "d": d, "vocab": vocab},
                   grid=EMBEDDING_BACKWARD_ATOMIC.grid_for((n, d), name), variant=name)
-    elif variant == "scan":
+    else:  # "scan"
         name = pick("scan_vec4" if vec == 4 else "scan")
         rt.launch(EMBEDDING_BACKWARD_SCAN, [ids, dy, table_grad],
                   push={"n_rows": n, "dv": d // vec, "vocab": vocab, "accumulate": int(accumulate)},
                   grid=EMBEDDING_BACKWARD_SCAN.grid_for((vocab, d), name), variant=name)
-    else:
-        raise ValueError(f"embedding_backward variant must be 'sorted', 'atomic' or 'scan', not {variant!r}")
     if pos_grad is not None:
         n_pos = int(pos_grad.shape[0])
         if n_pos < seq:

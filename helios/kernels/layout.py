@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.elementwise import LOCAL, grid_2d
 from helios.runtime import Tensor, empty, launch
@@ -48,6 +49,16 @@ COPY_COLUMNS = Kernel(
 )
 
 
+ACCESSES = ("scalar",)  # one element per invocation: strided column blocks have no aligned vec4 to load
+
+
+@selection.rule("layout", choices=ACCESSES)
+def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
+    """shape = (rows, n, accumulate): "add" or "copy" in dtype, one element per invocation (the only access
+    whose loads never straddle a column block's edge)."""
+    return dtype_variant("add" if shape[2] else "copy", dtype)
+
+
 def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int, accumulate: bool = False) -> None:
     """dst[:, dst_off:dst_off+n] (+)= src[:, src_off:src_off+n] over the last axis of both (one float dtype)."""
     dtype = io_dtype("copy_columns", src=src, dst=dst)
@@ -59,7 +70,7 @@ def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int
         raise ValueError(f"copy_columns: columns {src_off}+{n} of {src_cols} -> {dst_off}+{n} of {dst_cols} overflow")
     if rows * n == 0:
         return
-    variant = dtype_variant("add" if accumulate else "copy", dtype)
+    variant = selection.choose("layout", (rows, n, accumulate), dtype)
     launch(COPY_COLUMNS, [src, dst], variant=variant, grid=COPY_COLUMNS.grid_for((rows, n), variant),
            push={"rows": rows, "n": n, "src_cols": src_cols, "src_off": src_off, "dst_cols": dst_cols,
                  "dst_off": dst_off})

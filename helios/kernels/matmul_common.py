@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from helios.kernels.activations import gelu_value
 from helios.kernels.dtypes import storage, variant_dtype
-from helios.kernels.elementwise import unpack_half4
-from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32, u64, vec
+from helios.kernels.wide import WideView
+from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "beta")
@@ -75,26 +75,10 @@ def declare(b: KernelBuilder, v: Variant) -> Operands:
     return Operands(*bufs, **push, flags=flags)
 
 
-class Vec4Loader:
-    """vec4<f32> loads from a float buffer, optionally moved as 64-bit words.
-
-    Mesa 22's lavapipe loads storage buffers one component per invocation in a scalar loop, so a vec4 of
-    f32 costs four trips and a vec2 of u64 (the same 16 bytes) two; on GPUs both are one 128-bit load.
-    A vec4 of a half dtype (8 bytes) is one u64 word, unpacked in registers (`dtype` says how).
-    """
-
-    def __init__(self, b: KernelBuilder, buf, wide: bool, dtype: str = "f32") -> None:
-        self.b, self.dtype = b, dtype
-        self.half = wide and dtype != "f32"
-        if self.half:
-            self.view = buf.view_as(u64)
-        else:
-            self.view = buf.view_as(vec(u64, 2)) if wide else buf.vec4
-
-    def __getitem__(self, index4) -> Value:
-        if self.half:
-            return unpack_half4(self.b, self.view[index4], self.dtype)
-        return self.b.bitcast(self.view[index4], vec(f32, 4))
+def Vec4Loader(b: KernelBuilder, buf, wide: bool, dtype: str = "f32"):  # noqa: N802 (was a class; matmul_reg calls it)
+    """vec4<f32> loads from a float buffer of `dtype`: its own vec4 view, or 64-bit words where `wide`
+    (helios.kernels.wide: two words per 4 f32, one per 4 halves)."""
+    return WideView(b, buf, dtype) if wide else buf.vec4
 
 
 def launch_params(a, b, M: int, N: int, K: int, bias, gelu: bool, residual, preact_out, beta: float,

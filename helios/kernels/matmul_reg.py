@@ -46,7 +46,9 @@ class _Operand:
         if lanes == 1:
             units = list(range(total))
         else:
-            lane = b.local_id(0)
+            # The lane id the broadcasts address: the workgroup is one subgroup (matmul_select.reg_ok), but
+            # Vulkan does not promise that local id x is subgroup lane x, so loads are dealt by lane id.
+            lane = b.subgroup_local_id()
             units = [(lane + lanes * s) % total if s else lane % total for s in range(ceil_div(total, lanes))]
         self.offsets = [self._unit_offset(base, ld, idx0, u, extent, quads) for u in units]
 

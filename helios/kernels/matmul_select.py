@@ -11,11 +11,13 @@ and the tuner force a tiling with `selection.force("matmul", tiling)`.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 from helios import env
 from helios.kernels import selection
+from helios.kernels.matmul_reg import REG_TILINGS
 from helios.spirv import ceil_div
 
 REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
@@ -60,8 +62,12 @@ def load_tuning(info) -> dict[str, str]:
     return _tuned[key]
 
 
-def save_tuning(info, winners: dict[str, str]) -> Path:
-    """Merge winners into this device's tuning file and into the in-process table; returns the path."""
+def save_tuning(info, winners: dict[str, str]) -> Path | None:
+    """Merge winners into this device's tuning file and into the in-process table; returns the path, or None
+    when the cache directory cannot be written (the winners then serve this process only)."""
+    load_tuning(info).update(winners)
+    if env.cache_problem() is not None:
+        return None
     path = tuning_path(info)
     try:
         data = json.loads(path.read_text())
@@ -70,18 +76,24 @@ def save_tuning(info, winners: dict[str, str]) -> Path:
     data.setdefault("device", {"name": info.name, "driver": f"{info.driver_name} {info.driver_info}",
                                "driver_version": info.driver_version})
     data.setdefault("matmul", {}).update(winners)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
-    load_tuning(info).update(winners)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:  # a disk that filled up since the probe
+        tmp.unlink(missing_ok=True)
+        return None
     return path
+
+
+# Register tilings pass loads round their workgroup (wx lanes) by subgroup broadcasts.
+REG_LANES = max(p["wx"] for p in REG_TILINGS.values() if p.get("share"))
 
 
 def reg_ok(info) -> bool:
     """Register-blocked tilings pass loads round an 8-invocation workgroup by subgroup broadcasts, so the
-    workgroup must fit in one subgroup."""
-    return info.min_subgroup_size >= 8
+    workgroup must be one subgroup: every subgroup the driver may pick holds REG_LANES lanes."""
+    return info.min_subgroup_size >= REG_LANES
 
 
 def runnable(info, tiling: str) -> bool:

@@ -14,15 +14,15 @@ rows one invocation sums.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from helios.kernels import rows as rowlib
+from helios.kernels import selection
 from helios.kernels.dtypes import check_f32, check_float, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.rows import (
     MAX_GROUPS,
-    PackedHalfView,
-    WideView,
     combine,
     flat_group,
     horizontal,
@@ -31,6 +31,7 @@ from helios.kernels.rows import (
     row_grid,
     rows_of,
 )
+from helios.kernels.wide import WideView
 from helios.runtime import Tensor, empty, fill, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, ceil_div, f32, u32, u64
 
@@ -146,10 +147,17 @@ def all_groups(n: int) -> int:
     return _max(1, _min(256, ceil_div(n, ALL_LOCAL * 16)))
 
 
+@selection.rule("reduce_all", choices=("scalar", "vec4"))
+def _choose_all(info, shape: tuple, dtype: str, forced: str | None) -> str:
+    """shape = (n, op): vec4 loads (with a scalar tail) from 4 elements on, unless "scalar" is forced."""
+    n, op = shape
+    scalar = n < 4 or forced == "scalar"
+    return dtype_variant(f"{op}_{'scalar' if scalar else 'vec4'}", dtype)
+
+
 def _reduce_all_stage(x: Tensor, n: int, op: str, out: Tensor, slot: int, scale: float) -> None:
     """One launch of reduce_all: out[slot:slot + all_groups(n)] = the workgroups' reductions of x, times scale."""
-    scalar = n < 4 or rowlib.forced_choice().width == "scalar"
-    variant = dtype_variant(f"{op}_{'scalar' if scalar else 'vec4'}", check_float(x))
+    variant = selection.choose("reduce_all", (n, op), check_float(x))
     launch(REDUCE_ALL, buffers=[x, out], push={"n": n, "scale": scale, "slot": slot},
            grid=REDUCE_ALL.grid_for((n,), variant), variant=variant)
 
@@ -176,7 +184,7 @@ def reduce_all(x: Tensor, op: str, scale: float = 1.0) -> Tensor:
 SUM_ROWS_CHUNK = 64  # rows summed by one invocation in the first stage
 # Up to this many elements one pass (an invocation per column over all rows) beats two dispatches: the
 # per-dispatch cost (~30 us on lavapipe) outweighs the parallelism of chunks (bias gradients of small batches).
-SINGLE_PASS = 1 << 18
+ONE_PASS_ELEMENTS = 1 << 18
 VIEW_ALIGN = 64  # elements: scratch views start on 256-byte boundaries (any minStorageBufferOffsetAlignment)
 
 
@@ -201,7 +209,7 @@ def build_sum_rows(b: KernelBuilder, v: Variant) -> None:
 
     def view(buf, half: bool = False):
         if wide:
-            return PackedHalfView(b, buf, dtype) if half else WideView(b, buf)
+            return WideView(b, buf, dtype if half else "f32")
         return buf if w == 1 else buf.vec4
 
     src = view(x, dtype != "f32")
@@ -241,20 +249,51 @@ SUM_ROWS = Kernel(
 )
 
 
+class SumRowsChoice(NamedTuple):
+    """What tests and benchmarks force for sum_rows (selection.force("sum_rows", SumRowsChoice(...))); a None
+    field is left to the rule."""
+
+    width: str | None = None    # "scalar", "vec4" or "u64x2" (rows.WIDTHS)
+    two_stage: bool | None = None  # True: chunk partials then their sum wherever there is more than one chunk
+
+
+class SumRowsPlan(NamedTuple):
+    variant: str
+    one_pass: bool  # all rows in one launch (else per-chunk partials into scratch, then their sum)
+
+
+def _check_sum_rows(choice) -> SumRowsChoice:
+    choice = SumRowsChoice(*choice)
+    if choice.width not in (None, *(w for w, _, _ in rowlib.WIDTHS)) or choice.two_stage not in (None, True, False):
+        raise ValueError(f"unknown sum_rows choice {choice}: width scalar/vec4/u64x2, two_stage True/False")
+    return choice
+
+
+@selection.rule("sum_rows", check=_check_sum_rows)
+def _choose_sum_rows(info, shape: tuple, dtype: str, forced: SumRowsChoice | None) -> SumRowsPlan:
+    """shape = (rows, cols, aligned, pair): the rows family's width rule (rows.width_name, scalar where a
+    block's offset is not a multiple of 4) and one pass up to SUM_ROWS_CHUNK rows or ONE_PASS_ELEMENTS."""
+    rows, cols, aligned, pair = shape
+    forced = forced or SumRowsChoice()
+    width = rowlib.width_name(cols, info, forced.width) if aligned else "scalar"
+    one_pass = rows <= SUM_ROWS_CHUNK or (not forced.two_stage and rows * cols <= ONE_PASS_ELEMENTS)
+    return SumRowsPlan(dtype_variant(("pair_" if pair else "") + width, dtype), one_pass)
+
+
 def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs: Sequence[Tensor],
                   accumulate: bool) -> None:
     """outs[k][:cols] (+)= column sums of the [rows, cols] block of x at element offsets[k] (one or two
     blocks, summed in the same dispatches). x may be f32, bf16 or fp16; outs are f32.
 
-    Up to SUM_ROWS_CHUNK rows (or SINGLE_PASS elements) take one launch; more are summed per chunk into
-    scratch [chunks, cols] first, so that M in the thousands keeps every core (or SM) busy, then the chunks
-    into outs.
+    Up to SUM_ROWS_CHUNK rows (or ONE_PASS_ELEMENTS elements) take one launch; more are summed per chunk
+    into scratch [chunks, cols] first, so that M in the thousands keeps every core (or SM) busy, then the
+    chunks into outs (the "sum_rows" selection family decides).
     """
     if cols == 0:
         return
     pair = len(outs) == 2
-    width = rowlib.width_name(cols) if all(o % 4 == 0 for o in offsets) else "scalar"
-    variant = dtype_variant(("pair_" if pair else "") + width, check_float(x))
+    aligned = all(o % 4 == 0 for o in offsets)
+    variant, one_pass = selection.choose("sum_rows", (rows, cols, aligned, pair), check_float(x))
 
     def run(src: Tensor, offs: Sequence[int], n: int, chunk: int, dsts: Sequence[Tensor], acc: bool) -> None:
         push = {"rows": n, "cols": cols, "chunk": chunk, "offset": offs[0], "accumulate": int(acc)}
@@ -263,7 +302,7 @@ def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs:
         launch(SUM_ROWS, buffers=[src, *dsts], grid=SUM_ROWS.grid_for((n, cols, chunk), variant),
                variant=variant, push=push)
 
-    if rows <= SUM_ROWS_CHUNK or rows * cols <= SINGLE_PASS:
+    if one_pass:
         run(x, offsets, rows, _max(rows, 1), outs, accumulate)
         return
     chunk = _max(SUM_ROWS_CHUNK, ceil_div(rows, MAX_GROUPS))

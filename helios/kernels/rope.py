@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.dtypes import NUMPY, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
@@ -117,7 +118,19 @@ ROPE = Kernel(
 )
 
 
-# -- op --------------------------------------------------------------------------------------------
+# -- variant choice and op -------------------------------------------------------------------------
+
+WIDTHS = ("scalar", "vec4")  # what tests and benchmarks may force
+
+
+@selection.rule("rope", choices=WIDTHS)
+def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
+    """shape = (rows, H, Hkv, D, inplace): vec4 pairs where D/2 % 4 == 0 (else, forced or not, scalar);
+    "_inplace" when the output is the input."""
+    head_dim, inplace = shape[3], shape[4]
+    width = "vec4" if (head_dim // 2) % 4 == 0 and forced != "scalar" else "scalar"
+    return dtype_variant(width + ("_inplace" if inplace else ""), dtype)
+
 
 _TABLES: dict[tuple[int, int, int, float], tuple[object, object]] = {}
 
@@ -152,12 +165,12 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
     seq = shape[-2] if len(shape) >= 2 else 1
     n_rows = int(np.prod(shape[:-1]))
     half = head_dim // 2
-    vec = 4 if half % 4 == 0 else 1
     dtype = io_dtype("rope", qkv=qkv, out=out)
     inplace = out is qkv
     out = rt.empty(shape, NUMPY[dtype]) if out is None else out
     n_rot = n_head + n_kv_head
-    name = dtype_variant(("vec4" if vec == 4 else "scalar") + ("_inplace" if inplace else ""), dtype)
+    name = selection.choose("rope", (n_rows, n_head, n_kv_head, head_dim, inplace), dtype)
+    vec = ROPE.variants[name].vec
     buffers = [qkv, _table(seq, head_dim, base)] + ([] if inplace else [out])
     rt.launch(ROPE, buffers, variant=name, grid=ROPE.grid_for((n_rows, n_head, n_kv_head, head_dim), name),
               push={"n_rows": n_rows, "T": seq, "width": width, "halfv": half // vec, "n_rot": n_rot,

@@ -14,7 +14,8 @@ streaming variants (no suffix).
 
 Every variant also exists for bf16 and fp16 rows ("bf16_"/"fp16_" + the name, `helios.kernels.dtypes`): a
 RowLayout of a half dtype declares its row buffers as 16-bit storage (vec4 views load 4 halves; "u64x2"
-moves them as one 64-bit word), so the kernels' f32 code is unchanged and each stored half is rounded once.
+moves them as one 64-bit word, helios.kernels.wide), so the kernels' f32 code is unchanged and each stored
+half is rounded once.
 Buffers a kernel asks for as "f32" (statistics, partial sums) stay f32 whatever the dtype.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import DTYPES, dtype_variant, storage, variant_dtype, with_dtypes
-from helios.kernels.elementwise import pack_half4, unpack_half4
+from helios.kernels.wide import WideView
 from helios.spirv import KernelBuilder, Value, ceil_div, f32, u32, u64, vec
 
 SG_LOCAL = 64  # "sg": invocations per workgroup (a multiple of every subgroup size up to 64)
@@ -39,41 +40,9 @@ CACHE_TIERS = {"sg": (4, 8, 16, 32), "wg": (4,)}  # register slots per invocatio
 STREAM_UNROLL = 4  # elements per invocation per trip of a streaming loop
 
 
-# Mesa 22's lavapipe moves storage-buffer data one component per invocation in a scalar loop (with a
-# store-forwarding stall per component), so 4 floats moved as two 64-bit words cost about half as much as
-# four f32 components. "u64x2" variants do that; on GPUs the f32 vec4 is the natural 128-bit access.
-F32X4, U64X2 = vec(f32, 4), vec(u64, 2)
-
-
-class WideView:
-    """vec4<f32> elements of a buffer declared as u64, loaded and stored as two 64-bit words."""
-
-    elem = F32X4
-
-    def __init__(self, b: KernelBuilder, buf) -> None:
-        self.b, self.words = b, buf.vec2
-
-    def __getitem__(self, k) -> Value:
-        return self.b.bitcast(self.words[k], F32X4)
-
-    def __setitem__(self, k, value: Value) -> None:
-        self.words[k] = self.b.bitcast(value, U64X2)
-
-
-class PackedHalfView:
-    """vec4<f32> elements of a bf16 or fp16 buffer declared as u64: 4 halves per 64-bit word (one load or
-    store per 4 values on lavapipe; the packing is elementwise.py's)."""
-
-    elem = F32X4
-
-    def __init__(self, b: KernelBuilder, buf, dtype: str) -> None:
-        self.b, self.words, self.dtype = b, buf, dtype
-
-    def __getitem__(self, k) -> Value:
-        return unpack_half4(self.b, self.words[k], self.dtype)
-
-    def __setitem__(self, k, value: Value) -> None:
-        self.words[k] = pack_half4(self.b, value, self.dtype)
+F32X4 = vec(f32, 4)
+# attention_common.py (another family's file) still builds its wide views under these names.
+PackedHalfView = WideView
 
 
 def device_info():
@@ -148,7 +117,7 @@ class RowLayout:
         f32 whatever the storage)."""
         dtype = self.dtypes[buf.binding]
         if self.wide:
-            return WideView(self.b, buf) if dtype == "f32" else PackedHalfView(self.b, buf, dtype)
+            return WideView(self.b, buf, dtype)
         return buf if self.vec == 1 else buf.vec4
 
     def reduce(self, value: Value, op: str = "sum") -> Value:
@@ -184,19 +153,26 @@ class RowLayout:
         """
         b = self.b
         if not self.cache:
-            # A loop with the same trip count in every invocation (lavapipe then runs it as plain SIMD
-            # code, not as a masked divergent loop), STREAM_UNROLL elements per trip.
-            span = self.width * STREAM_UNROLL
-            with b.for_range(0, (self.units + span - 1) / span) as block:
-                for u in range(STREAM_UNROLL):
-                    j = self.lane + block * span + self.width * u
-                    with b.if_(j < self.units):
-                        body(None, j)
+            self.stream(lambda _u, j: body(None, j))
             return
         for slot in range(self.cache):
             j = self.lane + self.width * slot
             with b.if_(j < self.units):
                 body(slot, j)
+
+    def stream(self, body: Callable[[int, Value], None]) -> None:
+        """Run body(u, j) for each of this invocation's elements j of a row, u = j's position 0..STREAM_UNROLL-1
+        within its loop trip (a kernel may keep one accumulator per u: STREAM_UNROLL shorter serial chains).
+
+        A loop with the same trip count in every invocation (lavapipe then runs it as plain SIMD code, not as
+        a masked divergent loop), STREAM_UNROLL elements per trip."""
+        b = self.b
+        span = self.width * STREAM_UNROLL
+        with b.for_range(0, (self.units + span - 1) / span) as block:
+            for u in range(STREAM_UNROLL):
+                j = self.lane + block * span + self.width * u
+                with b.if_(j < self.units):
+                    body(u, j)
 
     def registers(self, elem, init=None) -> list:
         """One function variable per cache slot (an empty list when streaming)."""
@@ -223,20 +199,13 @@ def _check_choice(choice) -> RowChoice:
     return choice
 
 
-def forced_choice() -> RowChoice:
-    """What is forced for the row kernels now (all fields None: nothing)."""
-    return selection.forced("rows") or RowChoice()
-
-
-def width_name(cols: int, info=None, forced: RowChoice | None = None) -> str:
-    """"scalar" for rows not a multiple of 4; else "u64x2" on CPUs with 64-bit integers, "vec4" elsewhere
-    (or the forced width)."""
-    forced = forced or forced_choice()
-    if forced.width == "scalar" or cols % 4:
+def width_name(cols: int, info, forced_width: str | None = None) -> str:
+    """"scalar" for rows not a multiple of 4; else the forced width, or "u64x2" on CPUs with 64-bit integers
+    and "vec4" elsewhere. Shared by the row rule and sum_rows' rule (same widths, each forced on its own)."""
+    if forced_width == "scalar" or cols % 4:
         return "scalar"
-    if forced.width is not None:
-        return forced.width
-    info = info or device_info()
+    if forced_width is not None:
+        return forced_width
     return "u64x2" if info.cpu_profile and info.int64 else "vec4"
 
 
@@ -257,13 +226,20 @@ def _subgroup_width(info) -> int:
     return min(SG_LOCAL, max(1, info.subgroup_size))
 
 
+def _fit_width(info) -> int:
+    """Lanes a register tier may count on per "sg" worker: the narrowest subgroup the driver may run (a
+    cached variant holds only cache x width elements of a row, so a narrower subgroup than assumed would
+    drop the rest)."""
+    return min(SG_LOCAL, max(1, info.min_subgroup_size))
+
+
 def _pick(info, units: int, cacheable: bool) -> tuple[str, int]:
     """(layout, cache) for rows of `units`: the first register tier the row fits, else streaming.
 
     CPUs always use "sg" (barriers are costly there). GPUs give a row to a subgroup while it fits in a
     few registers per invocation, then to a workgroup.
     """
-    sg = _subgroup_width(info)
+    sg = _fit_width(info)
     if info.cpu_profile:
         tiers, fallback = [("sg", r, sg) for r in CACHE_TIERS["sg"]], "sg"
     else:
@@ -280,11 +256,11 @@ def _choose(info, shape: tuple, dtype: str, forced: RowChoice | None) -> str:
     """shape = (rows, cols, cacheable): the variant for `rows` rows of length `cols` of dtype."""
     _rows, cols, cacheable = shape
     forced = forced or RowChoice()
-    width = width_name(cols, info, forced)
+    width = width_name(cols, info, forced.width)
     vec = 1 if width == "scalar" else 4
     if forced.layout is not None or forced.cache is not None:
         layout, cache = forced.layout or "sg", (forced.cache or 0) if cacheable else 0
-        lanes = _subgroup_width(info) if layout == "sg" else WG_LOCAL
+        lanes = _fit_width(info) if layout == "sg" else WG_LOCAL
         if cols // vec > cache * lanes:
             cache = 0  # a forced tier the row does not fit: stream
     else:

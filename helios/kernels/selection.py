@@ -3,14 +3,18 @@
 A family declares its rule once, next to its kernels:
 
     @selection.rule("matmul", choices=BLOCKS)
-    def _choose(info, shape, dtype, forced): ...   # -> the variant (or tiling) to launch
+    def _choose(info, shape, dtype, forced): ...   # -> the variant (or tiling, or plan) to launch
 
 `info` is the device's DeviceInfo, `shape` the family's own tuple of sizes (matmul: layout, M, N, K, batch;
 rows: rows, cols, cacheable; ...), `dtype` "f32", "bf16" or "fp16", and `forced` what tests, benchmarks or
 the tuner forced for the family (None: the rule decides; stored tuning results plug in inside the rule, as
-matmul's does). Op functions call `choose(family, shape, dtype)`; tests and benchmarks call
-`force(family, choice)` or use `forcing(family, choice)` as a context manager. No family keeps knobs of
-its own.
+matmul's does). Most rules return a variant name; a family whose choice also sets launch parameters
+returns a small plan (cross_entropy: variant and workgroup size; sum_rows: variant and pass count). Op
+functions call `choose(family, shape, dtype)`; tests and benchmarks call `force(family, choice)` or use
+`forcing(family, choice)` as a context manager. No family keeps knobs of its own: no `variant=`,
+`layout=` or `tiling=` arguments, no module constants patched by tests, and a rule never reads another
+family's forced choice (a family that follows another one's choices says so in its own rule).
+Rules read `info.cpu_profile` (the device class), never `info.is_cpu`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-Rule = Callable[[Any, tuple, str, Any], str]  # (device info, shape, dtype, forced) -> variant
+Rule = Callable[[Any, tuple, str, Any], Any]  # (device info, shape, dtype, forced) -> variant (or plan)
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,8 @@ def _family(name: str) -> Family:
     return _FAMILIES[name]
 
 
-def choose(family: str, shape: tuple, dtype: str = "f32", info=None) -> str:
-    """The variant `family` runs for `shape` in `dtype` on this device (or on `info`'s)."""
+def choose(family: str, shape: tuple, dtype: str = "f32", info=None):
+    """The variant (or plan) `family` runs for `shape` in `dtype` on this device (or on `info`'s)."""
     if info is None:
         from helios.device import get_device
 

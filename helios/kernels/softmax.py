@@ -15,7 +15,7 @@ import numpy as np
 
 from helios.kernels import rows as rowlib
 from helios.kernels.dtypes import NUMPY, io_dtype
-from helios.kernels.rows import FLT_MAX, horizontal, layout_of, row_grid, row_variants, rows_of
+from helios.kernels.rows import FLT_MAX, STREAM_UNROLL, horizontal, layout_of, row_grid, row_variants, rows_of
 from helios.kernels.spec import ROW_SHAPES, OpSpec, Tolerance, register, rows_and_cols
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant, f32
@@ -65,18 +65,28 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
 
             rl.each(store)
         else:
-            m = b.var(f32, -FLT_MAX)  # running max and sum of exp(x - max) of this invocation
-            s = b.var(f32, 0.0)
+            # A running max and sum of exp(x - max) per unrolled position: an invocation's elements feed
+            # STREAM_UNROLL independent chains, so a row's rounding error does not grow with its length per
+            # invocation (which is 4x longer on 4-lane subgroups than on 16-lane ones).
+            ms = [b.var(f32, -FLT_MAX) for _ in range(STREAM_UNROLL)]
+            ss = [b.var(f32, 0.0) for _ in range(STREAM_UNROLL)]
 
-            def online(_, j):
+            def online(u, j):
+                m, s = ms[u], ss[u]
                 xj = src[base + j]
                 m_new = b.max(m.value, horizontal(b, "max", xj))
                 s.value = s.value * b.exp(m.value - m_new) + horizontal(b, "sum", b.exp(xj - m_new))
                 m.value = m_new
 
-            rl.each(online)
-            row_max = rl.reduce(m.value, "max")
-            inv = 1.0 / rl.reduce(s.value * b.exp(m.value - row_max))
+            rl.stream(online)
+            mine = ms[0].value
+            for m in ms[1:]:
+                mine = b.max(mine, m.value)
+            row_max = rl.reduce(mine, "max")
+            total = ss[0].value * b.exp(ms[0].value - row_max)
+            for m, s in zip(ms[1:], ss[1:], strict=True):
+                total = total + s.value * b.exp(m.value - row_max)
+            inv = 1.0 / rl.reduce(total)
 
             def write(_, j):
                 dst[base + j] = b.exp(src[base + j] - row_max) * inv

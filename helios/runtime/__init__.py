@@ -13,14 +13,17 @@ from helios.runtime.context import (
     flush,
     get_runtime,
     launch,
+    max_tensor_bytes,
     reset_counters,
     set_runtime,
     sync,
 )
+from helios.runtime.readback import Readback
 from helios.runtime.tensor import Tensor, copy, empty, fill, from_numpy, full, zeros
 from helios.runtime.timing import Timing, time_ms, timed
 
 __all__ = [
-    "Runtime", "Tensor", "Timing", "configure", "copy", "counters", "empty", "fill", "flush", "from_numpy",
-    "full", "get_runtime", "launch", "reset_counters", "set_runtime", "sync", "time_ms", "timed", "zeros",
+    "Readback", "Runtime", "Tensor", "Timing", "configure", "copy", "counters", "empty", "fill", "flush", "from_numpy",
+    "full", "get_runtime", "launch", "max_tensor_bytes", "reset_counters", "set_runtime", "sync", "time_ms", "timed",
+    "zeros",
 ]

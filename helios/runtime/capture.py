@@ -3,7 +3,7 @@
     with Capture() as step:          # records (and then runs) the work once, into a reusable command buffer
         run_step(inputs)
     inputs_buffer.write(next_batch)  # per-step values live in fixed device buffers, written before a replay
-    step.replay()                    # one vkQueueSubmit, one timeline signal, 0 dispatches recorded
+    step.replay()                    # queued for the next vkQueueSubmit; 0 dispatches recorded
 
 What a capture holds: its command buffer (barriers, pipelines, descriptors and push constants as recorded)
 and a pin on every pool region a captured command touched, so no captured region goes to another tensor
@@ -54,62 +54,38 @@ class Capture:
         self._saved = (rec.flush_threshold, rec.eager_flush)
         self._slot = rec.begin_capture()
         rec.configure(flush_threshold=_NO_FLUSH, eager_flush=0)
-        counters = self.runtime.counters
-        start = counters.dispatches
-        pins, touched, dispatch = self._pins, self._touched, rec.dispatch
+        self._start = self.runtime.counters.dispatches
         self.runtime.pool.capture = next(_capture_ids)  # regions acquired from now on may be reused inside
+        rec.observer = self  # the recorder reports what each command touches, and asks before a host read
+        return self
 
-        def touch(s):
-            key = s.key
-            if key not in pins:
-                pins[key] = (s.pool, s.region)
-                s.pool.pin(s.region)
-            touched[key] = weakref.ref(s)
+    # -- the recorder's observer (CommandRecorder.observer) --------------------------------------------
+    def touch(self, storage) -> None:
+        """A captured command uses `storage`: pin its region for the replays."""
+        key = storage.key
+        if key not in self._pins:
+            self._pins[key] = (storage.pool, storage.region)
+            storage.pool.pin(storage.region)
+        self._touched[key] = weakref.ref(storage)
 
-        def capturing_dispatch(pipe, buffers, push, gx, gy, gz):
-            for t in buffers:
-                s = getattr(t, "_storage", None)
-                if s is not None:
-                    touch(s)
-            dispatch(pipe, buffers, push, gx, gy, gz)
+    def touch_tensors(self, tensors) -> None:
+        for t in tensors:
+            s = getattr(t, "_storage", None)
+            if s is not None:
+                self.touch(s)
 
-        def no_flush():
-            raise HeliosError("a host read or sync inside a capture scope: a captured step must not read "
-                              "device data on the host; move the read after the scope")
-
-        fill, copy = rec.fill, rec.copy
-
-        def capturing_fill(storage, lo, nbytes, word):
-            touch(storage)
-            fill(storage, lo, nbytes, word)
-
-        def capturing_copy(src, src_lo, dst, dst_lo, nbytes):
-            touch(src)
-            touch(dst)
-            copy(src, src_lo, dst, dst_lo, nbytes)
-
-        def no_upload(storage, offset, data):
+    def refuse_host_access(self, what: str) -> None:
+        """A host read, sync or upload inside the scope: refused (it would split or freeze the capture)."""
+        if what == "upload":
             raise HeliosError("host data uploaded inside a capture scope would be frozen into every replay (and "
                               "its staging copy reused): create the tensor before the scope and write each "
                               "replay's values with Capture.write_input")
-
-        self._start = start
-        # Instance attributes already there (a test's wrappers) come back at the end of the scope.
-        self._restore = [(obj, name, vars(obj).get(name)) for obj, name in (
-            (self.runtime, "upload"), (rec, "fill"), (rec, "copy"), (rec, "dispatch"), (rec, "flush"))]
-        self.runtime.upload = no_upload
-        rec.fill, rec.copy = capturing_fill, capturing_copy
-        rec.dispatch = capturing_dispatch  # instance attributes shadow the methods for the scope only
-        rec.flush = no_flush
-        return self
+        raise HeliosError("a host read or sync inside a capture scope: a captured step must not read "
+                          "device data on the host; move the read after the scope")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         rec = self.runtime.recorder
-        for obj, name, value in self._restore:
-            if value is None:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, value)
+        rec.observer = None
         self.dispatches = self.runtime.counters.dispatches - self._start
         try:
             rec.end_capture()
@@ -135,7 +111,9 @@ class Capture:
 
     # -- replay ----------------------------------------------------------------------------------
     def replay(self) -> int:
-        """Resubmit the captured commands after everything recorded so far; returns the timeline value."""
+        """Queue the captured commands after everything recorded so far; returns their timeline value. They are
+        submitted with the next flush (a host read or wait that needs them), with any other queued work in
+        one vkQueueSubmit."""
         if self._slot is None:
             raise HeliosError("nothing is captured (the capture failed or was closed)")
         self.replays += 1

@@ -29,10 +29,16 @@ class Runtime:
 
     def __init__(self, device=None, *, zero_copy: bool | None = None, push_descriptors: bool | None = None,
                  flush_threshold: int = 1024, block_size: int | None = None, persist_pipelines: bool = True,
-                 memory_budget: int | None = None):
+                 memory_budget: int | None = None, verify_subgroups: bool = True):
         self.device = device = device or get_device()
         info = device.info
         self.info = info
+        # Before any kernel: refuse a device whose subgroups are not what it reports (helios.subgroup_probe).
+        self.subgroups = None
+        if verify_subgroups:
+            from helios import subgroup_probe
+
+            self.subgroups = subgroup_probe.verify(device)
         self.counters = Counters()
         self.recorder = CommandRecorder(device, self.counters, flush_threshold=flush_threshold,
                                         push_descriptors=push_descriptors)
@@ -118,6 +124,10 @@ class Runtime:
                                 (time.perf_counter() - t0) * 1000.0)
         return entry
 
+    def set_compile_listener(self, callback: Callable[[str, int, float], None] | None) -> None:
+        """Call `callback(kernel, pipelines so far, ms)` after each new pipeline (None: stop)."""
+        self.on_compile = callback
+
     def launch(self, kernel_or_module, buffers: Sequence, push: Mapping[str, Any] | None = None,
                grid=(1, 1, 1), spec: Mapping[str, Any] | None = None, variant: str | None = None) -> None:
         """Record one dispatch; see `helios.runtime.launch`."""
@@ -166,6 +176,8 @@ class Runtime:
 
     def upload(self, storage: Storage, offset: int, data: np.ndarray) -> None:
         """Write host bytes into a storage that no pending device work uses (a fresh one)."""
+        if self.recorder.observer is not None:
+            self.recorder.observer.refuse_host_access("upload")
         flat = data.reshape(-1).view(np.uint8)
         if self.zero_copy:
             if storage.last_use > self.recorder.completed:  # a region reused while its old work is pending
@@ -386,6 +398,11 @@ def flush() -> None:
 def counters() -> dict[str, Any]:
     """dispatches, submits, barriers, host_waits, fills, copies, uploads, downloads and pool statistics."""
     return (_runtime or get_runtime()).stats()
+
+
+def max_tensor_bytes() -> int:
+    """The most bytes one tensor may span on the current device (maxStorageBufferRange, within one allocation)."""
+    return (_runtime or get_runtime()).pool.max_tensor
 
 
 def reset_counters() -> None:

@@ -2,19 +2,21 @@
 
 One pipeline serves every tensor: buffers are bound per dispatch (push descriptors where the device has
 them) and shapes travel in push constants. Pipelines are created through a VkPipelineCache that is loaded
-from and saved to `helios.env.cache_dir()`, in a file named after the device and driver (vendor id, device
-id, driver version, pipelineCacheUUID), so a second start skips the driver's shader compiler where the
-driver caches anything.
+from and saved to `helios.env.cache_dir()`, in a file named by `cache_key`: everything that changes compiled
+code (device, driver version and build, pipelineCacheUUID, the subgroup size, lavapipe's vector width), so a
+second start skips the driver's shader compiler where the driver caches anything, and never runs a binary
+compiled for another setting.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from helios import env
+from helios import driver, env
 from helios.errors import HeliosError
 
 
@@ -29,13 +31,26 @@ class Pipeline:
         return f"Pipeline({self.name!r}, bindings={self.nbind}, push={self.push_size}B)"
 
 
-def cache_file(device) -> Path:
-    """Where the VkPipelineCache of this device and driver lives."""
+def cache_key(device) -> str:
+    """A file-name-safe key holding everything that changes the code a driver compiles for this device.
+
+    pipelineCacheUUID and the driver version are the driver's own key, but lavapipe keeps both when
+    LP_NATIVE_VECTOR_WIDTH changes its subgroup size, and a driver build is not always a version bump: so the
+    reported subgroup sizes, a digest of the driver's name, build string and device name, and lavapipe's vector
+    width are in it too."""
     info = device.info
     props = device.vk.vkGetPhysicalDeviceProperties(device.physical)
     uuid = bytes(device.ffi.buffer(props.pipelineCacheUUID, 16)).hex()
-    name = f"{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:x}-{uuid}.bin"
-    return env.cache_dir() / "pipelines" / name
+    build = hashlib.sha256(f"{info.driver_name}\n{info.driver_info}\n{info.name}".encode()).hexdigest()[:12]
+    subgroups = f"sg{info.subgroup_size}-{info.min_subgroup_size}-{info.max_subgroup_size}"
+    width = driver.lavapipe_vector_width(info)
+    lavapipe = f"-lpw{width}" if width is not None else ""
+    return f"{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:x}-{uuid}-{build}-{subgroups}{lavapipe}"
+
+
+def cache_file(device) -> Path:
+    """Where the VkPipelineCache of this device and driver lives."""
+    return env.cache_dir() / "pipelines" / f"{cache_key(device)}.bin"
 
 
 class PipelineCache:
@@ -260,14 +275,19 @@ class PipelineCache:
         if self.lib.vkGetPipelineCacheData(dev, self.handle, size, data) != self.vk.VK_SUCCESS:
             return None
         blob = bytes(ffi.buffer(data, size[0]))
+        if env.cache_problem() is not None:
+            return None  # an unwritable cache directory only costs start-up time (front ends warn once)
+        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
             os.replace(tmp, self.path)  # atomic: a concurrent start never reads half a file
-        except OSError:
-            return None  # a read-only cache directory only costs start-up time
+        except OSError:  # e.g. the disk filled up: no half-written temp file stays behind
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            return None
         self._dirty = False
         return self.path
 

@@ -128,6 +128,10 @@ class CommandRecorder:
         self.pending = 0  # dispatches recorded in the open command buffer
         self._barrier_next = False  # start the next command buffer with a barrier (hazard state trimmed)
         self._now = None  # command buffer, fence and submit info of copy_now, made on first use
+        self._queued: list = []  # ended command buffers (batches, captures) not yet submitted, in order
+        # While a capture records (helios.runtime.capture): told what each command touches, and asked before
+        # anything submits or reads on the host (touch, touch_tensors, refuse_host_access).
+        self.observer = None
         # region key -> (starts, ends): sorted, disjoint byte ranges written / read since the last barrier
         self._writes: dict[int, tuple[list[int], list[int]]] = {}
         self._reads: dict[int, tuple[list[int], list[int]]] = {}
@@ -211,7 +215,15 @@ class CommandRecorder:
         return slot.cb
 
     def flush(self) -> None:
-        """Submit the open command buffer (if anything is recorded); does not wait."""
+        """Submit the open command buffer and the captured ones queued behind it, in one vkQueueSubmit that
+        signals the last timeline value they were given; does not wait."""
+        if self.observer is not None:
+            self.observer.refuse_host_access("flush")
+        self._close_open()
+        self._submit_queued()
+
+    def _close_open(self) -> None:
+        """End the open command buffer and queue it for the next submit under its timeline value."""
         cb = self._cb
         if cb is None:
             return
@@ -219,24 +231,43 @@ class CommandRecorder:
         lib.vkCmdPipelineBarrier(cb, self._stages, self.vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
                                  self._host_barrier, 0, self._null, 0, self._null)
         self._check(lib.vkEndCommandBuffer(cb), "vkEndCommandBuffer")
-        value = self.open_value
-        self._signal_value[0] = value
-        self._cbs[0] = cb
-        self._check(lib.vkQueueSubmit(self.device.queue, 1, self._submit, self._null), "vkQueueSubmit")
         slot = self._slot
-        slot.value = value
+        slot.value = self.open_value
         self._in_flight.append(slot)
-        self.submitted = value
-        self.open_value = value + 1
+        self._queued.append(cb)
+        self.open_value += 1
         self._cb = self._slot = self._bound = None
         self._desc_layout = self._desc_data = self._push_layout = self._push_bytes = None
         self.pending = 0
         self._check_at = self._first_check()
-        self.counters.submits += 1
         # Hazard state carries over: a barrier's scope covers earlier submits on the queue, so the first
         # dependent command of the next batch still gets its barrier. Bound it when it grows large.
         if len(self._writes) + len(self._reads) > 4096:
             self._barrier_next = True
+
+    def _submit_queued(self) -> None:
+        """One vkQueueSubmit of every queued command buffer, in order. Timeline values only grow, so signalling
+        the last one also passes every earlier value a waiter may ask for."""
+        queued = self._queued
+        if not queued:
+            return
+        value = self.open_value - 1
+        self._signal_value[0] = value
+        if len(queued) == 1:
+            self._cbs[0] = queued[0]
+            self._submit.commandBufferCount, self._submit.pCommandBuffers = 1, self._cbs
+            self._check(self.lib.vkQueueSubmit(self.device.queue, 1, self._submit, self._null), "vkQueueSubmit")
+        else:
+            cbs = self.ffi.new("VkCommandBuffer[]", queued)
+            self._submit.commandBufferCount, self._submit.pCommandBuffers = len(queued), cbs
+            try:
+                self._check(self.lib.vkQueueSubmit(self.device.queue, 1, self._submit, self._null),
+                            "vkQueueSubmit")
+            finally:
+                self._submit.commandBufferCount, self._submit.pCommandBuffers = 1, self._cbs
+        queued.clear()
+        self.submitted = value
+        self.counters.submits += 1
 
     # -- capture (helios.runtime.capture) ----------------------------------------------------------
     def begin_capture(self):
@@ -269,16 +300,16 @@ class CommandRecorder:
         self._barrier_next = True
 
     def submit_captured(self, cb) -> int:
-        """Submit a captured command buffer after the open batch, signalling the next timeline value."""
-        self.flush()
+        """Queue a captured command buffer after the open batch under the next timeline value; it is submitted
+        with whatever follows it at the next flush (a host wait for its value flushes), so a replayed training
+        step is one vkQueueSubmit however many captures it replays."""
+        self._close_open()
+        if cb in self._queued:  # a command buffer may not be in one submit twice (no simultaneous use)
+            self._submit_queued()
         value = self.open_value
-        self._signal_value[0] = value
-        self._cbs[0] = cb
-        self._check(self.lib.vkQueueSubmit(self.device.queue, 1, self._submit, self._null), "vkQueueSubmit")
-        self.submitted = value
+        self._queued.append(cb)
         self.open_value = value + 1
         self._barrier_next = True
-        self.counters.submits += 1
         return value
 
     def destroy_slot(self, slot) -> None:
@@ -374,6 +405,8 @@ class CommandRecorder:
                 desc += d
         except AttributeError:
             raise _bad_buffer(buffers) from None
+        if self.observer is not None:
+            self.observer.touch_tensors(buffers)
         lib = self.lib
         if hazard:  # _record_barrier, inlined: the dependent-chain hot path
             if self._sync2:
@@ -439,6 +472,8 @@ class CommandRecorder:
     def fill(self, storage, lo: int, nbytes: int, word: int) -> None:
         """Record vkCmdFillBuffer of the 32-bit `word` over buffer bytes [lo, lo + nbytes)."""
         cb = self._cb if self._cb is not None else self._begin()
+        if self.observer is not None:
+            self.observer.touch(storage)
         self._access(cb, (), ((storage, lo, lo + nbytes),))
         self.lib.vkCmdFillBuffer(cb, storage.buffer, lo, nbytes, word)
         self.counters.fills += 1
@@ -446,6 +481,9 @@ class CommandRecorder:
     def copy(self, src, src_lo: int, dst, dst_lo: int, nbytes: int) -> None:
         """Record vkCmdCopyBuffer of `nbytes` from src's buffer bytes to dst's."""
         cb = self._cb if self._cb is not None else self._begin()
+        if self.observer is not None:
+            self.observer.touch(src)
+            self.observer.touch(dst)
         self._access(cb, ((src, src_lo, src_lo + nbytes),), ((dst, dst_lo, dst_lo + nbytes),))
         region = self.ffi.new("VkBufferCopy*")
         region.srcOffset, region.dstOffset, region.size = src_lo, dst_lo, nbytes
@@ -464,7 +502,10 @@ class CommandRecorder:
         flushes only what it depends on). The copy starts after everything submitted before it (a leading
         barrier), and it has finished when this returns, so it needs no timeline value or hazard entry.
         """
+        if self.observer is not None:
+            self.observer.refuse_host_access("read")
         vk, lib, dev = self.vk, self.lib, self.device.device
+        self._submit_queued()  # queued captured work comes first on the queue, as recorded
         if self._now is None:
             slot = self._new_slot()
             self._slot_count -= 1  # not part of the recycled ring

@@ -34,7 +34,7 @@ def _loss_and_grads(model: GPT, mode: str) -> tuple[float, np.ndarray]:
     model.checkpoint_activations = mode
     model.zero_grad()
     x, y = _batch()
-    loss = model(autograd.tensor(x), autograd.tensor(y), forward_index=5)
+    loss = model(x, y, forward_index=5)
     loss.backward()
     return loss.item(), model.arena.grads.numpy().copy()
 

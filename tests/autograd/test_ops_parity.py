@@ -158,7 +158,7 @@ def test_embedding(with_pos):
     inputs = [_rand((29, 12), 26)] + ([_rand((11, 12), 27)] if with_pos else [])
 
     def mine(table, *pos):
-        return F.embedding(autograd.tensor(ids), table, pos[0] if pos else None)
+        return F.embedding(autograd.tensor(ids), table, pos[0] if pos else None, host_ids=ids)
 
     def ref(table, *pos):
         out = table[torch.tensor(ids, dtype=torch.long)]

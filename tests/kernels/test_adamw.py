@@ -28,6 +28,7 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
+@pytest.mark.subgroup("grad_norm_partial", "grad_norm_finish")
 @pytest.mark.parametrize("n", [1, 3, 4, 7, 4097, 100_003])
 def test_grad_norm(n):
     g = np.random.default_rng(n).standard_normal(n).astype(np.float32)
@@ -37,11 +38,13 @@ def test_grad_norm(n):
     np.testing.assert_allclose(clip.numpy()[0], ref_clip, rtol=1e-5)
 
 
-@pytest.mark.parametrize("layout", [(1, False), (5, False), (3, True)])
-def test_grad_norm_layouts(layout):
-    """Both first-stage layouts (shared-memory merge / one partial per invocation) on any device."""
+@pytest.mark.parametrize("layout", [("shared", 1), ("shared", 5), ("lanes", 3), "lanes", "shared"])
+def test_grad_norm_layouts(layout, force):
+    """Both first-stage layouts (shared-memory merge / one partial per invocation), forced through the
+    "grad_norm" selection family with and without a workgroup count, on any device."""
+    force("grad_norm", layout)
     g = np.random.default_rng(7).standard_normal(70_001).astype(np.float32)
-    norm, clip = A.grad_norm(rt.from_numpy(g), max_norm=1000.0, layout=layout)
+    norm, clip = A.grad_norm(rt.from_numpy(g), max_norm=1000.0)
     ref_norm, ref_clip = A.reference_grad_norm(g, 1000.0)
     np.testing.assert_allclose(norm.numpy()[0], ref_norm, rtol=1e-5)
     np.testing.assert_allclose(clip.numpy()[0], ref_clip, rtol=1e-6)

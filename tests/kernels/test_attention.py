@@ -6,6 +6,8 @@ a sum); backward 1e-4 relative to the largest gradient (sums of T products of re
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -16,13 +18,16 @@ from helios.spirv import validate
 
 VARIANTS = list(A.VARIANTS)  # the f32 base variants; the half ones: test_half_attention.py
 KERNELS = [A.ATTENTION_FORWARD, A.ATTENTION_BACKWARD_PRE, A.ATTENTION_BACKWARD_DQ, A.ATTENTION_BACKWARD_DKV]
+# The cases CI runs again at subgroup sizes 4 and 16 (`-m subgroup`): one head dim (one set of pipelines), T past
+# a whole number of key steps, GQA; rowwise broadcasts and tiled shuffles both depend on the subgroup size.
+SUBGROUP = pytest.mark.subgroup("attention_forward", "attention_backward_dq", "attention_backward_dkv")
 
 # (B, T, H, Hkv, D, causal, softcap, dropout_p)
 FORWARD_CASES = [
     (2, 1, 2, 2, 32, True, 0.0, 0.0),
     (1, 7, 2, 1, 48, True, 0.0, 0.0),
     (2, 64, 2, 2, 64, True, 0.0, 0.0),
-    (1, 129, 2, 2, 32, True, 0.0, 0.0),
+    pytest.param((1, 129, 2, 2, 32, True, 0.0, 0.0), marks=SUBGROUP),
     (1, 129, 4, 2, 48, True, 0.0, 0.0),  # GQA
     (2, 7, 2, 2, 64, False, 0.0, 0.0),
     (1, 64, 2, 1, 32, True, 3.0, 0.0),  # softcap
@@ -35,7 +40,7 @@ FORWARD_CASES = [
 BACKWARD_CASES = [  # few distinct (head dim, flags) combinations: each one compiles three pipelines
     (2, 1, 2, 2, 32, True, 0.0, 0.0),
     (1, 7, 2, 1, 48, True, 0.0, 0.0),
-    (1, 129, 4, 2, 32, True, 0.0, 0.0),  # GQA: dK/dV summed over 2 query heads
+    pytest.param((1, 129, 4, 2, 32, True, 0.0, 0.0), marks=SUBGROUP),  # GQA: dK/dV summed over 2 query heads
     (2, 33, 2, 2, 48, False, 4.0, 0.0),  # softcap, not causal
     (1, 64, 4, 1, 64, True, 0.0, 0.2),  # dropout, multi-query
     (1, 40, 2, 1, 128, True, 2.5, 0.1),
@@ -173,5 +178,19 @@ def test_rejects_bad_arguments(bad):
                           args["head_dim"], dropout_p=args["dropout_p"])
 
 
+@pytest.mark.subgroup("attention_forward")
 def test_variant_choice_follows_the_device(device):
-    assert selection.choose("attention", (64,)) == ("rowwise" if device.info.cpu_profile else "tiled")
+    info = device.info
+    want = "rowwise" if info.cpu_profile or not A.tiled_fits(info) else "tiled"
+    assert selection.choose("attention", (64,)) == want
+
+
+def test_tiled_needs_subgroups_as_wide_as_its_lanes_per_row():
+    """A row's 4 tiled lanes sum their dots with subgroup shuffles: narrower subgroups get rowwise, even forced."""
+    def choose(min_subgroup_size, forced=None):
+        with selection.forcing("attention", forced):
+            info = SimpleNamespace(cpu_profile=False, min_subgroup_size=min_subgroup_size)
+            return selection.choose("attention", (64,), info=info)
+
+    assert choose(4) == choose(32) == choose(4, "tiled") == "tiled"
+    assert choose(2) == choose(2, "tiled") == choose(4, "rowwise") == "rowwise"

@@ -16,6 +16,8 @@ from helios.spirv import validate
 
 KERNELS = [C.CROSS_ENTROPY_COUNT, C.CROSS_ENTROPY_ROWS, C.CROSS_ENTROPY_MEAN]
 # (rows, vocab): rows of 1, 7, 33; vocab 517 / 50257 take the scalar variant, 4096 / 12 vec4
+# CI runs the default and the subgroup row layout again at subgroup sizes 4 and 16 (`-m subgroup`).
+SUBGROUP = pytest.mark.subgroup("cross_entropy_rows", "cross_entropy_count", "cross_entropy_mean")
 CASES = [(1, 1), (7, 5), (33, 12), (7, 517), (3, 4096), (2, 50257), (513, 33)]
 
 
@@ -44,19 +46,20 @@ def test_against_reference(rows, vocab, grad_scale):
     np.testing.assert_allclose(dlogits.numpy(), ref_d, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("layout", [("", 128), ("", 32), ("_subgroup", None)])
+@pytest.mark.parametrize("layout", [pytest.param("workgroup", marks=SUBGROUP), ("workgroup", 32),
+                                    pytest.param("subgroup", marks=SUBGROUP)])
 @pytest.mark.parametrize("rows,vocab", [(7, 517), (3, 4096), (33, 5)])
-def test_row_layouts(layout, rows, vocab):
-    """Both row layouts (a workgroup with a shared-memory merge, one subgroup per row) on any device."""
+def test_row_layouts(layout, rows, vocab, force):
+    """Both row layouts (a workgroup with a shared-memory merge, one subgroup per row), forced through the
+    "cross_entropy" selection family, on any device."""
     from helios.device import get_device
 
     info = get_device().info
-    if layout[1] is None:
-        if not info.min_subgroup_size == info.max_subgroup_size == info.subgroup_size:
-            pytest.skip("the subgroup layout needs a fixed subgroup size")
-        layout = (layout[0], info.subgroup_size)
+    if layout == "subgroup" and not info.min_subgroup_size == info.max_subgroup_size == info.subgroup_size:
+        pytest.skip("the subgroup layout needs a fixed subgroup size")
+    force("cross_entropy", layout)
     logits, targets = _case(rows, vocab, seed=6)
-    loss, dlogits = C.cross_entropy(rt.from_numpy(logits), rt.from_numpy(targets), layout=layout)
+    loss, dlogits = C.cross_entropy(rt.from_numpy(logits), rt.from_numpy(targets))
     ref_loss, ref_d = C.reference(logits.astype(np.float64), targets)
     np.testing.assert_allclose(loss.numpy()[0], ref_loss, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(dlogits.numpy(), ref_d, rtol=1e-4, atol=1e-6)

@@ -170,8 +170,9 @@ SHAPES = [(1,), (7,), (1, 1), (1, 4097), (7, 33), (33, 8), (513, 7), (2, 3, 12),
 
 
 @pytest.mark.parametrize("axis", [-1, None], ids=["last", "all"])
-def test_reductions(layout, half, axis):
+def test_reductions(layout, half, axis, force):
     """Half inputs reduce in f32 and give f32 results (the f32 tests' tolerances: the inputs are exact)."""
+    force("reduce_all", "scalar" if layout[1] == "scalar" else "vec4")  # axis=None: the reduce_all family
     rng = np.random.default_rng(0)
     for shape in SHAPES:
         x = _rounded(rng.standard_normal(shape), half)
@@ -195,13 +196,12 @@ def test_reduce_all_two_stage(half, n):
     np.testing.assert_array_equal(R.reduce_max(t, axis=None).numpy(), [x64.max()])
 
 
-@pytest.mark.parametrize("single_pass", [R.SINGLE_PASS, 0], ids=["one-pass", "two-stage"])
+@pytest.mark.parametrize("two_stage", [False, True], ids=["one-pass", "two-stage"])
 @pytest.mark.parametrize("width", ["u64x2", "vec4", "scalar"])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (65, 7), (513, 64), (3000, 36), (33, 4100)])
-def test_sum_rows_half_into_f32(shape, width, single_pass, half, monkeypatch, force):
+def test_sum_rows_half_into_f32(shape, width, two_stage, half, force):
     """Bias gradients: column sums of a half [M, N] into f32, fresh and accumulated into an arena view."""
-    force("rows", RW.RowChoice(width=width))
-    monkeypatch.setattr(R, "SINGLE_PASS", single_pass)
+    force("sum_rows", R.SumRowsChoice(width, two_stage))
     x = _rounded(np.random.default_rng(4).standard_normal(shape), half)
     want = R.reference_sum_rows(_wide(x))
     atol = 1e-5 * np.sqrt(shape[0])

@@ -23,8 +23,22 @@ SPECS = specs()
 FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS]}
 
 
+# Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`): a register tier (its fit counts subgroup
+# lanes) and streaming over a subgroup for every row op, and a workgroup per row (subgroup partials merged in shared
+# memory: RowLayout.reduce, the same code in every row op) for softmax, whose pipelines JIT fastest.
+SUBGROUP_CHOICES = [RowChoice("sg", "u64x2", 4), RowChoice("sg", "scalar", 0)]
+SUBGROUP_WG = ("softmax", RowChoice("wg", "vec4", 4))
+
+
 def _id(x) -> str:
     return layout_id(x) if isinstance(x, RowChoice) else getattr(x, "name", x)
+
+
+def _forced_cases() -> list:
+    """(spec, forced choice) pairs; the row ops' SUBGROUP_CHOICES carry the subgroup mark."""
+    return [pytest.param(s, c, marks=pytest.mark.subgroup(*(k.name for k in s.kernels)))
+            if s.family == "rows" and (c in SUBGROUP_CHOICES or (s.name, c) == SUBGROUP_WG) else (s, c)
+            for s in SPECS for c in FORCED[s.family]]
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for s in SPECS for k in s.kernels for v in k.variants], ids=_id)
@@ -32,7 +46,7 @@ def test_spirv_valid(kernel, variant):
     validate(kernel.module(variant).words)
 
 
-@pytest.mark.parametrize("spec,choice", [(s, c) for s in SPECS for c in FORCED[s.family]], ids=_id)
+@pytest.mark.parametrize("spec,choice", _forced_cases(), ids=_id)
 def test_forward_and_backward_against_reference(spec, choice, force):
     force(spec.family, choice)
     rng = np.random.default_rng(0)

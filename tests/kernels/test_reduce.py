@@ -27,8 +27,10 @@ def test_spirv_valid(kernel, variant):
 layout = layout_fixture([("sg", "vec4"), ("sg", "scalar"), ("sg", "u64x2"), ("wg", "vec4"), ("wg", "scalar")])
 
 
+@pytest.mark.subgroup("reduce_rows", "reduce_all")
 @pytest.mark.parametrize("axis", [-1, None], ids=["last", "all"])
-def test_last_axis_and_all(layout, axis):
+def test_last_axis_and_all(layout, axis, force):
+    force("reduce_all", "scalar" if layout[1] == "scalar" else "vec4")  # axis=None: the reduce_all family
     rng = np.random.default_rng(0)
     for shape in SHAPES:
         x = rng.standard_normal(shape).astype(np.float32)
@@ -58,6 +60,7 @@ def test_many_rows_grid_stride(monkeypatch):
     np.testing.assert_allclose(R.reduce_sum(rt.from_numpy(x)).numpy(), x.sum(-1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.subgroup("reduce_all")
 @pytest.mark.parametrize("n", [4 * 4096 + 3, 100_003])
 def test_all_two_stage(n):
     """Sizes that take the partials-then-one-workgroup path (vec4 body plus a scalar tail)."""
@@ -69,12 +72,11 @@ def test_all_two_stage(n):
     np.testing.assert_array_equal(R.reduce_max(t, axis=None).numpy(), [x.max()])
 
 
-@pytest.mark.parametrize("single_pass", [R.SINGLE_PASS, 0], ids=["one-pass", "two-stage"])
+@pytest.mark.parametrize("two_stage", [False, True], ids=["one-pass", "two-stage"])
 @pytest.mark.parametrize("width", ["u64x2", "vec4", "scalar"])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (64, 12), (65, 7), (513, 4097 // 64), (3000, 36), (4097, 5)])
-def test_sum_rows(shape, width, single_pass, monkeypatch, force):
-    force("rows", RW.RowChoice(width=width))
-    monkeypatch.setattr(R, "SINGLE_PASS", single_pass)
+def test_sum_rows(shape, width, two_stage, force):
+    force("sum_rows", R.SumRowsChoice(width, two_stage))
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     want = R.reference_sum_rows(x.astype(np.float64))
     got = R.sum_rows(rt.from_numpy(x)).numpy()
@@ -82,9 +84,9 @@ def test_sum_rows(shape, width, single_pass, monkeypatch, force):
 
 
 @pytest.mark.parametrize("rows", [5, 700])
-def test_sum_rows_accumulate_into_view(rows, monkeypatch):
+def test_sum_rows_accumulate_into_view(rows, force):
     """out= a view inside a larger arena, with accumulate=True adding to what is there."""
-    monkeypatch.setattr(R, "SINGLE_PASS", 0)
+    force("sum_rows", R.SumRowsChoice(two_stage=True))
     cols = 12
     x = np.random.default_rng(5).standard_normal((rows, cols)).astype(np.float32)
     arena = np.arange(40, dtype=np.float32)
@@ -115,9 +117,9 @@ def test_rejects_other_axes():
 
 
 @pytest.mark.parametrize("rows,cols", [(7, 12), (300, 12), (300, 13)])
-def test_column_sums_of_two_blocks(rows, cols, monkeypatch):
+def test_column_sums_of_two_blocks(rows, cols, force):
     """sum_rows_into with two blocks of one buffer into two outputs (one pass), single and two-stage."""
-    monkeypatch.setattr(R, "SINGLE_PASS", 0)
+    force("sum_rows", R.SumRowsChoice(two_stage=True))
     rng = np.random.default_rng(7)
     gap = 20  # elements between the blocks (keeps the vec4 form where cols % 4 == 0)
     x = rng.standard_normal(2 * rows * cols + gap).astype(np.float32)

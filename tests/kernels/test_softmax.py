@@ -45,13 +45,13 @@ def test_variant_choice():
     def choose(rows, cols, **info):
         return selection.choose("rows", (rows, cols, True), info=SimpleNamespace(int64=True, **info))
 
-    cpu = {"cpu_profile": True, "subgroup_size": 8}
+    cpu = {"cpu_profile": True, "subgroup_size": 8, "min_subgroup_size": 8}
     assert choose(1024, 256, **cpu) == "sg_u64x2_reg8"
     assert choose(1024, 33, **cpu) == "sg_scalar_reg8"
     assert choose(3, 1024, **cpu) == "sg_u64x2_reg32"
     assert choose(3, 4097, **cpu) == "sg_scalar"
     assert choose(3, 4096, **cpu) == "sg_u64x2"
-    gpu = {"cpu_profile": False, "subgroup_size": 32}
+    gpu = {"cpu_profile": False, "subgroup_size": 32, "min_subgroup_size": 32}
     assert choose(3, 256, **gpu) == "sg_vec4_reg4"
     assert choose(3, 4096, **gpu) == "wg_vec4_reg4"
     assert choose(3, 8192, **gpu) == "wg_vec4"
@@ -60,6 +60,7 @@ def test_variant_choice():
         selection.force("rows", RW.RowChoice(width="vec8"))
 
 
+@pytest.mark.subgroup("softmax")
 def test_long_rows_many_rows():
     """513 rows of 4097 (odd row length: scalar variant) and a 3-D input."""
     x, dy = _data(513, 4097)
@@ -75,6 +76,7 @@ def test_extreme_values():
     np.testing.assert_allclose(got, S.reference(x.astype(np.float64)), atol=1e-7)
 
 
+@pytest.mark.subgroup("softmax", "softmax_backward")
 def test_matches_torch():
     torch = pytest.importorskip("torch")
     x, dy = _data(33, 65, seed=3)

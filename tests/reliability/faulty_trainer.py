@@ -4,6 +4,7 @@ RELIABILITY_FAULTS (comma-separated; read only here, never by library code) pick
 - `no_timeline`: the device reports no timeline semaphores (a pre-Vulkan-1.2 driver);
 - `device_mb=N`: device memory allocations fail once the device pool would hold more than N MiB (a small GPU);
 - `enospc_after=N`: the checkpoint writer's N+1-th file write stops half-way with ENOSPC (a disk filling up);
+- `val_enospc`: saving the run's validation tokens (numpy.save) stops half-way with ENOSPC;
 - `deterministic`: the embedding backward uses its deterministic "scan" variant instead of float atomics, so
   helios training is bit-reproducible (see docs/RELIABILITY.md).
 """
@@ -58,10 +59,20 @@ def enospc_after(value: str) -> None:
     checkpoint._write_file = filling
 
 
-def deterministic() -> None:
-    import helios.kernels.embedding as embedding
+def val_enospc() -> None:
+    import numpy as np
 
-    embedding.scatter_variant = lambda: "scan"
+    def filling(file, arr, *args, **kwargs):
+        file.write(b"\x93NUMPY" + bytes(64))  # a header's worth, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    np.save = filling
+
+
+def deterministic() -> None:
+    from helios.kernels import selection
+
+    selection.force("embedding_backward", "deterministic")
 
 
 def install(faults: str) -> None:
@@ -74,6 +85,8 @@ def install(faults: str) -> None:
             device_mb(value)
         elif name == "enospc_after":
             enospc_after(value)
+        elif name == "val_enospc":
+            val_enospc()
         elif name == "deterministic":
             deterministic()
         else:

@@ -59,6 +59,39 @@ def flip_byte(path: Path, at: int) -> None:
     path.write_bytes(bytes(blob))
 
 
+def hf_source(case: Case, config: dict | None = None, tokenizer: bool = True) -> Path:
+    """The trained run (at case.run_dir) as a Hugging Face GPT-2 directory, config.json fields changed."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    from trainer.checkpoint import load_latest
+    from trainer.config import load_config
+    from trainer.export import hf_state
+
+    model = load_config(case.config(**TRAINED)).model
+    doc, weights = hf_state(model, load_latest(case.run_dir).tensors)
+    out = case.root / "hf"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(doc | (config or {})))
+    save_file(weights, str(out / "model.safetensors"))
+    if tokenizer:
+        shutil.copy(case.run_dir / "tokenizer.json", out / "tokenizer.json")
+    return out
+
+
+def tuned(case: Case, source: Path, **sections: dict) -> Path:
+    """A config for a new run, runs/tuned, that starts from `source`."""
+    train = dict(sections.pop("train", {}), init_from=str(source))
+    return case.config(run={"name": "tuned"}, train=train, **sections)
+
+
+def drop_latest(case: Case, damage: tuple[str, ...] = ()) -> None:
+    (case.run_dir / "latest").unlink()
+    for name in damage:
+        flip_byte(case.run_dir / name / "model.safetensors", 200)
+
+
 # Each setup gets a Case (with a trained run at case.run_dir when `trained`) and returns the config path.
 @dataclass(frozen=True)
 class Row:
@@ -108,9 +141,12 @@ ROWS: dict[str, Row] = {
                                 ("not writable", "[run] out_dir")),
     "bad_test_hook_value": Row(lambda c: (c.env.update(HELIOS_INJECT_NAN_STEPS="three"), c.config())[1],
                                ("HELIOS_INJECT_NAN_STEPS", "three")),
+    # lr_decay_iters pinned to the trained run's: extending max_iters alone would also warn that the decay stretches
     "disk_full_during_checkpoint": Row(lambda c: (c.faults("enospc_after=0"), c.config(
-        train={"max_iters": 6, "ckpt_interval": 2}))[1], ("could not write checkpoint ckpt-6", "the disk is full",
-                                                          "latest still points at ckpt-4"), trained=True),
+        train={"max_iters": 6, "ckpt_interval": 2}, schedule={"lr_decay_iters": 4}))[1],
+        ("could not write checkpoint ckpt-6", "the disk is full", "latest still points at ckpt-4"), trained=True),
+    "disk_full_writing_val_tokens": Row(lambda c: (c.faults("val_enospc"), c.config())[1],
+                                        ("cannot keep the tokenizer and validation tokens", "No space left")),
     "no_vulkan_driver": Row(lambda c: (c.env.update(VK_DRIVER_FILES="/nonexistent.json",
                                                     VK_ICD_FILENAMES="/nonexistent.json"), c.config())[1],
                             ("No Vulkan driver was found", "mesa-vulkan-drivers")),
@@ -128,11 +164,52 @@ ROWS: dict[str, Row] = {
                                       ("HELIOS_MEMORY_BUDGET_MB='abc'", "positive whole number of MiB")),
     "memory_budget_below_a_block": Row(lambda c: (c.env.update(HELIOS_MEMORY_BUDGET_MB="1"), c.config())[1],
                                        ("HELIOS_MEMORY_BUDGET_MB=1 is below one memory block", "use at least")),
+    "validate_not_a_boolean": Row(lambda c: (c.env.update(HELIOS_VALIDATE="maybe"), c.config())[1],
+                                  ("HELIOS_VALIDATE='maybe'", "1/true/yes/on", "0/false/no/off")),
     "device_index_out_of_range": Row(lambda c: (c.env.update(HELIOS_DEVICE="99"), c.config())[1],
                                      ("HELIOS_DEVICE=99 but only", "device(s) exist")),
     "init_from_missing": Row(lambda c: c.config(train={"init_from": str(c.root / "no-such-run")}),
                              ("[train] init_from", "does not exist", "Hugging Face model directory")),
+    "init_from_fewer_layers": Row(lambda c: tuned(c, c.run_dir, model={"n_layer": 2}),
+                                  ("[train] init_from", "n_layer 1 there, 2 here", "parameters the source lacks: h.1.*",
+                                   "--train.init_strict=false"), trained=True),
+    "init_from_other_heads_same_shapes": Row(lambda c: tuned(c, c.run_dir, model={"n_head": 4}),
+                                             ("[train] init_from", "n_head 2 there, 4 here"), trained=True),
+    "init_from_untied_head": Row(lambda c: tuned(c, c.run_dir, model={"tie_embeddings": False}),
+                                 ("tie_embeddings true there, false here", "lm_head.weight"), trained=True),
+    "init_from_hf_other_heads": Row(lambda c: tuned(c, hf_source(c, {"n_head": 4})), ("n_head 4 there, 2 here",),
+                                    trained=True),
+    "init_from_hf_relu": Row(lambda c: tuned(c, hf_source(c, {"activation_function": "relu"})),
+                             ('activation "relu" there, "gelu_tanh" here',), trained=True),
+    "init_from_hf_without_tokenizer": Row(lambda c: tuned(c, hf_source(c, tokenizer=False)),
+                                          ("has no tokenizer.json", "--train.init_tokenizer="), trained=True),
+    "init_tokenizer_missing": Row(lambda c: tuned(c, hf_source(c, tokenizer=False), train={
+        "init_tokenizer": str(c.root / "no-tokenizer.json")}), ("[train] init_tokenizer", "is not a file"),
+        trained=True),
+    "init_tokenizer_without_init_from": Row(lambda c: c.config(train={"init_tokenizer": "tok.json"}),
+                                            ("[train] init_tokenizer", "set init_from too")),
+    "init_strict_not_a_bool": Row(lambda c: c.config(train={"init_strict": "maybe"}),
+                                  ("[train] init_strict", "expected true or false")),
+    "no_latest_and_no_checkpoint_verifies": Row(lambda c: (drop_latest(c, ("ckpt-2", "ckpt-4")),
+                                                           c.config(**TRAINED))[1],
+                                                ("no `latest` pointer", "none of its checkpoints verifies",
+                                                 "ckpt-4", "new --run.name"), trained=True),
+    "resume_never_without_latest": Row(lambda c: (drop_latest(c), c.args.extend(["--resume", "never"]),
+                                                  c.config(**TRAINED))[2], ("already holds a run", "ckpt-4"),
+                                       trained=True),
+    "data_path_and_dataset_both_typed": Row(lambda c: (c.args.extend([f"--data.path={c.corpus}",
+                                                                       "--data.dataset=shakespeare"]), c.config())[1],
+                                            ("set either dataset or path, not both",)),
+    "none_for_a_required_key": Row(lambda c: (c.args.append("--train.max_iters=none"), c.config())[1],
+                                   ("[train] max_iters = none is not allowed", "give a value")),
     "nproc_zero": Row(lambda c: (c.args.extend(["--nproc", "0"]), c.config())[1], ("--nproc must be at least 1",)),
+    # The --nproc launcher checks these before starting any rank: one line, not one per rank.
+    "nproc_cannot_split_global_batch": Row(lambda c: (c.args.extend(["--nproc", "3"]), c.config(**TRAINED))[1],
+                                           ("ckpt-4", "global batch of 2 rows (1 rank x batch_size 2)",
+                                            "3 ranks cannot split evenly", "--nproc 1 or 2", "--train.batch_size=B"),
+                                           trained=True),
+    "nproc_with_a_bad_config": Row(lambda c: (c.args.extend(["--nproc", "2"]), c.config("[train]\nmax_iters = 0\n"))[1],
+                                   ("max_iters", "positive")),
     "run_name_only_dots": Row(lambda c: c.config(run={"name": ".."}), ('[run] name = ".."', "not only dots")),
     "head_dim_not_multiple_of_4": Row(lambda c: c.config(model={"n_embd": 60, "n_head": 10}),
                                       ("[model] n_head = 10", "head dim (n_embd/n_head = 6)", "multiple of 4",
@@ -169,8 +246,14 @@ def trained_run_bpe(tmp_path_factory, corpus) -> Path:
 def _protected(case: Case, before: dict[str, str], after: dict[str, str], name: str) -> None:
     """Nothing overwritten: every file is as it was. A run that trained before failing (disk full) may append
     to its log and rewrite resolved.json, but its checkpoints and `latest` stay exactly as they were."""
+    if case.run_dir.exists():  # a refused run leaves no directory holding only its lock file
+        assert {p.name for p in case.run_dir.iterdir()} != {".lock"}, "a lock-only run directory was left"
     unchanged = {path: digest for path, digest in after.items() if path in before}
     created = sorted(path for path in after if path not in before and path.startswith("runs/"))
+    if name == "disk_full_writing_val_tokens":  # what was written whole before the disk filled may stay
+        assert unchanged == before and set(created) <= {"runs/tiny/resolved.json", "runs/tiny/tokenizer.json"}, created
+        assert not [p for p in case.run_dir.iterdir() if p.name.startswith(".val_tokens")], "temp file left behind"
+        return
     if name != "disk_full_during_checkpoint":
         assert unchanged == before and created == []  # new files elsewhere: only a data cache for a new text
         return
@@ -205,7 +288,8 @@ def test_bad_input_is_one_clear_line_exit_2_and_changes_nothing(name, tmp_path, 
     _protected(case, before, snapshot(tmp_path), name)
 
 
-@pytest.mark.parametrize("variable,value", [("HELIOS_DEVICE", "99"), ("HELIOS_MEMORY_BUDGET_MB", "abc")])
+@pytest.mark.parametrize("variable,value", [("HELIOS_DEVICE", "99"), ("HELIOS_MEMORY_BUDGET_MB", "abc"),
+                                            ("HELIOS_VALIDATE", "maybe")])
 def test_a_device_setting_error_leaves_no_run_directory(variable, value, tmp_path, corpus):
     case = Case(tmp_path, corpus)
     proc = trainer_cli("run", str(case.config()), "--backend", "helios", env=child_env(**{variable: value}))
@@ -233,6 +317,10 @@ def test_the_matrix_covers_every_input_the_issue_names():
     named = {"malformed_toml", "unknown_section", "unknown_key", "wrong_type", "out_of_range", "missing_data_file",
              "empty_data_file", "binary_data_file", "text_too_short", "tokenizer_mismatch", "model_config_mismatch",
              "truncated_safetensors", "corrupt_safetensors", "run_dir_not_writable", "disk_full_during_checkpoint",
-             "no_timeline_semaphores", "out_of_device_memory"}
+             "no_timeline_semaphores", "out_of_device_memory",
+             # issue 28: init_from mismatches, a run directory without `latest`, data overrides
+             "init_from_fewer_layers", "init_from_other_heads_same_shapes", "init_from_untied_head",
+             "init_from_hf_other_heads", "init_from_hf_relu", "init_from_hf_without_tokenizer",
+             "no_latest_and_no_checkpoint_verifies", "data_path_and_dataset_both_typed"}
     assert named <= set(ROWS)
     assert TINY["model"]["vocab_size"] == 257  # the needles above quote the tiny model's sizes

@@ -39,6 +39,8 @@ CASES: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
     "sample_not_a_run": (lambda r, d: ["-m", "trainer", "sample", "--run", str(r / "nowhere")], "does not exist"),
     "eval_zero_iters": (lambda r, d: ["-m", "trainer", "eval", "--run", str(d), "--eval-iters", "0"],
                         "--eval-iters must be at least 1"),
+    "eval_iters_not_a_number": (lambda r, d: ["-m", "trainer", "eval", "--run", str(d), "--eval-iters", "most"],
+                                "--eval-iters must be at least 1 (a whole number) or all, got most"),
     "export_not_a_run": (lambda r, d: ["-m", "trainer", "export", "--run", str(r / "nowhere"), "--out",
                                        str(r / "hf")], "does not exist"),
     "config_missing_file": (lambda r, d: ["-m", "trainer", "config", str(r / "nope.toml")], "cannot read config"),

@@ -5,6 +5,7 @@ next event, and a damaged token cache is rebuilt."""
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import numpy as np
@@ -99,3 +100,38 @@ def test_summary_counts_the_surviving_trajectory_once(tiny_config, tmp_path, cap
     assert telemetry_main(["summary", str(run_dir), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["step"] == 6 and summary["skips"] == {"nan": 1} and summary["resumes"] == 1
+
+
+def test_a_memory_budget_below_what_the_pool_reserves_is_said_once(tiny_config, tmp_path):
+    from tests.reliability.conftest import child_env, trainer_cli
+
+    # 2 layers x 512 wide: ~6.5M parameters, ~100 MiB of weights, gradients and AdamW moments: past a 64 MiB
+    # budget (one lavapipe block), which the soft budget then lets the pool grow beyond.
+    cfg = tiny_config(model={"n_layer": 2, "n_embd": 512, "n_head": 8}, train={"max_iters": 3, "ckpt_interval": 0})
+    proc = trainer_cli("run", str(cfg), env=child_env(HELIOS_MEMORY_BUDGET_MB="64"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stdout.splitlines() if "HELIOS_MEMORY_BUDGET_MB=64" in line]
+    assert len(notes) == 1, proc.stdout
+    need = int(notes[0].split("reserves ")[1].split(" MiB")[0])
+    assert need > 64 and f"this run needs at least {need} MiB" in notes[0] and "the budget is soft" in notes[0]
+    steps = [json.loads(line) for line in (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()]
+    assert max(e["pool_bytes"] for e in steps if e["event"] == "step") >= need << 20 > 64 << 20
+
+
+def test_nproc_past_the_cpu_cores_warns(tiny_config, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.reliability.conftest import child_env
+
+    # The launcher (and so mpiexec and its ranks) on one core, and two ranks asked for.
+    cfg = tiny_config(train={"max_iters": 2, "ckpt_interval": 0})
+    proc = subprocess.run([sys.executable, "-m", "trainer", "run", str(cfg), "--nproc", "2"], cwd=REPO,
+                          env=child_env(), capture_output=True, text=True, timeout=600,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warning = proc.stderr.splitlines()[0]
+    assert warning.startswith("trainer: warning: --nproc 2 starts more ranks than this machine has CPU cores (1)")
+    assert "--nproc 1 or less" in warning and proc.stderr.count("warning: --nproc") == 1
+    assert (tmp_path / "runs/tiny/latest").read_text().strip() == "ckpt-2"

@@ -41,6 +41,7 @@ def test_shared_reverse_within_workgroup(n):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.subgroup()
 @pytest.mark.parametrize("n", SIZES)
 def test_subgroup_reductions_shuffle_broadcast(n):
     sg = subgroup_size()
@@ -80,6 +81,7 @@ def test_subgroup_reductions_shuffle_broadcast(n):
     np.testing.assert_array_equal(u[:, 2], sg * 1000 + ids % sg)
 
 
+@pytest.mark.subgroup()
 @pytest.mark.parametrize("n", SIZES)
 def test_subgroup_broadcast_and_shuffle(n):
     """broadcast from a constant lane, a push-constant lane (i32), a loop counter (uniform Values) and a
@@ -197,6 +199,7 @@ def test_example_reduce_shared(wg, n):
     np.testing.assert_allclose(got, padded.sum(1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.subgroup("example_reduce_subgroup")
 @pytest.mark.parametrize("n", SIZES)
 def test_example_reduce_subgroup(n):
     mod = examples.REDUCE_SUBGROUP.module()

@@ -33,7 +33,7 @@ def _step_counters(n_layer: int, steps: int = 3, replay: bool = False):
         before = backend.counters()
         backend.train_step([(x, y)], lr=1e-3, grad_clip=1.0, spike_threshold=None)
         after = backend.counters()
-        per_step.append({k: after[k] - before[k] for k in ("dispatches", "host_waits")})
+        per_step.append({k: after[k] - before[k] for k in ("dispatches", "host_waits", "submits")})
     return per_step[-1]
 
 
@@ -70,6 +70,25 @@ def test_exactly_one_host_wait_per_step(counted):
         assert c["host_waits"] == 1, c
 
 
-def test_a_replayed_step_records_nothing_and_waits_once():
+def test_a_replayed_step_records_nothing_submits_once_and_waits_once():
     c = _step_counters(2, replay=True)
-    assert c == {"dispatches": 0, "host_waits": 1}, c
+    assert c == {"dispatches": 0, "host_waits": 1, "submits": 1}, c
+
+
+def test_in_the_gpu_profile_a_replayed_step_also_submits_once_and_waits_once(tmp_path):
+    """Staging memory, as on a card with memory of its own: the step's scalars come back in one host-visible
+    buffer the captured step fills, so the read is the step's only submit and wait (no staging copies)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; sys.path.insert(0, 'tests/trainer'); import test_dispatch_budget as t; "
+            "from helios import runtime as rt; assert not rt.get_runtime().zero_copy; "
+            "print(json.dumps(t._step_counters(1, replay=True)))")
+    env = {**os.environ, "HELIOS_PROFILE": "gpu", "HELIOS_COOPMAT": "off"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    c = json.loads(out.stdout.strip().splitlines()[-1])
+    assert c == {"dispatches": 0, "host_waits": 1, "submits": 1}, c

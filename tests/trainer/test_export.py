@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +55,25 @@ def test_export_refuses_what_hugging_face_cannot_hold(make_config, tmp_path):
     done = subprocess.run([*cli, "export", "--run", str(tmp_path / "runs" / "capped"), "--out", str(tmp_path / "x")],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "softcap" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_export_gives_a_tokenizer_with_an_eos_token_and_a_readable_weights_file(make_config, tmp_path):
+    config = make_config("llama", model=MODELS["llama-gqa"], train={"max_iters": 2, "sample_tokens": 0})
+    cli = [sys.executable, "-m", "trainer"]
+    assert subprocess.run([*cli, "run", str(config)], cwd=REPO, capture_output=True, timeout=300).returncode == 0
+    out = tmp_path / "hf" / "llama"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    done = subprocess.run([*cli, "export", "--run", str(tmp_path / "runs" / "llama"), "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o666 & ~umask  # 0644 under umask 022
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert tok.eos_token == "<|endoftext|>" and tok.eos_token_id == 0 == json.loads(
+        (out / "config.json").read_text())["eos_token_id"]
+    text = "To be, or not to be"
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids) == text and len(ids) > 1
+    model = transformers.AutoModelForCausalLM.from_pretrained(out)
+    generated = model.generate(torch.tensor([ids]), max_new_tokens=3, do_sample=False, pad_token_id=tok.eos_token_id)
+    assert generated.shape[1] <= len(ids) + 3

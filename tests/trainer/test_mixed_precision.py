@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import autograd
 from autograd.nn import GPT, GPTConfig
 from telemetry.events import read_events
 from tests.trainer.conftest import parity_config, write_config
@@ -88,7 +87,7 @@ def test_checkpointed_activations_give_the_same_half_gradients(dtype):
         model = GPT(cfg, seed=0)
         model.checkpoint_activations = mode
         model.zero_grad()
-        model(autograd.tensor(x), autograd.tensor(y), forward_index=3).backward()
+        model(x, y, forward_index=3).backward()
         grads.append(model.arena.grads.numpy().copy())
     assert np.isfinite(grads[0]).all() and np.abs(grads[0]).max() > 0
     np.testing.assert_array_equal(grads[0], grads[1])

@@ -107,3 +107,27 @@ def test_sample_and_eval_commands(make_config, tmp_path, capsys):
     assert result["step"] == 8 and result["val_loss"] == losses(run, "eval", "val_loss")[-1][1]
     assert main(["sample", "--run", str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_schedule_changes_on_resume_warn_each_and_give_the_new_learning_rate(make_config, tmp_path):
+    from tests.conftest import run_python
+
+    config = make_config("sched", schedule={"warmup_iters": 2, "lr_decay_iters": 8}, train={"ckpt_interval": 0})
+    run = ("-m", "trainer", "run", str(config), "--backend", "torch")
+    assert run_python(*run, "--train.max_iters=6").returncode == 0
+    # (A longer run with the schedule pinned says nothing: test_distributed's 2 -> 1 -> 2 resume checks that.)
+    # lr_decay_iters=none: it follows max_iters again, as in a config that never set it.
+    changed = run_python(*run, "--train.max_iters=10", "--schedule.decay=linear", "--schedule.min_lr=0.0003",
+                         "--schedule.lr_decay_iters=none")
+    assert changed.returncode == 0, changed.stderr
+    assert changed.stderr.strip().splitlines() == [
+        "trainer: warning: resuming ckpt-6 with [schedule] decay = linear (it was trained with cosine)",
+        "trainer: warning: resuming ckpt-6 with [schedule] lr_decay_iters = 10 (it was trained with 8); "
+        "lr_decay_iters follows max_iters unless set, so extending a run stretches its decay: pass "
+        "--schedule.lr_decay_iters=8 to keep the schedule it was trained with",
+        "trainer: warning: resuming ckpt-6 with [schedule] min_lr = 0.0003 (it was trained with 0.0)",
+        # cosine from 3e-3 to 0 over steps 2..8 gives 7.5e-4 at step 6; linear to 3e-4 over 2..10 gives 1.65e-3
+        "trainer: note: the learning rate at step 6 is 0.00165 (the checkpoint's settings give 0.00075)",
+    ]
+    lrs = dict(losses(tmp_path / "runs/sched", key="lr"))
+    assert lrs[7] == pytest.approx(1.65e-3)  # step 7 trains at the new schedule's rate for iteration 6

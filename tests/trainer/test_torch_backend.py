@@ -121,6 +121,19 @@ def test_state_dict_roundtrip_continues_identically():
         _backend(LLAMA).load_state_dict(a.state_dict())
 
 
+def test_loads_the_helios_backends_extra_state():
+    """A helios checkpoint also holds its dropout pass count and fp16's loss scale: the torch backend loads it
+    (trainer.backend.OTHER_BACKENDS_STATE) and still refuses any other unknown key."""
+    a = _backend()
+    state = a.state_dict() | {"rng_forwards": np.array(3, np.int64),
+                              "loss_scale": np.array([65536.0, 0, 0, 0], np.float32)}
+    b = _backend(seed=99)
+    b.load_state_dict(state)
+    assert b.train_step([_batch(2)], 1e-3, 1.0, None).loss == a.train_step([_batch(2)], 1e-3, 1.0, None).loss
+    with pytest.raises(ValueError, match="unexpected"):
+        b.load_state_dict(state | {"loss_scale_typo": np.zeros(1, np.float32)})
+
+
 def test_generate_is_seeded_and_bounded():
     be = _backend()
     prompt = np.arange(20, dtype=np.int32)  # longer than block_size: the context is cropped
@@ -142,6 +155,6 @@ def test_sample_logits_respects_top_k():
 def test_counters_and_flops():
     be = _backend()
     assert set(be.counters()) >= {"dispatches", "submits", "barriers", "pool_bytes", "device_allocs"}
-    assert not any(be.counters().values()) and be.peak_flops() is None
+    assert not any(be.counters().values()) and be.device_peak() is None
     assert be.flops_per_token() > 6 * (be.num_params() - 16 * 32)
     assert "CPU" in be.device_name()

@@ -17,12 +17,21 @@ import numpy as np
 import autograd
 from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
-from autograd.nn.gpt import resolve_dtype
+from autograd.nn.gpt import auto_dtype, resolve_dtype
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
-from trainer.backend import COUNTER_KEYS, Backend, StepResult, count_params, flops_per_token, sample_logits
-from trainer.backends.step_capture import OptimizerCapture, capture_micro_step
+from helios.peak import Peak
+from trainer.backend import (
+    COUNTER_KEYS,
+    OTHER_BACKENDS_STATE,
+    Backend,
+    StepResult,
+    count_params,
+    flops_per_token,
+    sample_logits,
+)
+from trainer.backends.step_capture import OptimizerCapture, capture_keys, capture_micro_step
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import ModelTooLargeError
 
@@ -44,16 +53,20 @@ class HeliosBackend(Backend):
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed
-        self.max_tensor = rt.get_runtime().pool.max_tensor
+        self.max_tensor = rt.max_tensor_bytes()
         self._checked_batches: set[tuple[int, int]] = set()
         self._check_params_fit()
-        self.dtype = resolve_dtype(model_cfg.dtype)  # "auto" decided for this device
+        info = rt.get_runtime().info
+        self.dtype = resolve_dtype(model_cfg.dtype, info)  # "auto" decided for this device
+        self.dtype_reason = (f"auto: {auto_dtype(info)[1]}" if model_cfg.dtype == "auto"
+                             else "model.dtype in the config")
         self.model = GPT(dataclasses.replace(_gpt_config(model_cfg), dtype=self.dtype), seed=seed)
         self.model.train()
         self.opt = AdamW(self.model.arena, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                          weight_decay=optim_cfg.weight_decay, grad_clip=0.0)
         if self.dtype == "fp16":  # fp16 gradients underflow without it; bf16 has fp32's exponent range
             self.opt.enable_loss_scaling()
+        self._scalars = rt.Readback({"loss": 1, "raw_norm": 1, "check": 1, "clip": 1, "loss_scale": 4})
         self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
         # Step capture (docs/REPLAY.md): the micro-step and the optimizer step replay while their keys hold.
         self.replay = True
@@ -67,6 +80,12 @@ class HeliosBackend(Backend):
     @classmethod
     def create(cls, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> HeliosBackend:
         return cls(model_cfg, optim_cfg, seed)
+
+    def set_replay(self, on: bool) -> None:
+        self.replay = on
+
+    def on_compile(self, callback) -> None:
+        rt.get_runtime().set_compile_listener(callback)
 
     # -- device limits -------------------------------------------------------------------------
     def _check_params_fit(self) -> None:
@@ -114,10 +133,12 @@ class HeliosBackend(Backend):
         loss_sum = self._loss_sum
         rt.fill(loss_sum, 0.0)
         micro_replayed, self._step_keys = True, set()
+        opt_key = None
         for x, y in micro_batches:
             x, y = np.ascontiguousarray(x, np.int32), np.ascontiguousarray(y, np.int32)
+            micro_key, opt_key = capture_keys(x.shape, n, self.model, grad_clip, spike_threshold)
             t0 = time.perf_counter()
-            how = self._micro_step(x, y, n, inject_nan)
+            how = self._micro_step(micro_key, x, y, n, inject_nan)
             self.forwards += 1
             micro_replayed &= how == "replayed"
             if how == "lazy":
@@ -135,20 +156,20 @@ class HeliosBackend(Backend):
         self.opt.skip_above = spike_threshold if spike_threshold is not None else math.inf
         opt_replayed = False
         if self.replay and not inject_nan:
-            opt_replayed, mean_loss = self._optimizer_step_captured(n, lr, grad_clip, spike_threshold)
+            opt_replayed = self._optimizer_step_captured(opt_key, n, lr)
         else:
             mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
             poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
             self.opt.step(lr=lr, skip_extra=poison)
+            self._record_scalars(mean_loss)
         opt_ms = _ms(t0)
         t0 = time.perf_counter()
-        # The step's one host wait: the norm is written by the optimizer step, the last submit (a replay is a
-        # submit of its own after the forward/backward batch), so the reads after it find everything done.
-        raw_norm = float(self.opt.last_raw_norm.numpy()[0])
-        loss_val = float(mean_loss.numpy()[0])
-        check = float(self.opt.last_check.numpy()[0])
-        clip_coef = float(self.opt.last_clip.numpy()[0])
-        scale_state = self.opt.loss_scale_state.numpy() if self.opt.loss_scale_state is not None else None
+        # The step's one host read and one wait: the optimizer step gathered its scalars into one host-visible
+        # buffer, and the read submits the step's queued work (one submit for a replayed step) and waits for it.
+        scalars = self._scalars.read()
+        raw_norm, loss_val = float(scalars["raw_norm"][0]), float(scalars["loss"][0])
+        check, clip_coef = float(scalars["check"][0]), float(scalars["clip"][0])
+        scale_state = scalars["loss_scale"] if self.opt.loss_scale_state is not None else None
         wait_ms = _ms(t0)
         norm_val = raw_norm if not inject_nan else math.nan
         skipped = None
@@ -170,21 +191,20 @@ class HeliosBackend(Backend):
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms,
                           dtype=self.dtype, loss_scale=loss_scale, loss_scale_overflows=overflows)
 
-    def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None) -> None:
-        """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds."""
+    def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None, host=None) -> None:
+        """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds.
+        ids/targets: host arrays (a lazy step) or a captured step's fixed tensors with their `host` inputs."""
         t0 = time.perf_counter()
-        loss = self.model(ids, targets, forward_index=forward_index, rng_counter=counter)
+        loss = self.model(ids, targets, forward_index=forward_index, rng_counter=counter, feed=host)
         self._lazy_fwd_ms = _ms(t0)
         seed = self.opt.loss_scale  # fp16: d(loss) = the device's loss scale, else 1
         (loss if n == 1 else loss * (1.0 / n)).backward(autograd.Tensor(seed) if seed is not None else None)
         ops.add_inplace(self._loss_sum, loss.data)
 
-    def _micro_step(self, x: np.ndarray, y: np.ndarray, n: int, inject_nan: bool) -> str:
+    def _micro_step(self, key: tuple, x: np.ndarray, y: np.ndarray, n: int, inject_nan: bool) -> str:
         """One micro-step: "replayed" from the capture of its key, "captured" (recorded into a new capture
         and run), or "lazy" (recorded as usual). A key is captured when the step before ran it too, so a
         one-off shape (a partial batch) costs no capture and leaves the usual one in place."""
-        m = self.model
-        key = (x.shape, n, m.checkpoint_activations, m.cfg.dropout)
         self._step_keys.add(key)
         index = self._dropout_index()
         # Ignored targets (negative ids) would change what a chunked cross-entropy bakes in: record those lazily.
@@ -196,27 +216,34 @@ class HeliosBackend(Backend):
             if key in self._last_step_keys:
                 if cap is not None:
                     cap.close()
-                run = lambda ids, tg, fi, counter: self._run_micro_step(ids, tg, n, fi, counter)  # noqa: E731
-                self._micro_capture = capture_micro_step(key, run, x, y, index, m.cfg.vocab_size)
+                run = lambda ids, tg, fi, counter, host: self._run_micro_step(ids, tg, n, fi, counter, host)  # noqa: E731
+                self._micro_capture = capture_micro_step(key, run, x, y, index, self.model.cfg.vocab_size)
                 return "captured"
-        self._run_micro_step(autograd.tensor(x), autograd.tensor(y), n, index)
+        self._run_micro_step(x, y, n, index)
         return "lazy"
 
-    def _optimizer_step_captured(self, n: int, lr: float, grad_clip: float, spike_threshold):
+    def _optimizer_step_captured(self, key: tuple, n: int, lr: float):
         """The optimizer step from a captured command buffer: capture it on the first call (or when grad_accum,
-        the clip or spike setting, baked into it, change), replay it after. Returns (replayed, mean loss).
+        the clip or spike setting, baked into it, change), replay it after. Returns whether it replayed.
 
         Its inputs are fixed buffers: the grad arena, the loss sum and the optimizer's step buffer (lr and step
         count, written before each run). A host step such as a data-parallel gradient reduce can run between
         the last backward and this call."""
-        key = (n, grad_clip, spike_threshold)
         cap = self._opt_capture
         if cap is not None and self._opt_key == key:
             cap.replay(lr)
-            return True, cap.mean_loss
+            return True
         self._close_captures(micro=False)
-        self._opt_capture, self._opt_key = OptimizerCapture(self.opt, self._loss_sum, n, lr), key
-        return False, self._opt_capture.mean_loss
+        self._opt_capture = OptimizerCapture(self.opt, self._loss_sum, n, lr, self._record_scalars)
+        self._opt_key = key
+        return False
+
+    def _record_scalars(self, mean_loss) -> None:
+        """Gather the step's scalars (loss, norms, clip, loss-scale state) for the step's one host read."""
+        opt = self.opt
+        state = {"loss_scale": opt.loss_scale_state} if opt.loss_scale_state is not None else {}
+        self._scalars.record(loss=mean_loss, raw_norm=opt.last_raw_norm, check=opt.last_check, clip=opt.last_clip,
+                             **state)
 
     def _close_captures(self, micro: bool = True) -> None:
         if self._opt_capture is not None:
@@ -253,8 +280,7 @@ class HeliosBackend(Backend):
         self.model.eval()
         try:
             with autograd.no_grad():
-                return self.model(autograd.tensor(np.ascontiguousarray(x, np.int32)),
-                                  autograd.tensor(np.ascontiguousarray(y, np.int32))).item()
+                return self.model(np.ascontiguousarray(x, np.int32), np.ascontiguousarray(y, np.int32)).item()
         finally:
             self.model.train()
 
@@ -312,7 +338,7 @@ class HeliosBackend(Backend):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         expected = {f"{k}.{n}" for n, _, _ in self._slices() for k in ("param", "adam_m", "adam_v")}
         expected.add("adam_step")
-        keys = set(state) - {"rng_forwards", "loss_scale"}
+        keys = set(state) - OTHER_BACKENDS_STATE
         missing, extra = sorted(expected - keys), sorted(keys - expected)
         if missing or extra:
             raise ValueError(f"state keys differ: missing {missing[:3]}, unexpected {extra[:3]}")
@@ -356,9 +382,14 @@ class HeliosBackend(Backend):
     def device_name(self) -> str:
         return rt.get_runtime().info.name
 
-    def peak_flops(self) -> float | None:
-        """The device's FMA peak: stored by `python -m helios.bench limits` or an earlier run, else measured
-        now (about a second, once per device) and stored."""
-        from helios.peak import peak_flops
+    def precision(self) -> tuple[str, str]:
+        return self.dtype, self.dtype_reason
 
-        return peak_flops(self.device_name())
+    def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
+        """The vendor's figure for a known device; else the FMA peak stored by `python -m helios.bench limits` or
+        an earlier run, else measured now (about a second) and stored; measured again on request."""
+        from helios import peak
+
+        if remeasure_from is not None:
+            return peak.remeasure(self.device_name(), remeasure_from)
+        return peak.device_peak(self.device_name())

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from helios.peak import Peak
 from trainer import env
 from trainer.backend import COUNTER_KEYS, OTHER_BACKENDS_STATE, Backend, StepResult, flops_per_token, sample_logits
 from trainer.config import ModelConfig, OptimConfig
@@ -211,7 +212,7 @@ class TorchBackend(Backend):
         """The CPU and torch's thread count."""
         return f"CPU (torch {torch.__version__}, {torch.get_num_threads()} threads)"
 
-    def peak_flops(self) -> float | None:
+    def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
         """Unknown for a CPU: MFU is reported as null."""
         return None
 

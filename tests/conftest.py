@@ -63,6 +63,14 @@ def _validation_layer_clean():
         get_device().check_validation()
 
 
+@pytest.fixture(scope="session")
+def spirv_val(request):
+    """spirv-val verdicts for every selected test_spirv_valid case, checked in one batch (tests/spirv_val.py)."""
+    from tests.spirv_val import SessionSpirvVal
+
+    return SessionSpirvVal(request.session.items)
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip tests marked `gpu` unless the chosen device is a real GPU."""
     if not any(item.get_closest_marker("gpu") for item in items):

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 from helios.errors import HeliosError
 from helios.spirv import registry
-from helios.spirv.tools import SpirvValidationError, disassemble, validate
+from helios.spirv.tools import disassemble, verdicts
 
 
 def _load() -> tuple[list, int]:
@@ -50,10 +48,7 @@ def _validate() -> int:
             except HeliosError as exc:
                 invalid += 1
                 print(f"FAILED {kernel.name}:{vname}: {exc}\n", file=sys.stderr)
-    # spirv-val runs as a subprocess per module: run several at once.
-    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 1)) as pool:
-        results = list(pool.map(_check, modules))
-    for mod, error in zip(modules, results, strict=True):
+    for mod, error in zip(modules, verdicts(modules), strict=True):  # batched spirv-val runs
         if error is None:
             valid += 1
         else:
@@ -61,14 +56,6 @@ def _validate() -> int:
             print(f"INVALID {mod.name}:{mod.variant}\n{error}\n", file=sys.stderr)
     print(f"{valid} kernel variants valid, {invalid} invalid")
     return 1 if invalid else 0
-
-
-def _check(module) -> str | None:
-    try:
-        validate(module)
-    except SpirvValidationError as exc:
-        return str(exc)
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,12 @@ spread over its lanes, and one instruction multiplies tiles on the GPU's matrix 
     b.coopmat_store(y, offset, acc.load(), stride=N, layout="row")
 
 Every opcode and enumerant comes from the generated grammar. Which sizes and element types a device
-supports is in DeviceInfo.cooperative_matrix; lavapipe has none, so these kernels only run on GPUs.
+supports is in DeviceInfo.cooperative_matrix. `b.coopmat_lowering("emulated")`, called before the first
+cooperative-matrix op, lowers every type and op to plain SPIR-V with the same semantics (coopmat_emulated.py):
+that is how lavapipe, which has no matrix units, runs these kernels (DeviceInfo.cooperative_matrix_emulated).
+
+bf16 matrices: natively an OpTypeFloat 16 with the BFloat16KHR encoding (SPV_KHR_bfloat16); they load from
+and store to bf16 buffer views or u16 arrays holding bf16 bit patterns (the DSL's bf16 storage type).
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from helios.spirv import coopmat_emulated as emulated
 from helios.spirv import grammar as g
-from helios.spirv.types import ElementKind, ScalarType, SpirvError, u32
+from helios.spirv.types import ElementKind, ScalarType, SpirvError, u16, u32
 from helios.spirv.values import Value
 
 if TYPE_CHECKING:
@@ -25,6 +31,8 @@ if TYPE_CHECKING:
     from helios.spirv.module import Module
 
 EXTENSION = "SPV_KHR_cooperative_matrix"
+BF16_EXTENSION = "SPV_KHR_bfloat16"
+LOWERINGS = ("native", "emulated")
 _USES = {"a": g.CooperativeMatrixUse.MatrixAKHR, "b": g.CooperativeMatrixUse.MatrixBKHR,
          "acc": g.CooperativeMatrixUse.MatrixAccumulatorKHR}
 _LAYOUTS = {"row": g.CooperativeMatrixLayout.RowMajorKHR, "col": g.CooperativeMatrixLayout.ColumnMajorKHR}
@@ -62,12 +70,24 @@ def coopmat(elem: ScalarType, rows: int, cols: int, use: str) -> CoopMatType:
     return CoopMatType(elem, rows, cols, use)
 
 
+def _native_elem(m: Module, elem: ScalarType) -> int:
+    if elem.name == "bf16":
+        m.require_capability("BFloat16TypeKHR")
+        m.require_capability("BFloat16CooperativeMatrixKHR")
+        m.require_extension(BF16_EXTENSION)
+        return m._intern(("float", 16, "bf16"), g.Op.TypeFloat, 16, g.FPEncoding.BFloat16KHR)
+    return m.type_of(elem)
+
+
 def type_id(m: Module, t: CoopMatType) -> int:
-    """OpTypeCooperativeMatrixKHR for t (interned; declares the capability and extension)."""
+    """OpTypeCooperativeMatrixKHR for t (interned; declares the capability and extension), or the slot
+    array of an emulated one."""
+    if m.coopmat_emulated:
+        return emulated.type_id(m, t)
     m.require_capability("CooperativeMatrixKHR")
     m.require_capability("VulkanMemoryModel")  # spirv-val: Shader + CooperativeMatrixKHR need it
     m.require_extension(EXTENSION)
-    elem = m.type_of(t.elem)
+    elem = _native_elem(m, t.elem)
     scope = m.constant(u32, g.Scope.Subgroup)
     rows, cols, use = (m.constant(u32, x) for x in (t.rows, t.cols, _USES[t.use]))
     return m._intern(("coopmat", elem, t.rows, t.cols, t.use), g.Op.TypeCooperativeMatrixKHR,
@@ -82,7 +102,8 @@ def _layout_id(m: Module, layout: str) -> int:
 
 def _check_view(view: BufferView, t: CoopMatType, reading: bool) -> None:
     view._check(reading)
-    if view.elem != t.elem:
+    bits = t.elem.name == "bf16" and view.elem == u16  # bf16 bit patterns, e.g. staged in shared memory
+    if view.elem != t.elem and not bits:
         raise SpirvError(f"a {t.name} is loaded from and stored to {t.elem.name} elements, "
                          f"not a {view.elem.name} buffer view (use buf.view_as({t.elem.name}))")
 
@@ -90,8 +111,22 @@ def _check_view(view: BufferView, t: CoopMatType, reading: bool) -> None:
 class CoopMatOps:
     """The builder's cooperative-matrix instructions (mixed into KernelBuilder)."""
 
+    def coopmat_lowering(self, lowering: str) -> None:
+        """"native" (the default: the matrix units' instructions) or "emulated" (plain SPIR-V at subgroup scope,
+        any subgroup of 4 lanes or more); before the first cooperative-matrix op."""
+        if lowering not in LOWERINGS:
+            raise SpirvError(f"cooperative matrix lowering must be one of {LOWERINGS}, got {lowering!r}")
+        emulate = lowering == "emulated"
+        if emulate != self.m.coopmat_emulated and any(k[0] == "coopmat" for k in self.m._interned):
+            raise SpirvError("choose the cooperative matrix lowering before the first cooperative-matrix op")
+        self.m.coopmat_emulated = emulate
+
     def coopmat_fill(self, t: CoopMatType, value) -> Value:
-        """A matrix of type t with every element value (a literal or a scalar Value of t.elem)."""
+        """A matrix of type t with every element value (a literal or a scalar Value of t.elem; an f32 for bf16)."""
+        if self.m.coopmat_emulated:
+            return emulated.fill(self, t, value)
+        if t.elem.name == "bf16":
+            raise SpirvError(f"fill an f32 matrix and coopmat_convert it to {t.name}: bf16 values are f32 in the DSL")
         v = self._as_value(value, t.elem)
         if v.type != t.elem:
             raise SpirvError(f"filling a {t.name} needs a {t.elem.name}, got {v.type.name}")
@@ -101,6 +136,9 @@ class CoopMatOps:
         """Load a t tile whose first element is view[index]; consecutive rows ("row") or columns ("col")
         are `stride` elements apart. Every element of the tile must be inside the buffer."""
         _check_view(view, t, reading=True)
+        _layout_id(self.m, layout)
+        if self.m.coopmat_emulated:
+            return emulated.load(self, t, view, index, stride, layout)
         ptr, _, _ = view._pointer(index)
         stride_v = self._as_index(stride)
         rid = self._op_id(g.Op.CooperativeMatrixLoadKHR, type_id(self.m, t), ptr, _layout_id(self.m, layout),
@@ -113,6 +151,9 @@ class CoopMatOps:
         if not isinstance(t, CoopMatType):
             raise SpirvError(f"coopmat_store stores a cooperative matrix, got {t.name}")
         _check_view(view, t, reading=False)
+        _layout_id(self.m, layout)
+        if self.m.coopmat_emulated:
+            return emulated.store(self, view, index, mat, stride, layout)
         ptr, _, _ = view._pointer(index)
         stride_v = self._as_index(stride)
         self._emit(g.Op.CooperativeMatrixStoreKHR, ptr, mat.id, _layout_id(self.m, layout), stride_v.id)
@@ -127,6 +168,11 @@ class CoopMatOps:
         if ta.cols != tb.rows or ta.rows != tc.rows or tb.cols != tc.cols:
             raise SpirvError(f"coopmat_muladd shapes do not chain: {ta.rows}x{ta.cols} @ {tb.rows}x{tb.cols} "
                              f"+ {tc.rows}x{tc.cols}")
+        if ta.elem != tb.elem or not tc.elem.is_float:
+            raise SpirvError(f"coopmat_muladd multiplies matrices of one element type into a float accumulator, "
+                             f"got {ta.elem.name} x {tb.elem.name} + {tc.elem.name}")
+        if self.m.coopmat_emulated:
+            return emulated.muladd(self, a, b, c)
         return Value(self, self._op_id(g.Op.CooperativeMatrixMulAddKHR, type_id(self.m, tc), a.id, b.id, c.id), tc)
 
     def coopmat_convert(self, mat: Value, t: CoopMatType) -> Value:
@@ -136,6 +182,8 @@ class CoopMatOps:
             raise SpirvError(f"coopmat_convert keeps the shape: {mat.type.name} -> {t.name}")
         if src.elem == t.elem and src.use == t.use:
             return mat
+        if self.m.coopmat_emulated:
+            return emulated.convert(self, mat, t)
         op = g.Op.FConvert if src.elem.is_float and t.elem.is_float else None
         if op is None:
             raise SpirvError(f"coopmat_convert converts between float element types, not {src.name} -> {t.name}")

@@ -85,6 +85,8 @@ class Module:
         self.interface: list[int] = []  # every non-Function global variable, for OpEntryPoint
         self._interned: dict[tuple, int] = {}
         self._decorated: set[tuple] = set()
+        # KernelBuilder.coopmat_lowering("emulated"): cooperative matrices become plain arrays (coopmat_emulated)
+        self.coopmat_emulated = False
 
     # -- ids and emission ------------------------------------------------------------------------
     def new_id(self) -> int:

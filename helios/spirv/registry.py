@@ -14,18 +14,19 @@ if TYPE_CHECKING:
 _KERNELS: dict[str, Kernel] = {}
 
 
-def _origin(kernel: Kernel) -> tuple[str, str]:
+def _origin(kernel: Kernel) -> str:
     build = kernel.build
-    return getattr(build, "__module__", ""), getattr(build, "__qualname__", "")
+    return f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', '?')}"
 
 
 def register(kernel: Kernel) -> None:
-    """Add a kernel; a second kernel with the same name from elsewhere is an error (re-running the
-    same module, as a reload does, replaces it)."""
+    """Add a kernel. A name already registered is an error whoever registered it: the kernels map_kernel makes
+    all build through closures of one function, so nothing but the name tells two of them apart."""
     old = _KERNELS.get(kernel.name)
-    if old is not None and _origin(old) != _origin(kernel):
+    if old is not None:
         raise SpirvError(
-            f"kernel name {kernel.name!r} is already registered by {_origin(old)[0]}; names must be unique"
+            f"kernel name {kernel.name!r} is already registered (built by {_origin(old)}); give the kernel built "
+            f"by {_origin(kernel)} another name, or pass register=False for a kernel that is not to be listed"
         )
     _KERNELS[kernel.name] = kernel
 

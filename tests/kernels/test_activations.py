@@ -14,7 +14,6 @@ import torch
 
 import helios.runtime as rt
 from helios.kernels import activations as A
-from helios.spirv import validate
 
 KERNELS = [A.EXP, A.LOG, A.SQRT, A.RELU, A.GELU, A.SILU, A.CLAMP, A.SOFTCAP, A.RELU_BWD, A.GELU_BWD, A.SILU_BWD,
            A.EXP_BWD, A.LOG_BWD, A.SQRT_BWD, A.CLAMP_BWD, A.SOFTCAP_BWD]
@@ -23,8 +22,8 @@ SHAPES = [(1,), (7,), (33, 513), (1, 4097), (33, 12)]
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 def _inputs(op: str, shape, seed=0) -> np.ndarray:

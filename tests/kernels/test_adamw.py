@@ -15,7 +15,6 @@ import pytest
 import helios.runtime as rt
 from helios.kernels import adamw as A
 from helios.kernels import selection
-from helios.spirv import validate
 
 KERNELS = [A.ADAMW, A.GRAD_NORM_PARTIAL, A.GRAD_NORM_FINISH]
 HP = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
@@ -24,8 +23,8 @@ DECAYED = [False, True, True, False, True]
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants])
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 @pytest.mark.subgroup("grad_norm_partial", "grad_norm_finish")

@@ -14,7 +14,7 @@ import pytest
 import helios.runtime as rt
 from helios.kernels import attention as A
 from helios.kernels import selection
-from helios.spirv import validate
+from tests.spirv_val import spirv_cases
 
 VARIANTS = list(A.VARIANTS)  # the f32 base variants; the half ones: test_half_attention.py
 KERNELS = [A.ATTENTION_FORWARD, A.ATTENTION_BACKWARD_PRE, A.ATTENTION_BACKWARD_DQ, A.ATTENTION_BACKWARD_DKV]
@@ -71,10 +71,9 @@ def _rel(got, want, scale=None):
     return float(np.abs(got - want).max() / max(np.abs(want).max(), scale or 0.0, 1e-30))
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
-def test_spirv_valid(kernel):
-    for name in kernel.variants:
-        validate(kernel.module(name).words)
+@pytest.mark.parametrize("kernel,variant", spirv_cases(KERNELS))
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 @pytest.mark.parametrize("case", FORWARD_CASES, ids=_id)

@@ -11,7 +11,7 @@ import helios.runtime as rt
 from helios import ops
 from helios.kernels.cast import CAST_TO_F32, CAST_TO_HALF, SCALE_BY, reference_cast
 from helios.kernels.dtypes import NUMPY
-from helios.spirv import validate
+from tests.spirv_val import spirv_cases
 
 SIZES = (1, 7, 33, 513, 4096, 4097)
 
@@ -66,7 +66,6 @@ def test_bad_arguments_are_clear_errors():
         ops.cast(rt.from_numpy(np.ones(4, np.int32)), "bf16")
 
 
-@pytest.mark.parametrize("kernel", [CAST_TO_HALF, CAST_TO_F32, SCALE_BY], ids=lambda k: k.name)
-def test_spirv_valid(kernel):
-    for name in kernel.variants:
-        validate(kernel.module(name))
+@pytest.mark.parametrize("kernel,variant", spirv_cases([CAST_TO_HALF, CAST_TO_F32, SCALE_BY]))
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)

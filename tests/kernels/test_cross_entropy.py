@@ -12,7 +12,6 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import cross_entropy as C
-from helios.spirv import validate
 
 KERNELS = [C.CROSS_ENTROPY_COUNT, C.CROSS_ENTROPY_ROWS, C.CROSS_ENTROPY_MEAN]
 # (rows, vocab): rows of 1, 7, 33; vocab 517 / 50257 take the scalar variant, 4096 / 12 vec4
@@ -22,8 +21,8 @@ CASES = [(1, 1), (7, 5), (33, 12), (7, 517), (3, 4096), (2, 50257), (513, 33)]
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants])
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 def _case(rows, vocab, seed=0, scale=3.0, ignore=-1):

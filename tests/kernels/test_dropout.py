@@ -14,13 +14,12 @@ import helios.runtime as rt
 from helios.kernels import dropout as D
 from helios.kernels import elementwise as E
 from helios.kernels import rng as R
-from helios.spirv import validate
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in (D.DROPOUT, R.RAND) for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 @pytest.mark.parametrize("seed,offset,stream", [(0, 0, 0), (1234, 5, 0), (2**40 + 3, 2**33 + 1, 77), (7, 1, 2**31)])

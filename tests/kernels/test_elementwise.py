@@ -13,7 +13,6 @@ import pytest
 import helios.runtime as rt
 from helios.kernels import elementwise as E
 from helios.kernels import selection
-from helios.spirv import validate
 
 # awkward sizes: rows of 1, 7, 33, 513; columns not a multiple of 4 or of the workgroup
 SHAPES = [(1,), (7,), (1, 4097), (7, 33), (33, 513), (513, 12), (3, 5, 8)]
@@ -22,8 +21,8 @@ KERNELS = [E.ADD, E.SUB, E.MUL, E.DIV, E.SCALE, E.NEG, E.MASKED_FILL, E.ADD_INPL
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 def _close(got, want):

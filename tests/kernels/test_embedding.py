@@ -11,7 +11,6 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import embedding as E
-from helios.spirv import validate
 
 KERNELS = [E.EMBEDDING, E.EMBEDDING_BACKWARD_ATOMIC, E.EMBEDDING_BACKWARD_SCAN, E.EMBEDDING_BACKWARD_SORTED,
            E.EMBEDDING_POS_BACKWARD]
@@ -21,8 +20,8 @@ SHAPES = [  # (B, T, V, D): rows of 1, 7, 33, 513; widths that are and are not m
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in KERNELS for v in k.variants])
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 def _data(b, t, v, d, seed=0):

@@ -13,15 +13,14 @@ import torch
 import helios.runtime as rt
 from helios.kernels import dropout as D
 from helios.kernels import fused as F
-from helios.spirv import validate
 
 SHAPES = [(1,), (7,), (33, 65), (1, 4097), (513, 3), (33, 64)]
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in (F.SWIGLU, F.SWIGLU_BWD, F.RESIDUAL_DROPOUT_ADD)
                                             for v in k.variants], ids=lambda x: getattr(x, "name", x))
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 def _randn(shape, seed):

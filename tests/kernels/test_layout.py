@@ -8,7 +8,7 @@ import pytest
 from helios import ops
 from helios import runtime as rt
 from helios.kernels.layout import COPY_COLUMNS, reference_concat
-from helios.spirv import validate
+from tests.spirv_val import spirv_cases
 
 
 @pytest.mark.parametrize("widths", [(1,), (7, 33), (4, 1, 513)])
@@ -37,6 +37,6 @@ def test_bad_ranges_are_clear():
         ops.copy_columns(rt.zeros((2, 3)), rt.zeros((2, 3)), src_off=2, dst_off=0, n=2)
 
 
-@pytest.mark.parametrize("variant", sorted(COPY_COLUMNS.variants))
-def test_spirv_valid(variant):
-    validate(COPY_COLUMNS.module(variant).words)
+@pytest.mark.parametrize("kernel,variant", spirv_cases([COPY_COLUMNS], sorted(COPY_COLUMNS.variants)))
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)

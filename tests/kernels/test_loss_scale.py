@@ -12,7 +12,7 @@ import pytest
 import helios.runtime as rt
 from helios import ops
 from helios.kernels.loss_scale import LOSS_SCALE_UPDATE, initial_state, reference_update
-from helios.spirv import validate
+from tests.spirv_val import spirv_cases
 
 
 def test_a_run_of_steps_matches_the_reference():
@@ -61,5 +61,6 @@ def test_bad_arguments():
         ops.loss_scale_update(norm, rt.from_numpy(initial_state()), 1.0, growth_interval=0)
 
 
-def test_spirv_valid():
-    validate(LOSS_SCALE_UPDATE.module("scalar"))
+@pytest.mark.parametrize("kernel,variant", spirv_cases([LOSS_SCALE_UPDATE]))
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)

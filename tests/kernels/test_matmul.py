@@ -25,7 +25,6 @@ from helios.kernels import limits as L
 from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
 from helios.kernels import selection
-from helios.spirv import validate
 
 TILINGS = list(sel.BLOCKS)
 # Register tilings share loads by subgroup broadcasts (and give way to tiled ones on subgroups under 8): CI runs
@@ -54,8 +53,8 @@ def _restore_choice():
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in [*mm.KERNELS.values(), L.LIMITS_FMA, L.LIMITS_COPY]
                                             for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 def _operands(layout: str, M: int, N: int, K: int, batch: int | None = None, b_batched: bool = True, seed: int = 0):

@@ -15,7 +15,6 @@ from helios.kernels import elementwise as E
 from helios.kernels import optable
 from helios.kernels.rows import RowChoice
 from helios.kernels.spec import as_tuple, specs
-from helios.spirv import validate
 from tests.kernels.row_variants import LAYOUTS, layout_id
 
 SPECS = specs()
@@ -42,8 +41,8 @@ def _forced_cases() -> list:
 
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for s in SPECS for k in s.kernels for v in k.variants], ids=_id)
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 @pytest.mark.parametrize("spec,choice", _forced_cases(), ids=_id)

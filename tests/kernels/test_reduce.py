@@ -12,7 +12,6 @@ import pytest
 import helios.runtime as rt
 from helios.kernels import reduce as R
 from helios.kernels import rows as RW
-from helios.spirv import validate
 from tests.kernels.row_variants import layout_fixture
 
 SHAPES = [(1,), (7,), (1, 1), (1, 4097), (7, 33), (33, 8), (513, 7), (2, 3, 12)]
@@ -20,8 +19,8 @@ SHAPES = [(1,), (7,), (1, 1), (1, 4097), (7, 33), (33, 8), (513, 7), (2, 3, 12)]
 
 @pytest.mark.parametrize("kernel,variant", [(k, v) for k in (R.REDUCE_ROWS, R.REDUCE_ALL, R.SUM_ROWS)
                                             for v in k.variants], ids=lambda x: getattr(x, "name", x))
-def test_spirv_valid(kernel, variant):
-    validate(kernel.module(variant).words)
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 layout = layout_fixture([("sg", "vec4"), ("sg", "scalar"), ("sg", "u64x2"), ("wg", "vec4"), ("wg", "scalar")])

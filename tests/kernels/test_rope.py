@@ -10,15 +10,15 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import rope as R
-from helios.spirv import validate
+from tests.spirv_val import spirv_cases
 
 # (B, T, H, Hkv, D): head_dim 2 and 6 take the scalar variant, 16 and 64 the vec4 one
 SHAPES = [(1, 1, 1, 1, 2), (2, 7, 3, 1, 6), (1, 33, 4, 2, 16), (3, 5, 2, 2, 64), (1, 513, 2, 1, 8)]
 
 
-@pytest.mark.parametrize("variant", list(R.ROPE.variants))
-def test_spirv_valid(variant):
-    validate(R.ROPE.module(variant).words)
+@pytest.mark.parametrize("kernel,variant", spirv_cases([R.ROPE]))
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 def _qkv(b, t, h, hkv, d, seed=0):

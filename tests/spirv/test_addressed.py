@@ -11,7 +11,8 @@ import pytest
 
 from helios import runtime as rt
 from helios.errors import HeliosError
-from helios.spirv import Kernel, bf16, ceil_div, f32, u32, u64, validate, vec
+from helios.spirv import Kernel, bf16, ceil_div, f32, u32, u64, vec
+from tests.spirv_val import spirv_cases
 
 SIZES = (1, 7, 33, 513, 4097)
 
@@ -58,11 +59,10 @@ def _needs_addresses():
         pytest.skip("this device does not enable buffer device addresses")
 
 
-@pytest.mark.parametrize("variant", [*AFFINE.variants, *GATHER.variants])
-def test_spirv_valid(variant):
-    kernel = AFFINE if variant in AFFINE.variants else GATHER
+@pytest.mark.parametrize("kernel,variant", spirv_cases([AFFINE, GATHER]))
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
     module = kernel.module(variant)
-    validate(module.words)
     assert ("PhysicalStorageBufferAddresses" in module.capabilities) == kernel.variant(variant).addressed
     assert module.addressed == ((0, 1) if kernel.variant(variant).addressed else ())
     assert {f.name for f in module.push_fields} >= ({"addr0_lo", "addr0_hi", "addr1_lo", "addr1_hi"}

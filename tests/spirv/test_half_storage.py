@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from helios import runtime as rt
-from helios.spirv import Kernel, SpirvError, bf16, build_module, ceil_div, f32, fp16, u32, validate, vec
+from helios.spirv import Kernel, SpirvError, bf16, build_module, ceil_div, f32, fp16, u32, vec
+from tests.spirv_val import spirv_cases
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 HALF = {"bf16": (bf16, BF16), "fp16": (fp16, np.dtype(np.float16))}
@@ -91,9 +92,9 @@ def test_bf16_round_trips_through_the_runtime():
     np.testing.assert_array_equal(z.numpy().astype(np.float32), np.full(10, 1.5, np.float32))
 
 
-@pytest.mark.parametrize("variant", list(KERNEL.variants))
-def test_half_kernels_are_valid_spirv(variant):
-    validate(KERNEL.module(variant))
+@pytest.mark.parametrize("kernel,variant", spirv_cases([KERNEL]))
+def test_half_kernels_are_valid_spirv(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
 
 
 @pytest.mark.parametrize("half", [bf16, fp16])

@@ -76,6 +76,20 @@ def test_registry_rejects_duplicates_and_finds_kernels():
         registry.get("test_registry_dup")
 
 
+def test_registry_rejects_a_duplicate_from_the_same_build_function():
+    from helios.kernels.elementwise import map_kernel
+
+    first = map_kernel("test_registry_same_origin", lambda b, x, index: x + 1.0)
+    try:
+        with pytest.raises(SpirvError, match="'test_registry_same_origin' is already registered.*another name"):
+            map_kernel("test_registry_same_origin", lambda b, x, index: x * 2.0)
+        with pytest.raises(SpirvError, match="already registered"):
+            Kernel("test_registry_same_origin", first.build)
+        assert registry.get("test_registry_same_origin") is first
+    finally:
+        registry.unregister("test_registry_same_origin")
+
+
 def test_load_all_includes_examples():
     names = {k.name for k in registry.load_all()}
     assert {"example_add", "example_reduce_shared", "example_reduce_subgroup", "example_row_sum"} <= names

@@ -1,4 +1,6 @@
-"""Shared fixtures: one Vulkan device for the whole run, and the `gpu` marker for real-GPU-only tests."""
+"""Shared fixtures: one Vulkan device for the whole run, the `gpu` marker for real-GPU-only tests,
+`--profile=cpu|gpu`, the pytest form of HELIOS_PROFILE (docs/GPU.md, "The GPU profile"), and under
+HELIOS_VALIDATE=1 a check after each test that the validation layer stayed silent."""
 
 from __future__ import annotations
 
@@ -12,12 +14,53 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser):
+    parser.addoption("--profile", choices=("cpu", "gpu"), default=None,
+                     help="behave as this device class (HELIOS_PROFILE): gpu runs the GPU's kernels and staging "
+                          "memory on lavapipe; default: the device's own")
+
+
+def pytest_configure(config):
+    """Set HELIOS_PROFILE before any test creates the device; subprocesses inherit it through os.environ."""
+    chosen = config.getoption("--profile")
+    if chosen is not None:
+        os.environ["HELIOS_PROFILE"] = chosen
+    from helios import env
+    from helios.errors import SetupError
+
+    try:  # a bad HELIOS_PROFILE or HELIOS_COOPMAT is one line here, not an error in every test
+        env.profile(), env.coopmat_mode()
+    except SetupError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_report_header(config):
+    from helios import env
+
+    own = "the device's own"
+    return f"helios profile: {env.profile() or own}, cooperative matrices: {env.coopmat_mode()}"
+
+
 @pytest.fixture(scope="session")
 def device():
     """The process-wide helios device (lavapipe in CI)."""
     from helios.device import get_device
 
     return get_device()
+
+
+@pytest.fixture(autouse=True)
+def _validation_layer_clean():
+    """Under HELIOS_VALIDATE=1, a test whose Vulkan calls drew validation-layer messages fails with them."""
+    yield
+    from helios import env
+
+    if env.validate():
+        from helios import runtime as rt
+        from helios.device import get_device
+
+        rt.sync()  # submit what the test left recorded: submission is validated too
+        get_device().check_validation()
 
 
 @pytest.fixture(scope="session")

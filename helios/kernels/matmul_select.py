@@ -31,8 +31,11 @@ _tuned: dict[str, dict[str, str]] = {}  # device key -> {shape key: tiling}
 
 
 def device_key(info) -> str:
-    """A file-name-safe key for a device and its driver version: tuning results are valid for exactly that."""
+    """A file-name-safe key for a device, its driver version and an overriding profile: tuning results are
+    valid for exactly that (the GPU profile on lavapipe tunes other tilings than the CPU's own)."""
     raw = f"{info.name}-{info.driver_name}-{info.driver_info or info.driver_version}"
+    if info.profile:
+        raw += f"-{info.profile}-profile"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
 
 

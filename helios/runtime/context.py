@@ -199,7 +199,8 @@ class Runtime:
         stage = self.staging.acquire(nbytes, host_access=True)
         try:
             rec = self.recorder
-            if storage.last_write == rec.open_value:  # written by the open batch: the copy follows it
+            if storage.last_write > rec.submitted:  # written by the open batch or a queued replay: the copy
+                # follows it in the same submit
                 rec.copy(storage, storage.base + offset, stage, stage.base, nbytes)
                 rec.wait(stage.last_write)
             else:  # nothing recorded writes it: copy on the side, leaving the open batch open

@@ -94,7 +94,9 @@ def test_steady_state_makes_no_device_allocation(runtime):
     np.testing.assert_array_equal(params[0].numpy(), np.full(4096, 2.0, np.float32))
 
 
-def test_out_of_memory_is_clear_and_the_pool_stays_usable(runtime, monkeypatch):
+def test_out_of_memory_is_clear_and_the_pool_stays_usable(private_runtime, monkeypatch):
+    # Small blocks: with the GPU profile's 256 MiB ones, a tensor a block long would pass one buffer's limit.
+    runtime = private_runtime(block_size=4 << 20)
     pool = runtime.pool
     vk = runtime.device.vk
 
@@ -183,11 +185,12 @@ def test_over_budget_idle_blocks_are_given_back_before_growing(private_runtime):
 
 
 def test_budget_from_the_environment(private_runtime, monkeypatch):
+    blocks = 64 << 20  # the default on unified memory (the GPU profile's is 256 MiB)
     monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "96")
-    assert private_runtime().pool.budget == 96 << 20
+    assert private_runtime(block_size=blocks).pool.budget == 96 << 20
     monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "3")  # below one 64 MiB block: it could not cap anything
     with pytest.raises(HeliosError, match="below one memory block"):
-        private_runtime()
+        private_runtime(block_size=blocks)
     monkeypatch.setenv("HELIOS_MEMORY_BUDGET_MB", "lots")
     with pytest.raises(HeliosError, match="HELIOS_MEMORY_BUDGET_MB"):
         private_runtime()

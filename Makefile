@@ -38,8 +38,12 @@ test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-gpu-profile test-subgroups
 
+# Cases that run the same whatever the profile are left out: module validity, the benchmarks' test, and the
+# cooperative-matrix tests, which force their emulated variants in the default run already.
 test-gpu-profile: $(VENV)/.installed
-	$(PY) -m pytest -q --profile=gpu tests/kernels tests/autograd $(PYTEST_ARGS)
+	$(PY) -m pytest -q --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" \
+	  --ignore=tests/kernels/test_matmul_coopmat.py --ignore=tests/kernels/test_attention_coopmat.py \
+	  --ignore=tests/kernels/test_bench_half.py $(PYTEST_ARGS)
 
 test-subgroups: $(VENV)/.installed
 	LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)

@@ -188,7 +188,8 @@ def test_tiled_needs_subgroups_as_wide_as_its_lanes_per_row():
     """A row's 4 tiled lanes sum their dots with subgroup shuffles: narrower subgroups get rowwise, even forced."""
     def choose(min_subgroup_size, forced=None):
         with selection.forcing("attention", forced):
-            info = SimpleNamespace(cpu_profile=False, min_subgroup_size=min_subgroup_size)
+            info = SimpleNamespace(cpu_profile=False, min_subgroup_size=min_subgroup_size, cooperative_matrix=(),
+                                   cooperative_matrix_emulated=False)
             return selection.choose("attention", (64,), info=info)
 
     assert choose(4) == choose(32) == choose(4, "tiled") == "tiled"

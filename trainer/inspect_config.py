@@ -40,7 +40,8 @@ def precision(cfg: Config) -> tuple[str, str]:
     from helios.errors import HeliosError
 
     try:
-        return auto_dtype(device_info())[0], f"auto: {auto_dtype(device_info())[1]}"
+        dtype, why = auto_dtype(device_info())
+        return dtype, f"auto: {why}"
     except HeliosError as exc:
         return "auto", f"decided on the device at run time; no Vulkan device here ({str(exc).splitlines()[0]})"
 

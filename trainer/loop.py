@@ -220,12 +220,13 @@ class Trainer:
         self.writer = writer
         cfg, t, b = self.cfg, self.cfg.train, self.backend
         peak = self.peak = b.device_peak()
+        dtype, dtype_reason = b.precision()
         self.emit("config", config=cfg.to_dict(), backend=self.backend_kind, device=b.device_name(),
                   num_params=b.num_params(), flops_per_token=b.flops_per_token(),
                   peak_flops=peak.flops if peak else None, peak_source=peak.source if peak else None,
                   start_step=self.step, max_iters=t.max_iters, resumed_from=self.resumed_from,
                   tokenizer_sha256=self.data.tokenizer_hash, train_tokens=len(self.data.train),
-                  val_tokens=len(self.data.val), dtype=b.precision()[0], dtype_reason=b.precision()[1])
+                  val_tokens=len(self.data.val), dtype=dtype, dtype_reason=dtype_reason)
         if self.step >= t.max_iters:
             self.emit("end", step=self.step, status="done")
             return "done"

@@ -94,3 +94,14 @@ def make_config(tmp_path, corpus):
     def write(name: str = "tiny", **sections) -> Path:
         return write_config(tmp_path, corpus, name, **sections)
     return write
+
+
+@pytest.fixture(scope="session")
+def needs_mpiexec():
+    """Skip a data-parallel test where no MPI launcher is installed (its message says what to install)."""
+    from trainer.distributed import mpiexec
+
+    try:
+        mpiexec()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(str(exc))

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from trainer.checkpoint import load_latest
-from trainer.distributed import mpiexec
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = {"arch": "llama", "n_kv_head": 1, "bias": False, "tie_embeddings": False}
@@ -48,12 +47,7 @@ def _params(run_dir: Path) -> dict[str, np.ndarray]:
     return {k: v for k, v in load_latest(run_dir).tensors.items() if k.startswith("param.")}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _needs_mpiexec():
-    try:
-        mpiexec()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(str(exc))
+pytestmark = pytest.mark.usefixtures("needs_mpiexec")
 
 
 @pytest.mark.parametrize("backend,arch", [("helios", "gpt2"), ("helios", "llama"), ("torch", "llama")])

@@ -17,18 +17,12 @@ from pathlib import Path
 import pytest
 
 from trainer.checkpoint import load_latest
-from trainer.distributed import mpiexec
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = {"batch_size": 4, "max_iters": 400, "ckpt_interval": 0, "eval_interval": 0, "sample_tokens": 0}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _needs_mpiexec():
-    try:
-        mpiexec()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(str(exc))
+pytestmark = pytest.mark.usefixtures("needs_mpiexec")
 
 
 def _launch(config: Path) -> subprocess.Popen:

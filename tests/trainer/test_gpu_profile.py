@@ -23,7 +23,6 @@ from tests.conftest import run_python
 from tests.trainer.conftest import write_config
 from trainer.backends.helios import HeliosBackend
 from trainer.config import load_config
-from trainer.distributed import mpiexec
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 50
@@ -106,11 +105,7 @@ def test_half_precision_matches_the_default_profile(runs, arch, dtype):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
-def test_two_ranks_equal_one_rank(runs, arch):
-    try:
-        mpiexec()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(str(exc))
+def test_two_ranks_equal_one_rank(runs, arch, needs_mpiexec):
     one, two = runs.get(arch, "gpu"), runs.get(arch, "gpu", nproc=2)
     for kind in ("loss", "val"):
         assert sorted(two[kind]) == sorted(one[kind])

@@ -14,6 +14,10 @@ MESA_MIN_MAJOR := 25
 BACKPORTS_SOURCES := /etc/apt/sources.list.d/helios-bookworm-backports.sources
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+# Tests run on every core (pytest-xdist): lavapipe compiles a pipeline on one thread, and a cold suite is mostly
+# compiling. worksteal hands each worker a contiguous run of tests (shared pipelines stay in one process) and
+# rebalances the tail. `make test XDIST=` runs in one process.
+XDIST ?= -n auto --dist worksteal
 CONFIG ?= configs/shakespeare.toml
 RUN_DIR ?= runs/shakespeare
 
@@ -35,19 +39,19 @@ train: $(VENV)/.installed
 # kernels use subgroup operations at lavapipe's other honest subgroup sizes, 4 and 16, with a short training
 # parity at 16. helios keys its caches per vector width, so each width compiles its own kernels once.
 test: $(VENV)/.installed
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-gpu-profile test-subgroups
 
 # Cases that run the same whatever the profile are left out: module validity, the benchmarks' test, and the
 # cooperative-matrix tests, which force their emulated variants in the default run already.
 test-gpu-profile: $(VENV)/.installed
-	$(PY) -m pytest -q --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" \
+	$(PY) -m pytest -q $(XDIST) --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" \
 	  --ignore=tests/kernels/test_matmul_coopmat.py --ignore=tests/kernels/test_attention_coopmat.py \
 	  --ignore=tests/kernels/test_bench_half.py $(PYTEST_ARGS)
 
 test-subgroups: $(VENV)/.installed
-	LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
-	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
+	LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
+	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
 	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q tests/trainer/test_loss_parity.py $(PYTEST_ARGS)
 
 info: $(VENV)/.installed

@@ -42,10 +42,12 @@ test: $(VENV)/.installed
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-gpu-profile test-subgroups
 
-# Cases that run the same whatever the profile are left out: module validity, the benchmarks' test, and the
-# cooperative-matrix tests, which force their emulated variants in the default run already.
+# Cases that run the same whatever the profile are left out: module validity, tests that force a variant (marked
+# `forced` by tests/conftest.py: the profile changes only what the rules choose, and memory, which every case left
+# still reads through staging), the benchmarks' test, and the cooperative-matrix tests, which force their emulated
+# variants in the default run already.
 test-gpu-profile: $(VENV)/.installed
-	$(PY) -m pytest -q $(XDIST) --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" \
+	$(PY) -m pytest -q $(XDIST) --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" -m "not forced" \
 	  --ignore=tests/kernels/test_matmul_coopmat.py --ignore=tests/kernels/test_attention_coopmat.py \
 	  --ignore=tests/kernels/test_bench_half.py $(PYTEST_ARGS)
 

@@ -72,7 +72,12 @@ def spirv_val(request):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip tests marked `gpu` unless the chosen device is a real GPU."""
+    """Mark `forced` the tests that force a selection choice (the kernel tests' `force` fixture): they run the
+    kernels they name whatever the profile, so `make test-gpu-profile` leaves them out (-m "not forced").
+    Skip tests marked `gpu` unless the chosen device is a real GPU."""
+    for item in items:
+        if "force" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.forced)
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     from helios.device import get_device

@@ -89,17 +89,7 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
 
     def step(j0):
         js = [key_index(b, j0, u, T) for u in range(v.kb_bwd)]
-        sp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
-        dp = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
-        with reg_loop(b, v, d) as t:
-            c, _ = comp(b, v, d, rw.lane, t)
-            ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
-            vs = [stream.at(1, tile_row(stream, j, jc), c) for j, jc in js]
-            for r in range(RQ):
-                qt, dot_ = q[r][t], dov[r][t]
-                for u in range(v.kb_bwd):
-                    sp[r][u] += b.dot(qt, ks[u])
-                    dp[r][u] += b.dot(dot_, vs[u])
+        sp, dp = _score_dots(b, v, d, stream, js, rw.lane, q, dov)  # q . k_j, dO . v_j
         dss = []
         for r in range(RQ):
             row = []
@@ -129,6 +119,23 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
                     dqkv.vec4[base + c] = dq[r][t] * d.scale
 
 
+def _score_dots(b: KernelBuilder, v: Variant, d, stream, idx, lane, left, right):
+    """(sp, dp): sp[r][u] = left[r] . stream 0's row idx[u] and dp[r][u] = right[r] . stream 1's, summed over the
+    head dim (this lane's part): the scores and dP of one streamed step, for dQ (q, dO vs K, V) and dK/dV
+    (k, v vs Q, dO)."""
+    sp = [[b.var(f32, 0.0) for _ in idx] for _ in range(v.rq)]
+    dp = [[b.var(f32, 0.0) for _ in idx] for _ in range(v.rq)]
+    with reg_loop(b, v, d) as t:
+        c, _ = comp(b, v, d, lane, t)
+        xs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in idx]
+        ys = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in idx]
+        for r in range(v.rq):
+            lt, rt = left[r][t], right[r][t]
+            for u in range(v.kb_bwd):
+                sp[r][u] += b.dot(lt, xs[u])
+                dp[r][u] += b.dot(rt, ys[u])
+    return sp, dp
+
 def build_dkv(b: KernelBuilder, v: Variant) -> None:
     """dK/dV, key-parallel over KV heads: RQ key rows per invocation stream Q/dO of every query head of
     their group."""
@@ -154,17 +161,7 @@ def build_dkv(b: KernelBuilder, v: Variant) -> None:
 
         def step(i0):
             iis = [key_index(b, i0, u, T) for u in range(v.kb_bwd)]
-            sp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
-            dp = [[b.var(f32, 0.0) for _ in iis] for _ in range(RQ)]
-            with reg_loop(b, v, d) as t:
-                c, _ = comp(b, v, d, rw.lane, t)
-                qs = [stream.at(0, tile_row(stream, i, ic), c) for i, ic in iis]
-                dos = [stream.at(1, tile_row(stream, i, ic), c) for i, ic in iis]
-                for r in range(RQ):
-                    kt, vt = k[r][t], vv[r][t]
-                    for u in range(v.kb_bwd):
-                        sp[r][u] += b.dot(kt, qs[u])
-                        dp[r][u] += b.dot(vt, dos[u])
+            sp, dp = _score_dots(b, v, d, stream, iis, rw.lane, k, vv)  # k . q_i, v . dO_i
             stats = [(stream.row_scalar(lse, row0, i0, u, T), stream.row_scalar(delta, row0, i0, u, T))
                      for u in range(len(iis))]
             pzs, dss = [], []

@@ -45,13 +45,19 @@ def _stats(b, k: Tiles, lse, delta, lse_s, delta_s, row_base, row0, T) -> None:
         delta_s[k.tid] = b.select(inside, delta[at], 0.0)
 
 
+def _block(b: KernelBuilder, v: Variant):
+    """What both backward kernels start with: the tiles, the bindings, (T, D, qkv's row stride S, dO's row stride
+    HD) and the workgroup's (first row of its 16, head, batch entry)."""
+    k = Tiles(b, v)
+    bindings = _bindings(b, k, v)
+    d = bindings[-1]
+    T, D = d.T, d.D4 * 4
+    sizes = (T, D, (d.H + d.Hkv * 2) * D, d.H * D)
+    return k, bindings, sizes, (b.workgroup_id(0) * TILE, b.workgroup_id(1), b.workgroup_id(2))
+
 def build_dq(b: KernelBuilder, v: Variant) -> None:
     """dQ of 16 query rows of a head."""
-    k = Tiles(b, v)
-    qkv, lse, do, delta, dqkv, d = _bindings(b, k, v)
-    T, D = d.T, d.D4 * 4
-    S, HD = (d.H + d.Hkv * 2) * D, d.H * D
-    q0, head, batch = b.workgroup_id(0) * TILE, b.workgroup_id(1), b.workgroup_id(2)
+    k, (qkv, lse, do, delta, dqkv, d), (T, D, S, HD), (q0, head, batch) = _block(b, v)
     kvh, row_base = head / d.group, (batch * d.H + head) * T
     qd_s, kv_s = b.shared(k.staged, 2 * TILE * LDH, "qdo"), b.shared(k.staged, 2 * TILE * LDH, "kv")  # [Q; dO], [K; V]
     sp_s, ds_s = b.shared(f32, 2 * TILE * TILE, "s_dp"), b.shared(k.staged, TILE * TILE, "ds")
@@ -88,11 +94,7 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
 
 def build_dkv(b: KernelBuilder, v: Variant) -> None:
     """dK and dV of 16 key rows of a KV head, summed over the query heads of its group."""
-    k = Tiles(b, v)
-    qkv, lse, do, delta, dqkv, d = _bindings(b, k, v)
-    T, D = d.T, d.D4 * 4
-    S, HD = (d.H + d.Hkv * 2) * D, d.H * D
-    k0, kvh, batch = b.workgroup_id(0) * TILE, b.workgroup_id(1), b.workgroup_id(2)
+    k, (qkv, lse, do, delta, dqkv, d), (T, D, S, HD), (k0, kvh, batch) = _block(b, v)
     kv_s, x_s = b.shared(k.staged, 2 * TILE * LDH, "kv"), b.shared(k.staged, TILE * LDH, "q_or_do")
     dkv_s = b.shared(f32, 2 * TILE * LDF, "dk_dv")  # [dK; dV]
     sp_s, pd_s = b.shared(f32, 2 * TILE * TILE, "st_dpt"), b.shared(k.staged, 2 * TILE * TILE, "dst_pt")

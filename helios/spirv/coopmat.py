@@ -139,10 +139,8 @@ class CoopMatOps:
         _layout_id(self.m, layout)
         if self.m.coopmat_emulated:
             return emulated.load(self, t, view, index, stride, layout)
-        ptr, _, _ = view._pointer(index)
-        stride_v = self._as_index(stride)
-        rid = self._op_id(g.Op.CooperativeMatrixLoadKHR, type_id(self.m, t), ptr, _layout_id(self.m, layout),
-                          stride_v.id)
+        operands = self._tile_operands(view, index, stride, layout)
+        rid = self._op_id(g.Op.CooperativeMatrixLoadKHR, type_id(self.m, t), *operands)
         return Value(self, rid, t)
 
     def coopmat_store(self, view: BufferView, index, mat: Value, stride, layout: str = "row") -> None:
@@ -154,9 +152,14 @@ class CoopMatOps:
         _layout_id(self.m, layout)
         if self.m.coopmat_emulated:
             return emulated.store(self, view, index, mat, stride, layout)
+        ptr, layout_id, stride_id = self._tile_operands(view, index, stride, layout)
+        self._emit(g.Op.CooperativeMatrixStoreKHR, ptr, mat.id, layout_id, stride_id)
+
+    def _tile_operands(self, view: BufferView, index, stride, layout: str) -> tuple[int, int, int]:
+        """(pointer to view[index], layout id, stride id): the memory operands of a native tile load or store."""
         ptr, _, _ = view._pointer(index)
         stride_v = self._as_index(stride)
-        self._emit(g.Op.CooperativeMatrixStoreKHR, ptr, mat.id, _layout_id(self.m, layout), stride_v.id)
+        return ptr, _layout_id(self.m, layout), stride_v.id
 
     def coopmat_muladd(self, a: Value, b: Value, c: Value) -> Value:
         """a x b + c on the matrix units: a is M x K ("a"), b is K x N ("b"), c is M x N ("acc")."""

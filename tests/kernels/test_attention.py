@@ -54,9 +54,9 @@ def _id(case):
 
 
 @pytest.fixture(params=VARIANTS)
-def variant(request):
-    with selection.forcing("attention", request.param):
-        yield request.param
+def variant(request, force):
+    force("attention", request.param)
+    return request.param
 
 
 def _inputs(B, T, H, Hkv, D, seed=0):

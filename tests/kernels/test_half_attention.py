@@ -56,9 +56,9 @@ def half(request):
 
 
 @pytest.fixture(params=list(VARIANTS))
-def variant(request):
-    with selection.forcing("attention", request.param):
-        yield request.param
+def variant(request, force):
+    force("attention", request.param)
+    return request.param
 
 
 def _inputs(half, B, T, H, Hkv, D, seed=0):

@@ -1,6 +1,7 @@
-"""LayerNorm and RMSNorm beyond their op specs' derived tests (tests/kernels/test_opspecs.py: every layout and
-width at awkward shapes with a bias, finite differences, spirv-val): LayerNorm without a bias in every layout,
-a big register tier, gradients accumulated into views of a parameter arena, and PyTorch.
+"""LayerNorm and RMSNorm beyond their op specs' derived tests (tests/kernels/test_opspecs.py: every layout, width
+and dtype at awkward shapes, LayerNorm with and without a bias, gradients added into f32 sinks, finite
+differences, spirv-val): a big register tier, more rows than backward workers with gradients accumulated into
+views of one parameter arena, and PyTorch.
 
 Tolerances: y within 1e-5 * (1 + |y|); dx within 1e-5 of max |dx|; dw/db (sums over up to 513 rows)
 within 1e-4 of max |dw|. Inputs have a mean far from 0 (x ~ 8 + 3 N(0, 1)) so that a one-pass
@@ -14,18 +15,9 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import norms as N
-from tests.kernels.row_variants import force_variant, layout_fixture
+from tests.kernels.row_variants import force_variant
 
-COLS = [1, 7, 8, 33, 513, 4097]
-ROWS = [1, 7, 33]
 EPS = 1e-5
-# (layout, width, register tier): streaming and cached forms of each width for the "_nobias" variants; the op
-# spec tests run every layout of row_variants.LAYOUTS with a bias.
-LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("sg", "u64x2", 4),
-           ("sg", "vec4", 4), ("sg", "scalar", 8), ("wg", "vec4", 4)]
-
-
-layout = layout_fixture(LAYOUTS)
 
 
 def _data(rows, cols, seed=0):
@@ -42,26 +34,6 @@ def _close(got, want, rel):
 
 
 F = rt.from_numpy
-
-
-@pytest.mark.parametrize("cols", COLS)
-def test_layernorm_without_bias(layout, cols):
-    """The "_nobias" variants (the op spec's tests run LayerNorm with a bias)."""
-    for rows in ROWS:
-        if rows * cols > 40_000:
-            continue
-        x, w, _, dy = _data(rows, cols)
-        x64 = x.astype(np.float64)
-        y, mean, rstd = N.layernorm(F(x), F(w), None, EPS)
-        ry, rmean, rrstd = N.reference_layernorm(x64, w, None, EPS)
-        np.testing.assert_allclose(y.numpy(), ry, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(mean.numpy(), rmean, rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=1e-5)
-        dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy), has_bias=False)
-        rdx, rdw, _ = N.reference_layernorm_backward(x64, w, rmean, rrstd, dy)
-        _close(dx.numpy(), rdx, 1e-5)
-        _close(dw.numpy(), rdw, 1e-4)
-        assert db is None
 
 
 @pytest.mark.parametrize("cols", [512])

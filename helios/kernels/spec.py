@@ -6,7 +6,10 @@ written again.
 An op maps named tensor arguments (`args`: x, or x, w, b) to named results (`outputs`: y, or y, mean, rstd;
 only the first takes a gradient). Its backward takes the tensors named by `saves` (any of args and outputs)
 and dy, and returns one gradient per argument (dx, dw, db); the numpy reference and reference_backward take
-and return the same, on float64 arrays. A pointwise op with its backward is one `pointwise(...)` call in one
+and return the same, on float64 arrays. Scalar arguments (clamp's bounds, the norms' eps) are keyword arguments of
+all four. Tests run every op in every dtype its kernels offer, with tolerances in roundings of the dtype
+(`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place, which
+the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in one
 kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md
 has both worked examples). Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
@@ -25,7 +28,8 @@ from helios.kernels import discover
 from helios.kernels.dtypes import DTYPES, NUMPY, ROUNDING, variant_dtype
 from helios.spirv import Kernel
 
-AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12))
+# Pointwise ops: 1 and 7 elements (all tail), odd lengths (vec4 + a scalar tail), multiples of 4 (u64x2 runs).
+AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12), (4096,))
 # Row ops: rows 1, 7, 33 of lengths 1 ... 4100 (odd, 4k + 1, multiples of 4: 8 and 516 fit the register tiers in
 # the 4-wide forms, 4100 streams in them), and a 3-D input.
 ROW_SHAPES = tuple((r, c) for r in (1, 7, 33) for c in (1, 7, 8, 33, 513, 516, 4097, 4100) if r * c <= 40_000) + (

@@ -83,9 +83,9 @@ class Tolerance:
         ok = (got == want) | (np.isnan(got) & np.isnan(want)) | (err <= self.bound(want, dtype))
         if not ok.all():
             excess = np.where(ok, 0.0, np.nan_to_num(err, nan=np.inf) / self.bound(want, dtype))
-            i = np.unravel_index(int(np.argmax(excess)), got.shape)
+            i = tuple(int(k) for k in np.unravel_index(int(np.argmax(excess)), got.shape))
             raise AssertionError(f"{what} [{dtype}]: {int((~ok).sum())} of {ok.size} elements out of bounds; "
-                                 f"worst at {i}: got {got[i]!r}, want {want[i]!r}, off by "
+                                 f"worst at {i}: got {float(got[i])!r}, want {float(want[i])!r}, off by "
                                  f"{err[i] / ROUNDING[dtype] / max(abs(want[i]), 1e-30):.3g} roundings of {dtype}")
 
 

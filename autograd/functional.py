@@ -55,14 +55,6 @@ def clone(x: Tensor) -> Tensor:
     return E.Clone.apply(x)
 
 
-def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
-    return E.Clamp.apply(x, lo, hi)
-
-
-def softcap(x: Tensor, cap: float) -> Tensor:
-    return E.Softcap.apply(x, float(cap))
-
-
 def masked_fill(x: Tensor, mask: Tensor, value: float) -> Tensor:
     return E.MaskedFill.apply(x, mask, float(value))
 
@@ -112,11 +104,11 @@ def concat(parts: list[Tensor]) -> Tensor:
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    return R.LayerNorm.apply(x, weight, bias, float(eps))
+    return S.FUNCTIONS["layernorm"].apply(x, weight, bias, eps=float(eps))
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
-    return R.RMSNorm.apply(x, weight, float(eps))
+    return S.FUNCTIONS["rmsnorm"].apply(x, weight, eps=float(eps))
 
 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False) -> Tensor:
@@ -155,12 +147,12 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1) -> Te
 
 
 def _spec_op(function):
-    def apply(*args: Tensor) -> Tensor:
-        return function.apply(*args)
+    def apply(*args, **scalars) -> Tensor:
+        return function.apply(*args, **scalars)
 
     apply.__name__, apply.__doc__ = function.__name__.lower(), function.__doc__
     return apply
 
 
-# exp, log, sqrt, relu, gelu, silu, softmax, ...: one per op spec (helios.kernels.spec), derived, never listed.
+# exp, gelu, clamp, softcap, softmax, layernorm, ...: one per op spec (helios.kernels.spec), derived, never listed.
 globals().update({name: _spec_op(fn) for name, fn in S.FUNCTIONS.items() if name not in globals()})

@@ -118,32 +118,6 @@ class Clone(Function):
         return dy
 
 
-class Clamp(Function):
-    @staticmethod
-    def forward(ctx, x, lo=None, hi=None):
-        ctx.lo, ctx.hi = lo, hi
-        ctx.save_for_backward(x)
-        return ops.clamp(x, lo, hi)
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved_tensors
-        return ops.clamp_backward(x, dy, ctx.lo, ctx.hi), None, None
-
-
-class Softcap(Function):
-    @staticmethod
-    def forward(ctx, x, cap: float):
-        ctx.cap = cap
-        ctx.save_for_backward(x)
-        return ops.softcap(x, cap)
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved_tensors
-        return ops.softcap_backward(x, dy, ctx.cap), None
-
-
 class MaskedFill(Function):
     @staticmethod
     def forward(ctx, x, mask, value: float):

@@ -1,5 +1,5 @@
-"""Reductions, normalisations and views: forward and VJP side by side (softmax's Function is derived from its
-op spec: autograd/ops/specs.py)."""
+"""Reductions and views: forward and VJP side by side (softmax's and the norms' Functions are derived from their op
+specs: autograd/ops/specs.py)."""
 
 from __future__ import annotations
 
@@ -64,40 +64,6 @@ def param_grad(ctx, index, computed):
     if not ctx.needs_input_grad[index]:
         return None
     return ACCUMULATED if ctx.grad_sink(index) is not None else computed
-
-
-class LayerNorm(Function):
-    @staticmethod
-    def forward(ctx, x, w, b, eps: float):
-        y, mean, rstd = ops.layernorm(x, w, b, eps)
-        ctx.mark_non_differentiable(mean, rstd)
-        ctx.save_for_backward(x, w, mean, rstd)
-        ctx.has_bias = b is not None
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w, mean, rstd = ctx.saved_tensors
-        dx, dw, db = ops.layernorm_backward(
-            x, w, mean, rstd, dy, dw_out=ctx.grad_sink(1), db_out=ctx.grad_sink(2) if ctx.has_bias else None,
-            accumulate=True,
-        )
-        return dx, param_grad(ctx, 1, dw), param_grad(ctx, 2, db) if ctx.has_bias else None, None
-
-
-class RMSNorm(Function):
-    @staticmethod
-    def forward(ctx, x, w, eps: float):
-        y, rstd = ops.rmsnorm(x, w, eps)
-        ctx.mark_non_differentiable(rstd)
-        ctx.save_for_backward(x, w, rstd)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w, rstd = ctx.saved_tensors
-        dx, dw = ops.rmsnorm_backward(x, w, rstd, dy, dw_out=ctx.grad_sink(1), accumulate=True)
-        return dx, param_grad(ctx, 1, dw), None
 
 
 class Concat(Function):

@@ -146,15 +146,17 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     # (allocating) unless a preallocated in-place baseline is written for that op below.
     fast = {"gelu": _numpy_gelu(a, out, t), "gelu_backward": _numpy_gelu_backward(a, b, out, t, u)}
     for spec in specs("elementwise"):
-        (x,) = spec.inputs(rng, (n,))
+        kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
+        (x,) = spec.inputs(rng, (n,), **kw)
         tx = rt.from_numpy(x)
-        (saved,) = spec.saved([tx], spec.forward(tx))
+        (saved,) = spec.saved([tx], spec.forward(tx, **kw))
         host_saved = saved.numpy()
         fwd_kernel, bwd_kernel = spec.kernels[:2]
-        cases.append((spec.name, fwd_kernel, n, functools.partial(spec.forward, tx),
-                      fast.get(spec.name, functools.partial(spec.reference, x))))
-        cases.append((f"{spec.name}_backward", bwd_kernel, n, functools.partial(spec.backward, saved, tb),
-                      fast.get(f"{spec.name}_backward", functools.partial(spec.reference_backward, host_saved, b))))
+        cases.append((spec.name, fwd_kernel, n, functools.partial(spec.forward, tx, **kw),
+                      fast.get(spec.name, functools.partial(spec.reference, x, **kw))))
+        cases.append((f"{spec.name}_backward", bwd_kernel, n, functools.partial(spec.backward, saved, tb, **kw),
+                      fast.get(f"{spec.name}_backward",
+                               functools.partial(spec.reference_backward, host_saved, b, **kw))))
     torch_refs = _torch_cases(torch, a, b, bias, rows) if torch is not None else {}
     records = []
     for name, kernel, count, device_fn, ref_fn in cases:

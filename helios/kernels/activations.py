@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from helios.kernels.elementwise import check_float, map_kernel, output, run_map, unary_op
-from helios.kernels.spec import OpSpec, normal_inputs, register, spec_of
+from helios.kernels.spec import POINTWISE_TOLERANCE, OpSpec, Tolerance, normal_inputs, register, spec_of
 from helios.runtime import Tensor
 from helios.spirv import KernelBuilder, Value, f32
 
@@ -64,35 +64,25 @@ def _clamp(b: KernelBuilder, x: Value, lo: Value, hi: Value) -> Value:
     return b.select(t > hi, b.splat(hi, x.count), t)
 
 
-# -- kernels --------------------------------------------------------------------------------------------
-CLAMP = map_kernel("clamp", lambda b, x, index, lo, hi: _clamp(b, x, lo, hi), params=[("lo", f32), ("hi", f32)],
-                   flops=2)
-SOFTCAP = map_kernel("softcap", lambda b, x, index, cap: tanh(b, x / cap) * cap, params=[("cap", f32)], flops=16)
-
-def _relu_bwd(b, x, dy, index):
+def _relu_bwd(b, x, dy):
     return b.select(x > 0.0, dy, 0.0)
 
 
-def _silu_bwd(b, x, dy, index):
+def _silu_bwd(b, x, dy):
     s = sigmoid(b, x)
     return dy * s * ((1.0 - s) * x + 1.0)
 
 
-def _clamp_bwd(b, x, dy, index, lo, hi):
-    inside = (x >= lo) & (x <= hi)
+def _clamp_bwd(b, x, dy, lo, hi):
+    inside = (x >= lo) & (x <= hi)  # inclusive, as torch; NaN is outside
     return b.select(inside, dy, 0.0)
 
 
-def _softcap_bwd(b, x, dy, index, cap):
+def _softcap_bwd(b, x, dy, cap):
     t = tanh(b, x / cap)
     return dy * (1.0 - t * t)
 
 
-CLAMP_BWD = map_kernel("clamp_backward", _clamp_bwd, n_in=2, params=[("lo", f32), ("hi", f32)], flops=2)
-SOFTCAP_BWD = map_kernel("softcap_backward", _softcap_bwd, n_in=2, params=[("cap", f32)], flops=18)
-
-
-# -- op functions: forward and backward side by side ----------------------------------------------------
 def _grad_op(kernel, x: Tensor, dy: Tensor, **params) -> Tensor:
     check_float(x, dy)
     if x.numel != dy.numel:
@@ -103,32 +93,13 @@ def _grad_op(kernel, x: Tensor, dy: Tensor, **params) -> Tensor:
 
 
 def _bounds(lo: float | None, hi: float | None) -> dict:
+    """clamp's push constants: a None bound is open (-inf or +inf)."""
     return {"lo": -math.inf if lo is None else float(lo), "hi": math.inf if hi is None else float(hi)}
-
-
-def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
-    """min(max(x, lo), hi); a None bound is open. NaN stays NaN where the driver keeps NaNs (Vulkan lets it not)."""
-    return unary_op(CLAMP, x, **_bounds(lo, hi))
 
 
 def clamp_min(x: Tensor, lo: float) -> Tensor:
     """max(x, lo)."""
-    return clamp(x, lo, None)
-
-
-def clamp_backward(x: Tensor, dy: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
-    """dy where lo <= x <= hi (inclusive, as torch), else 0."""
-    return _grad_op(CLAMP_BWD, x, dy, **_bounds(lo, hi))
-
-
-def softcap(x: Tensor, cap: float) -> Tensor:
-    """cap * tanh(x / cap)."""
-    return unary_op(SOFTCAP, x, cap=float(cap))
-
-
-def softcap_backward(x: Tensor, dy: Tensor, cap: float) -> Tensor:
-    """dy * (1 - tanh(x / cap)^2)."""
-    return _grad_op(SOFTCAP_BWD, x, dy, cap=float(cap))
+    return clamp(x, lo, None)  # noqa: F821 - declared by pointwise() below
 
 
 # -- numpy references (float64-capable) ------------------------------------------------------------------
@@ -150,26 +121,52 @@ def reference_clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.nda
     return y if hi is None else np.where(y > hi, hi, y)
 
 
+def reference_clamp_grad(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
+    inside = (x >= (-np.inf if lo is None else lo)) & (x <= (np.inf if hi is None else hi))
+    return inside.astype(np.float64)
 
 
 def reference_softcap(x: np.ndarray, cap: float) -> np.ndarray:
     return cap * np.tanh(x / cap)
 
 
+def reference_softcap_grad(x: np.ndarray, cap: float) -> np.ndarray:
+    return 1.0 - np.tanh(x / cap) ** 2
+
+
 # -- pointwise op specs: one declaration each gives kernels, op functions, references, tests, autograd, docs ---
 def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *, saves: str = "x", flops: int = 1,
-              grad_flops: int = 1, grad_doc: str = "", inputs=None, namespace: dict | None = None) -> OpSpec:
-    """Declare a unary pointwise op and its VJP: `body(b, x)` -> y, `grad_body(b, saved, dy)` -> dx, where saved is
-    x or y (`saves`), and `reference_grad(saved)` is d y / dx in numpy. Registers an OpSpec and puts NAME/NAME_BWD
-    kernels and name/name_backward functions in `namespace` (the declaring module's globals)."""
-    fwd_kernel = map_kernel(name, lambda b, x, index: body(b, x), flops=flops)
-    bwd_kernel = map_kernel(f"{name}_backward", lambda b, s, dy, index: grad_body(b, s, dy), n_in=2, flops=grad_flops)
+              grad_flops: int = 1, grad_doc: str = "", inputs=None, scalars: dict | None = None,
+              defaults: dict | None = None, push=None, tolerance=None, input_bound=None,
+              namespace: dict | None = None) -> OpSpec:
+    """Declare a unary pointwise op and its VJP: `body(b, x, **scalars)` -> y, `grad_body(b, saved, dy, **scalars)`
+    -> dx, where saved is x or y (`saves`), and `reference_grad(saved, **scalars)` is d y / dx in numpy.
 
-    def forward(x: Tensor) -> Tensor:
-        return unary_op(fwd_kernel, x)
+    `scalars`: name -> test values of the op's scalar arguments (f32 push constants, positional or keyword after
+    x; `defaults` for those that may be left out); `push(**scalars)` turns them into the push constants (default:
+    each as a float), for scalars that have a sentinel such as clamp's open bound None. Registers an OpSpec and
+    puts NAME/NAME_BWD kernels and name/name_backward functions in `namespace` (the declaring module's globals)."""
+    scalars, defaults = dict(scalars or {}), dict(defaults or {})
+    names = tuple(scalars)
+    params = [(n, f32) for n in (push(**{k: 0.0 for k in names}) if push else names)]
+    fwd_kernel = map_kernel(name, lambda b, x, index, **p: body(b, x, **p), params=params, flops=flops)
+    bwd_kernel = map_kernel(f"{name}_backward", lambda b, s, dy, index, **p: grad_body(b, s, dy, **p), n_in=2,
+                            params=params, flops=grad_flops)
 
-    def backward(saved: Tensor, dy: Tensor) -> Tensor:
-        return _grad_op(bwd_kernel, saved, dy)
+    def constants(op: str, values: tuple, given: dict) -> dict:
+        if len(values) > len(names) or set(given) - set(names):
+            raise TypeError(f"{op}() takes the scalar arguments {', '.join(names) or 'none'}; got {len(values)} "
+                            f"positional and {', '.join(given) or 'no'} keyword ones")
+        bound = defaults | dict(zip(names, values)) | given
+        if missing := [n for n in names if n not in bound]:
+            raise TypeError(f"{op}() is missing its scalar argument(s) {', '.join(missing)}")
+        return push(**bound) if push else {k: float(v) for k, v in bound.items()}
+
+    def forward(x: Tensor, *values, **given) -> Tensor:
+        return unary_op(fwd_kernel, x, **constants(name, values, given))
+
+    def backward(saved: Tensor, dy: Tensor, *values, **given) -> Tensor:
+        return _grad_op(bwd_kernel, saved, dy, **constants(f"{name}_backward", values, given))
 
     forward.__name__, backward.__name__ = name, f"{name}_backward"
     forward.__doc__, backward.__doc__ = doc, grad_doc or f"dx for {name}, from the saved {saves} and dy."
@@ -177,11 +174,13 @@ def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *
     forward.__module__ = backward.__module__ = module
     generate = inputs or normal_inputs
 
-    def reference_backward(saved: np.ndarray, dy: np.ndarray) -> np.ndarray:
-        return dy * reference_grad(saved)
+    def reference_backward(saved: np.ndarray, dy: np.ndarray, **values) -> np.ndarray:
+        return dy * reference_grad(saved, **values)
 
     spec = register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, reference,
-                           reference_backward, lambda rng, shape: (generate(rng, shape),), saves=(saves,)))
+                           reference_backward, lambda rng, shape, **_: (generate(rng, shape),), saves=(saves,),
+                           scalars=scalars, tolerance=tolerance or POINTWISE_TOLERANCE,
+                           input_bound=input_bound or {}))
     if namespace is not None:
         namespace.update({name.upper(): fwd_kernel, f"{name.upper()}_BWD": bwd_kernel, name: forward,
                           f"{name}_backward": backward})
@@ -197,25 +196,35 @@ def _exp_inputs(rng: np.random.Generator, shape) -> np.ndarray:
 
 
 pointwise("exp", "e^x.", lambda b, x: b.exp(x), lambda b, y, dy: dy * y, np.exp, lambda y: y, saves="y",
-          grad_doc="dx = dy * y, from the forward output y = e^x.", inputs=_exp_inputs, namespace=globals())
+          grad_doc="dx = dy * y, from the forward output y = e^x.", inputs=_exp_inputs, input_bound={"fp16": 10.0},
+          namespace=globals())  # e^10 and its gradient stay inside fp16's range (65504)
 pointwise("log", "Natural logarithm.", lambda b, x: b.log(x), lambda b, x, dy: dy / x, np.log, lambda x: 1.0 / x,
           grad_doc="dx = dy / x.", inputs=_positive_inputs, namespace=globals())
 pointwise("sqrt", "Square root.", lambda b, x: b.sqrt(x), lambda b, y, dy: dy / (y * 2.0), np.sqrt,
           lambda y: 0.5 / y, saves="y", grad_flops=2, grad_doc="dx = dy / (2 y), from the forward output y = sqrt(x).",
           inputs=_positive_inputs, namespace=globals())
-pointwise("relu", "max(x, 0).", lambda b, x: b.select(x > 0.0, x, 0.0), lambda b, x, dy: _relu_bwd(b, x, dy, None),
+pointwise("relu", "max(x, 0).", lambda b, x: b.select(x > 0.0, x, 0.0), _relu_bwd,
           lambda x: np.maximum(x, 0.0), lambda x: (x > 0).astype(x.dtype), grad_doc="dy where x > 0, else 0.",
           namespace=globals())
 pointwise("gelu", 'GELU, tanh approximation (torch.nn.functional.gelu(approximate="tanh")).',
           lambda b, x: gelu_value(b, x), lambda b, x, dy: dy * gelu_grad(b, x), reference_gelu, reference_gelu_grad,
           flops=16, grad_flops=22, grad_doc="dy * gelu'(x) for the tanh approximation.", namespace=globals())
-pointwise("silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), lambda b, x, dy: _silu_bwd(b, x, dy, None),
+pointwise("silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), _silu_bwd,
           lambda x: x * reference_sigmoid(x), lambda x: reference_sigmoid(x) * (1.0 + x * (1.0 - reference_sigmoid(x))),
           flops=4, grad_flops=8, grad_doc="dy * s * (1 + x (1 - s)), s = sigmoid(x).", namespace=globals())
+
+# Exact ops: the result is an input or a bound, so within one rounding of the dtype (clamp's f32 bound of a float64
+# test value is one rounding off it already).
+_EXACT = {"y": Tolerance(), "dx": Tolerance()}
+pointwise("clamp", "min(max(x, lo), hi); a None bound is open. NaN stays NaN where the driver keeps NaNs (Vulkan "
+          "lets it not).", lambda b, x, lo, hi: _clamp(b, x, lo, hi), _clamp_bwd, reference_clamp,
+          reference_clamp_grad, flops=2, grad_flops=2, grad_doc="dy where lo <= x <= hi (inclusive, as torch), else 0.",
+          scalars={"lo": (-0.5, None, -0.1, 0.3), "hi": (0.7, 0.2, None, -0.3)}, defaults={"lo": None, "hi": None},
+          push=_bounds, tolerance=_EXACT, namespace=globals())
+pointwise("softcap", "cap * tanh(x / cap).", lambda b, x, cap: tanh(b, x / cap) * cap, _softcap_bwd, reference_softcap,
+          reference_softcap_grad, flops=16, grad_flops=18, grad_doc="dy * (1 - tanh(x / cap)^2).",
+          scalars={"cap": (5.0, 30.0, 2.5)}, namespace=globals())
 
 # Indexed by name for callers that want the references alone: derived from the specs above.
 REFERENCE = {n: spec_of(n).reference for n in ("exp", "log", "sqrt", "relu", "gelu", "silu")}
 
-
-# the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("clamp", "softcap", "clamp_backward", "softcap_backward")

@@ -397,9 +397,9 @@ def rmsnorm_backward(x: Tensor, w: Tensor, rstd: Tensor, dy: Tensor, dw_out: Ten
     return dx, outs[0][0]
 
 
-# -- op specs: tests, bench and docs/OPS.md derive from them (helios.kernels.spec); autograd's LayerNorm and
-# RMSNorm are hand-written, as they add dw and db straight into the parameters' gradient sinks ---------------
-def _inputs(rng: np.random.Generator, shape) -> tuple[np.ndarray, ...]:
+# -- op specs: tests, autograd's LayerNorm and RMSNorm Functions (dw and db added straight into the parameters'
+# gradient sinks), bench and docs/OPS.md derive from them (helios.kernels.spec) ----------------------------------
+def _inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, ...]:
     """x far from 0 (8 + 3 N(0, 1)), so that a one-pass sum/sum-of-squares variance would fail; w near 1."""
     cols = shape[-1]
     x = rng.standard_normal(shape) * 3 + 8
@@ -407,20 +407,21 @@ def _inputs(rng: np.random.Generator, shape) -> tuple[np.ndarray, ...]:
     return tuple(a.astype(np.float32) for a in (x, w, b))
 
 
-def _rms_inputs(rng: np.random.Generator, shape) -> tuple[np.ndarray, ...]:
+def _rms_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, ...]:
     return _inputs(rng, shape)[:2]
 
 
-# Tolerances: y within 1e-5 * (1 + |y|); dx within 1e-5 of max |dx|; dw and db (sums over the rows) within
-# 1e-4 of max |dw|.
-_TOLERANCE = {"y": Tolerance(rtol=1e-5, atol=1e-5), "mean": Tolerance(rtol=1e-6, atol=1e-6),
-              "rstd": Tolerance(rtol=1e-5), "dx": Tolerance(atol=1e-5, floor=1.0),
-              "dw": Tolerance(atol=1e-4, floor=1.0), "db": Tolerance(atol=1e-4, floor=1.0)}
-_ROW_OP = dict(family="rows", shapes=ROW_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE, autograd=False)
-register(OpSpec("layernorm", "LayerNorm over the last axis (biased variance, as torch).", __name__,
+# Tolerances, in f32 roundings (~6e-8): y within 168 (1e-5) of |y| and of 1; dx within 168 of max |dx|; dw and db
+# (sums over the rows) within 1680 (1e-4) of max |dw|. mean, rstd, dw and db are f32 in every dtype.
+_TOLERANCE = {"y": Tolerance(rel=168, abs=168), "mean": Tolerance(rel=17, abs=17), "rstd": Tolerance(rel=168),
+              "dx": Tolerance(abs=168, floor=1.0), "dw": Tolerance(abs=1680, floor=1.0),
+              "db": Tolerance(abs=1680, floor=1.0)}
+_ROW_OP = dict(family="rows", shapes=ROW_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE,
+               f32=("mean", "rstd", "dw", "db"), scalars={"eps": (1e-5, 0.5)}, grad_scalars=())
+register(OpSpec("layernorm", "LayerNorm over the last axis (biased variance, as torch); b may be None.", __name__,
                 (LAYERNORM, LAYERNORM_BACKWARD), layernorm, layernorm_backward, reference_layernorm,
                 reference_layernorm_backward, _inputs, args=("x", "w", "b"), outputs=("y", "mean", "rstd"),
-                saves=("x", "w", "mean", "rstd"), **_ROW_OP))
+                saves=("x", "w", "mean", "rstd"), sinks=("dw", "db"), optional={"b": "has_bias"}, **_ROW_OP))
 register(OpSpec("rmsnorm", "RMSNorm over the last axis.", __name__, (RMSNORM, RMSNORM_BACKWARD), rmsnorm,
                 rmsnorm_backward, reference_rmsnorm, reference_rmsnorm_backward, _rms_inputs,
-                args=("x", "w"), outputs=("y", "rstd"), saves=("x", "w", "rstd"), **_ROW_OP))
+                args=("x", "w"), outputs=("y", "rstd"), saves=("x", "w", "rstd"), sinks=("dw",), **_ROW_OP))

@@ -13,14 +13,19 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "OPS.md"
 
 
 def table() -> str:
-    """The markdown table: op, forward, backward, FLOPs and bytes per element, variant family, declaring file."""
-    rows = ["| op | forward | backward | FLOPs/elem | bytes/elem | variants | declared in |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    """The markdown table: op, forward (tensor then scalar arguments), backward, FLOPs and bytes per element, variant
+    family, tested dtypes, declaring file."""
+    rows = ["| op | forward | backward | FLOPs/elem | bytes/elem | variants | dtypes | declared in |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in specs():
-        forward = f"{', '.join(s.args)} → {', '.join(s.outputs)}"
-        back = f"`{s.name}_backward({', '.join(s.saves)}, dy)` → {', '.join(s.grads)}" if s.backward else "-"
+        scalars = "".join(f", {k}" for k in s.scalars)
+        forward = f"{', '.join(s.args)}{scalars} → {', '.join(s.outputs)}"
+        grad_scalars = "".join(f", {k}" for k in s.grad_kwargs(s.scalars))
+        sunk = f" (+= into sinks: {', '.join(s.sinks)})" if s.sinks else ""
+        back = f"`{s.name}_backward({', '.join(s.saves)}, dy{grad_scalars})` → {', '.join(s.grads)}{sunk}" \
+            if s.backward else "-"
         rows.append(f"| `{s.name}` — {s.doc} | {forward} | {back} | {s.flops((1,))} | {s.bytes((1,))} | {s.family} | "
-                    f"`{s.module.replace('.', '/')}.py` |")
+                    f"{', '.join(s.dtypes)} | `{s.module.replace('.', '/')}.py` |")
     return "\n".join(rows)
 
 

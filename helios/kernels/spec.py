@@ -6,7 +6,10 @@ written again.
 An op maps named tensor arguments (`args`: x, or x, w, b) to named results (`outputs`: y, or y, mean, rstd;
 only the first takes a gradient). Its backward takes the tensors named by `saves` (any of args and outputs)
 and dy, and returns one gradient per argument (dx, dw, db); the numpy reference and reference_backward take
-and return the same, on float64 arrays. A pointwise op with its backward is one `pointwise(...)` call in one
+and return the same, on float64 arrays. Scalar arguments (clamp's bounds, the norms' eps) are keyword arguments of
+all four. Tests run every op in every dtype its kernels offer, with tolerances in roundings of the dtype
+(`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place, which
+the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in one
 kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md
 has both worked examples). Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
@@ -18,17 +21,22 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from helios.kernels import discover
+from helios.kernels.dtypes import DTYPES, NUMPY, ROUNDING, variant_dtype
 from helios.spirv import Kernel
 
-AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12))
-# Row ops: rows 1, 7, 33 of lengths 1 ... 4097 (odd, 4k + 1, a multiple of 4), and a 3-D input.
-ROW_SHAPES = tuple((r, c) for r in (1, 7, 33) for c in (1, 7, 8, 33, 513, 4097) if r * c <= 40_000) + ((2, 3, 33),)
+# Pointwise ops: 1 and 7 elements (all tail), odd lengths (vec4 + a scalar tail), multiples of 4 (u64x2 runs).
+AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12), (4096,))
+# Row ops: rows 1, 7, 33 of lengths 1 ... 4100 (odd, 4k + 1, multiples of 4: 8 fits the register tiers in the
+# 4-wide forms, 4100 streams in them), and a 3-D input.
+ROW_SHAPES = tuple((r, c) for r in (1, 7, 33) for c in (1, 7, 8, 33, 513, 4097, 4100) if r * c <= 40_000) + (
+    (2, 3, 33),)
 
 
-def normal_inputs(rng: np.random.Generator, shape) -> np.ndarray:
+def normal_inputs(rng: np.random.Generator, shape, **_) -> np.ndarray:
     """Standard normal scaled by 3, float32: the default input generator."""
     return (rng.standard_normal(shape) * 3.0).astype(np.float32)
 
@@ -45,19 +53,46 @@ def rows_and_cols(shape) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How close a kernel result must be to the float64 reference: rtol, and atol absolute or, with `floor`,
-    relative to max |reference| (never below floor) for results whose scale varies with the shape."""
+    """How close a kernel result must be to the float64 reference of the same inputs (rounded to their dtype
+    first, so only the kernel's own rounding is measured), in roundings (dtypes.ROUNDING: half an ulp, relative).
 
-    rtol: float = 0.0
-    atol: float = 0.0
+    Every dtype computes in f32 and rounds each result once to its storage dtype, so a result in dtype d may be
+    off by `rel` f32 roundings of |reference|, plus `abs` f32 roundings of the result's scale (1; with `floor`,
+    max |reference|, never below floor, for results whose scale grows with the shape: sums over rows,
+    gradients), plus one rounding of d (nothing more for f32), plus half of d's smallest subnormal (fp16
+    underflows at 6e-8). The bound is per element."""
+
+    rel: float = 0.0
+    abs: float = 0.0
     floor: float | None = None
 
-    def check(self, got: np.ndarray, want: np.ndarray, what: str = "") -> None:
-        atol = self.atol if self.floor is None else self.atol * max(self.floor, float(np.abs(want).max(initial=0)))
-        np.testing.assert_allclose(got, want, rtol=self.rtol, atol=atol, err_msg=what)
+    def bound(self, want: np.ndarray, dtype: str = "f32") -> np.ndarray:
+        """The largest allowed |got - want| per element, for a result stored in `dtype`."""
+        size = np.abs(want)
+        scale = 1.0 if self.floor is None else max(self.floor, float(np.nanmax(size[np.isfinite(size)], initial=0)))
+        f32 = ROUNDING["f32"] * (self.rel * size + self.abs * scale)
+        d = ROUNDING[dtype]
+        return f32 * (1 + d) + d * size + float(ml_dtypes.finfo(NUMPY[dtype]).smallest_subnormal) / 2
+
+    def check(self, got: np.ndarray, want: np.ndarray, dtype: str = "f32", what: str = "") -> None:
+        """Raise AssertionError naming the worst element, in roundings of `dtype`, if any is out of bounds (equal
+        infinities and NaN where the reference has NaN pass)."""
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+        err = np.abs(got - want)
+        ok = (got == want) | (np.isnan(got) & np.isnan(want)) | (err <= self.bound(want, dtype))
+        if not ok.all():
+            excess = np.where(ok, 0.0, np.nan_to_num(err, nan=np.inf) / self.bound(want, dtype))
+            i = tuple(int(k) for k in np.unravel_index(int(np.argmax(excess)), got.shape))
+            raise AssertionError(f"{what} [{dtype}]: {int((~ok).sum())} of {ok.size} elements out of bounds; "
+                                 f"worst at {i}: got {float(got[i])!r}, want {float(want[i])!r}, off by "
+                                 f"{err[i] / ROUNDING[dtype] / max(abs(want[i]), 1e-30):.3g} roundings of {dtype}")
 
 
-POINTWISE_TOLERANCE = {"y": Tolerance(rtol=1e-5, atol=1e-6), "dx": Tolerance(rtol=2e-5, atol=1e-5)}  # |dy| ~ 3
+# Pointwise results: y within 160 f32 roundings (~1e-5; lavapipe's exp/log are polynomials a few ulp off, our tanh
+# ~2 ulp) plus 16 absolute at the zeros of gelu/silu/log; dx (two or three approximations composed, |dy| ~ 3)
+# within 320 plus 160 absolute.
+POINTWISE_TOLERANCE = {"y": Tolerance(rel=160, abs=16), "dx": Tolerance(rel=320, abs=160)}
 
 
 def as_tuple(value) -> tuple:
@@ -73,11 +108,11 @@ class OpSpec:
     doc: str
     module: str                          # the kernel file that declares it
     kernels: tuple[Kernel, ...]          # forward kernel, then backward kernel(s)
-    forward: Callable                    # helios op function: forward(*args) -> y or (y, *statistics)
-    backward: Callable | None            # backward(*saved, dy) -> dx, or (dx, dw, ...): one per arg
-    reference: Callable                  # numpy forward(*args), float64-capable, same results
-    reference_backward: Callable | None  # numpy backward(*saved, dy), same gradients
-    inputs: Callable                     # (rng, shape) -> one float32 array per arg, in the op's domain
+    forward: Callable                    # helios op function: forward(*args, **scalars) -> y or (y, *statistics)
+    backward: Callable | None            # backward(*saved, dy, **scalars) -> dx, or (dx, dw, ...): one per arg
+    reference: Callable                  # numpy forward(*args, **scalars), float64-capable, same results
+    reference_backward: Callable | None  # numpy backward(*saved, dy, **scalars), same gradients
+    inputs: Callable                     # (rng, shape, **scalars) -> one float32 array per arg, in the op's domain
     args: tuple[str, ...] = ("x",)       # forward's tensor arguments
     outputs: tuple[str, ...] = ("y",)    # forward's results; the first is the differentiable one
     saves: tuple[str, ...] = ("x",)      # what backward takes before dy, by name (args and outputs)
@@ -87,11 +122,45 @@ class OpSpec:
     tolerance: Mapping[str, Tolerance] = field(default_factory=lambda: POINTWISE_TOLERANCE, compare=False)
     # ^ per output and gradient name (y, mean, dx, dw, ...)
     autograd: bool = True                # autograd derives its Function (False: it has a hand-written one)
+    dtypes: tuple[str, ...] | None = None  # the dtypes tests run (None: every dtype the forward kernel offers)
+    f32: tuple[str, ...] = ()            # args, outputs and gradients stored f32 whatever the dtype (statistics,
+    #                                      parameter gradients)
+    input_bound: Mapping[str, float] = field(default_factory=dict, compare=False)
+    # ^ dtype -> |input| limit of the tests' inputs in that dtype, where larger ones would overflow its results
+    scalars: Mapping[str, tuple] = field(default_factory=dict, compare=False)
+    # ^ scalar keyword arguments -> test values; the k-th test case takes the k-th value of each (cycling shorter)
+    grad_scalars: tuple[str, ...] | None = None  # the scalars backward takes (None: all)
+    sinks: tuple[str, ...] = ()          # gradients backward can add into f32 sinks (dw: `dw_out=`, accumulate=True)
+    optional: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias)
+
+    def __post_init__(self):
+        offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
+        dtypes = tuple(d for d in DTYPES if d in offered) if self.dtypes is None else self.dtypes
+        if not set(dtypes) <= offered:
+            raise ValueError(f"op {self.name!r}: dtypes {sorted(set(dtypes) - offered)} have no kernel variants; "
+                             f"its kernels offer {sorted(offered)}")
+        object.__setattr__(self, "dtypes", dtypes)
+        if missing := (set(self.outputs) | set(self.grads)) - set(self.tolerance):
+            raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 
     @property
     def grads(self) -> tuple[str, ...]:
         """The gradients backward returns: d + each argument's name."""
         return tuple(f"d{a}" for a in self.args)
+
+    def storage(self, name: str, dtype: str) -> str:
+        """The dtype tensor `name` (an arg, output or gradient) is stored in when the op runs in `dtype`."""
+        return "f32" if name in self.f32 else dtype
+
+    def scalar_cases(self) -> list[dict]:
+        """The scalar keyword arguments of each test case (one empty case for an op without scalars)."""
+        count = max((len(v) for v in self.scalars.values()), default=1)
+        return [{k: v[i % len(v)] for k, v in self.scalars.items()} for i in range(count)]
+
+    def grad_kwargs(self, scalars: Mapping) -> dict:
+        """Those of `scalars` that backward and reference_backward take."""
+        return {k: v for k, v in scalars.items() if self.grad_scalars is None or k in self.grad_scalars}
 
     def saved(self, args, outputs) -> list:
         """What backward takes before dy, picked by name from forward's arguments and results."""

@@ -1,6 +1,8 @@
-"""bfloat16 and float16 row kernels (LayerNorm, RMSNorm, softmax, reductions, sum_rows, RoPE): the "bf16_*"
-and "fp16_*" variants against float64 numpy references of the same half-rounded inputs, in every row layout
-and width (scalar, vec4 of halves, 4 halves per 64-bit word) and register tier, at awkward shapes.
+"""bfloat16 and float16 row kernels beyond the op specs' derived tests (tests/kernels/test_opspecs.py runs
+LayerNorm, RMSNorm and softmax in every dtype, layout, width and register tier): norm gradients added into an
+f32 arena, masked softmax rows, reductions, sum_rows, sumsq and RoPE: the "bf16_*" and "fp16_*" variants against
+float64 numpy references of the same half-rounded inputs, in every row layout and width (scalar, vec4 of halves,
+4 halves per 64-bit word) and register tier, at awkward shapes; and the mixing-dtypes errors.
 
 Tolerances. A half output is the f32 result rounded once: within ROUNDING[dtype] of it, relative; we allow
 2 * ROUNDING relative plus an absolute term for the f32 arithmetic before the rounding (the f32 tests'
@@ -24,10 +26,6 @@ from helios.kernels import softmax as S
 from helios.kernels.dtypes import NUMPY, ROUNDING
 from tests.kernels.row_variants import force_variant, layout_fixture
 
-# 8, 516 and 4100 take the vec4 and u64x2 forms; 4097 and 4100 are longer than any register tier (32 x 8
-# lanes on lavapipe, 4 x 256 in "wg"), so they stream.
-COLS = [1, 7, 8, 33, 513, 516, 4097, 4100]
-ROWS = [1, 7, 33]
 EPS = 1e-5
 LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
            ("sg", "u64x2", 4), ("sg", "vec4", 8), ("sg", "scalar", 8), ("wg", "vec4", 4)]
@@ -38,10 +36,6 @@ F = rt.from_numpy
 @pytest.fixture(params=["bf16", "fp16"])
 def half(request):
     return request.param
-
-
-def _shapes():
-    return [(rows, cols) for rows in ROWS for cols in COLS if rows * cols <= 40_000]
 
 
 def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -67,50 +61,6 @@ def _half_close(got, want, dtype: str, atol: float) -> None:
 def _f32_close(got, want, rel: float) -> None:
     assert got.dtype == np.float32, got.dtype
     np.testing.assert_allclose(got, want, rtol=0, atol=rel * max(1.0, float(np.abs(want).max())))
-
-
-def _norm_data(rows, cols, dtype, seed=0):
-    rng = np.random.default_rng(seed + 7919 * rows + cols)
-    x = _rounded(rng.standard_normal((rows, cols)) * 3 + 8, dtype)  # mean far from 0, as in test_norms
-    w = _rounded(rng.standard_normal(cols) * 0.5 + 1, dtype)
-    b = _rounded(rng.standard_normal(cols), dtype)
-    dy = _rounded(rng.standard_normal((rows, cols)), dtype)
-    return x, w, b, dy
-
-
-def test_layernorm(layout, half):
-    for rows, cols in _shapes():
-        x, w, b, dy = _norm_data(rows, cols, half)
-        x64, w64, dy64 = _wide(x), _wide(w), _wide(dy)
-        for bias in (b, None):
-            y, mean, rstd = N.layernorm(F(x), F(w), None if bias is None else F(bias), EPS)
-            ry, rmean, rrstd = N.reference_layernorm(x64, w64, None if bias is None else _wide(bias), EPS)
-            _half_close(y.numpy(), ry, half, _scale(ry))
-            assert mean.dtype == rstd.dtype == np.float32
-            np.testing.assert_allclose(mean.numpy(), rmean, rtol=1e-6, atol=1e-6)
-            np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=1e-5)
-            dx, dw, db = N.layernorm_backward(F(x), F(w), mean, rstd, F(dy), has_bias=bias is not None)
-            rdx, rdw, rdb = N.reference_layernorm_backward(x64, w64, rmean, rrstd, dy64)
-            _half_close(dx.numpy(), rdx, half, _scale(rdx))
-            _f32_close(dw.numpy(), rdw, 1e-4)
-            if bias is None:
-                assert db is None
-            else:
-                _f32_close(db.numpy(), rdb, 1e-4)
-
-
-def test_rmsnorm(layout, half):
-    for rows, cols in _shapes():
-        x, w, _, dy = _norm_data(rows, cols, half, seed=1)
-        x64, w64, dy64 = _wide(x), _wide(w), _wide(dy)
-        y, rstd = N.rmsnorm(F(x), F(w), EPS)
-        ry, rrstd = N.reference_rmsnorm(x64, w64, EPS)
-        _half_close(y.numpy(), ry, half, _scale(ry))
-        np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=1e-5)
-        dx, dw = N.rmsnorm_backward(F(x), F(w), rstd, F(dy))
-        rdx, rdw = N.reference_rmsnorm_backward(x64, w64, rrstd, dy64)
-        _half_close(dx.numpy(), rdx, half, _scale(rdx))
-        _f32_close(dw.numpy(), rdw, 1e-4)
 
 
 @pytest.mark.parametrize("shape", [(513, 36), (300, 4100), (4, 5, 33)])
@@ -140,21 +90,6 @@ def test_norm_grads_accumulate_into_f32_arena(shape, half):
     _f32_close(got[:cols] - start[:cols], rdw, 1e-4)
     _f32_close(got[pad:pad + cols] - start[pad:pad + cols], rdb, 1e-4)
     _f32_close(got[2 * pad:2 * pad + cols] - start[2 * pad:2 * pad + cols], rdg, 1e-4)
-
-
-def test_softmax(layout, half):
-    for rows, cols in _shapes():
-        rng = np.random.default_rng(rows * 10007 + cols)
-        x = _rounded(rng.standard_normal((rows, cols)) * 4 + 30, half)  # large offset: needs the max shift
-        dy = _rounded(rng.standard_normal((rows, cols)), half)
-        y = S.softmax(F(x))
-        want = S.reference(_wide(x))
-        _half_close(y.numpy(), want, half, 2e-6)
-        # The backward from the half-rounded forward output, as training feeds it.
-        y_half = _rounded(want, half)
-        dx = S.softmax_backward(F(y_half), F(dy)).numpy()
-        want_dx = S.reference_backward(_wide(y_half), _wide(dy))
-        _half_close(dx, want_dx, half, 1e-5 * max(1e-3, np.abs(want_dx).max()))
 
 
 def test_softmax_masked_rows(half):

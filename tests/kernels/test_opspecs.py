@@ -1,7 +1,9 @@
 """Every op spec (helios.kernels.spec) tested from its one declaration: forward and backward against the numpy
-reference at awkward shapes in every forced variant family choice, the reference VJP against float64 finite
-differences, spirv-val validity of every variant, the derived autograd Function, helios.ops, the bench entries
-and docs/OPS.md's table being current."""
+reference at awkward shapes in every forced variant family choice and every dtype (one test per op, choice and
+dtype, every shape inside it, so each variant compiles once), gradients added into nonzero f32 sinks, the
+reference VJP against float64 finite differences, spirv-val validity of every variant, the derived autograd
+Function (sinks included), each spec's completeness, helios.ops, the bench entries and docs/OPS.md's table being
+current."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 import helios.runtime as rt
 from helios.kernels import elementwise as E
 from helios.kernels import optable
+from helios.kernels.dtypes import NUMPY
 from helios.kernels.rows import RowChoice
 from helios.kernels.spec import as_tuple, specs
 from tests.kernels.row_variants import LAYOUTS, layout_id
@@ -22,9 +25,10 @@ SPECS = specs()
 FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS]}
 
 
-# Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`): a register tier (its fit counts subgroup
-# lanes) and streaming over a subgroup for every row op, and a workgroup per row (subgroup partials merged in shared
-# memory: RowLayout.reduce, the same code in every row op) for softmax, whose pipelines JIT fastest.
+# Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
+# not the reductions): a register tier (its fit counts subgroup lanes) and streaming over a subgroup for every row
+# op, and a workgroup per row (subgroup partials merged in shared memory: RowLayout.reduce, the same code in every
+# row op) for softmax, whose pipelines JIT fastest.
 SUBGROUP_CHOICES = [RowChoice("sg", "u64x2", 4), RowChoice("sg", "scalar", 0)]
 SUBGROUP_WG = ("softmax", RowChoice("wg", "vec4", 4))
 
@@ -33,74 +37,171 @@ def _id(x) -> str:
     return layout_id(x) if isinstance(x, RowChoice) else getattr(x, "name", x)
 
 
+def _subgroup(spec, choice, dtype) -> bool:
+    row = spec.family == "rows" and (choice in SUBGROUP_CHOICES or (spec.name, choice) == SUBGROUP_WG)
+    return row and dtype == "f32"
+
+
 def _forced_cases() -> list:
-    """(spec, forced choice) pairs; the row ops' SUBGROUP_CHOICES carry the subgroup mark."""
-    return [pytest.param(s, c, marks=pytest.mark.subgroup(*(k.name for k in s.kernels)))
-            if s.family == "rows" and (c in SUBGROUP_CHOICES or (s.name, c) == SUBGROUP_WG) else (s, c)
-            for s in SPECS for c in FORCED[s.family]]
+    """(spec, forced choice, dtype) triples, one test each (every shape inside it, so each variant compiles once);
+    the row ops' f32 SUBGROUP_CHOICES carry the subgroup mark."""
+    return [pytest.param(s, c, d, marks=pytest.mark.subgroup(*(k.name for k in s.kernels)))
+            if _subgroup(s, c, d) else (s, c, d)
+            for s in SPECS for c in FORCED[s.family] for d in s.dtypes]
 
 
-@pytest.mark.parametrize("kernel,variant", [(k, v) for s in SPECS for k in s.kernels for v in k.variants], ids=_id)
+SPIRV_CASES = [(k, v) for s in SPECS for k in s.kernels for v in k.variants]
+
+
+@pytest.mark.parametrize("kernel,variant", SPIRV_CASES, ids=_id)
 def test_spirv_valid(kernel, variant, spirv_val):
     spirv_val.check(kernel, variant)
 
 
-@pytest.mark.parametrize("spec,choice", _forced_cases(), ids=_id)
-def test_forward_and_backward_against_reference(spec, choice, force):
+def _stored(a: np.ndarray, dtype: str) -> np.ndarray:
+    """a rounded to dtype (what the kernel is given, and what the float64 reference then sees)."""
+    return np.asarray(a, np.float32).astype(NUMPY[dtype])
+
+
+def _device(a):
+    return None if a is None else rt.from_numpy(a)
+
+
+def _wide(a):
+    return None if a is None else a.astype(np.float64)
+
+
+def _check(spec, name: str, dtype: str, got, want, what: str) -> None:
+    stored = spec.storage(name, dtype)
+    assert got.dtype == NUMPY[stored], f"{what} {name}: {got.dtype}, expected {stored}"
+    spec.tolerance[name].check(got.numpy(), want, stored, f"{what} {name}")
+
+
+def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> None:
+    """Forward against the reference; backward (from the reference's saved tensors rounded to their dtypes, so it
+    is tested apart from the forward) against the reference VJP; then, for gradients with sinks, backward again
+    into nonzero f32 sinks, which must end as start + gradient."""
+    args64 = [_wide(a) for a in host]
+    want = as_tuple(spec.reference(*args64, **scalars))
+    got = as_tuple(spec.forward(*map(_device, host), **scalars))
+    for name, g, w in zip(spec.outputs, got, want, strict=True):
+        _check(spec, name, dtype, g, w, what)
+    dy = _stored(rng.standard_normal(want[0].shape), spec.storage(spec.outputs[0], dtype))
+    saved = [None if s is None else _stored(s, spec.storage(n, dtype))
+             for n, s in zip(spec.saves, spec.saved(args64, want), strict=True)]
+    kw = spec.grad_kwargs(scalars)
+    kw |= {flag: host[spec.args.index(arg)] is not None for arg, flag in spec.optional.items()}
+    want_grads = as_tuple(spec.reference_backward(*map(_wide, saved), _wide(dy), **spec.grad_kwargs(scalars)))
+    grads = as_tuple(spec.backward(*map(_device, saved), _device(dy), **kw))
+    present = [a is not None for a in host]
+    for name, given, g, w in zip(spec.grads, present, grads, want_grads, strict=True):
+        if given:
+            _check(spec, name, dtype, g, w, what)
+        else:
+            assert g is None, f"{what} {name}: a gradient for an argument that was None"
+    sunk = [g for g, given in zip(spec.grads, present, strict=True) if given and g in spec.sinks]
+    if not sunk:
+        return
+    start = {g: rng.standard_normal(w.shape).astype(np.float32) for g, w in zip(spec.grads, want_grads) if g in sunk}
+    sinks = {g: rt.from_numpy(a) for g, a in start.items()}
+    grads = as_tuple(spec.backward(*map(_device, saved), _device(dy), **kw, **{f"{g}_out": t for g, t in sinks.items()},
+                                   accumulate=True))
+    for name, g, w in zip(spec.grads, grads, want_grads, strict=True):
+        if name in sinks:
+            assert g is sinks[name], f"{what} {name}: not returned in its sink"
+            _check(spec, name, dtype, g, w + start[name], f"{what} (added into a sink)")
+
+
+@pytest.mark.parametrize("spec,choice,dtype", _forced_cases(), ids=_id)
+def test_forward_and_backward_against_reference(spec, choice, dtype, force):
     force(spec.family, choice)
     rng = np.random.default_rng(0)
-    for shape in spec.shapes:
-        args = spec.inputs(rng, shape)
-        args64 = [a.astype(np.float64) for a in args]
-        want = as_tuple(spec.reference(*args64))
-        got = as_tuple(spec.forward(*map(rt.from_numpy, args)))
-        for name, g, w in zip(spec.outputs, got, want, strict=True):
-            spec.tolerance[name].check(g.numpy(), w, f"{spec.name} {name} {shape}")
-        # The backward takes the reference's saved tensors rounded to f32, so it is tested apart from the forward.
-        dy = rng.standard_normal(shape).astype(np.float32)
-        saved64 = spec.saved(args64, want)
-        grads = as_tuple(spec.backward(*(rt.from_numpy(s.astype(np.float32)) for s in saved64), rt.from_numpy(dy)))
-        want_grads = as_tuple(spec.reference_backward(*saved64, dy.astype(np.float64)))
-        for name, g, w in zip(spec.grads, grads, want_grads, strict=True):
-            spec.tolerance[name].check(g.numpy(), w, f"{spec.name} {name} {shape}")
+    cases = spec.scalar_cases()
+    for k, shape in enumerate(spec.shapes):
+        scalars = cases[k % len(cases)]  # every scalar case at some shape, each shape once
+        args = spec.inputs(rng, shape, **scalars)
+        if dtype in spec.input_bound:
+            args = [np.clip(a, -spec.input_bound[dtype], spec.input_bound[dtype]) for a in args]
+        host = [_stored(a, spec.storage(n, dtype)) for n, a in zip(spec.args, args, strict=True)]
+        _run_case(spec, dtype, host, scalars, rng, f"{spec.name} {shape} {scalars}")
+        for arg in spec.optional:  # again without each optional argument
+            absent = [None if n == arg else a for n, a in zip(spec.args, host, strict=True)]
+            _run_case(spec, dtype, absent, scalars, rng, f"{spec.name} {shape} {scalars} without {arg}")
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=_id)
 def test_reference_backward_matches_finite_differences(spec):
-    """Each gradient of the float64 reference VJP against central differences of <dy, reference(args)>."""
+    """Each gradient of the float64 reference VJP against central differences of <dy, reference(args)>, for every
+    scalar case."""
     rng = np.random.default_rng(1)
-    args = [a.astype(np.float64) for a in spec.inputs(rng, (3, 7))]
-    want = spec.reference(*args)
-    dy = rng.standard_normal(as_tuple(want)[0].shape)
-    grads = as_tuple(spec.reference_backward(*spec.saved(args, want), dy))
+    for scalars in spec.scalar_cases():
+        args = [a.astype(np.float64) for a in spec.inputs(rng, (3, 7), **scalars)]
+        want = spec.reference(*args, **scalars)
+        dy = rng.standard_normal(as_tuple(want)[0].shape)
+        grads = as_tuple(spec.reference_backward(*spec.saved(args, want), dy, **spec.grad_kwargs(scalars)))
 
-    def y(k: int, arg: np.ndarray) -> np.ndarray:
-        return as_tuple(spec.reference(*args[:k], arg, *args[k + 1:]))[0]
+        def y(k: int, arg: np.ndarray) -> np.ndarray:
+            return as_tuple(spec.reference(*args[:k], arg, *args[k + 1:], **scalars))[0]  # noqa: B023
 
-    h = 1e-6
-    for k, (name, arg, grad) in enumerate(zip(spec.grads, args, grads, strict=True)):
-        numeric = np.zeros_like(arg)
-        for i in np.ndindex(arg.shape):
-            e = np.zeros_like(arg)
-            e[i] = h
-            numeric[i] = np.sum(dy * (y(k, arg + e) - y(k, arg - e))) / (2 * h)  # difference first: no cancellation
-        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7, err_msg=f"{spec.name} {name}")
+        h = 1e-6
+        for k, (name, arg, grad) in enumerate(zip(spec.grads, args, grads, strict=True)):
+            numeric = np.zeros_like(arg)
+            for i in np.ndindex(arg.shape):
+                e = np.zeros_like(arg)
+                e[i] = h
+                numeric[i] = np.sum(dy * (y(k, arg + e) - y(k, arg - e))) / (2 * h)  # difference first: no cancellation
+            np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7, err_msg=f"{spec.name} {name} {scalars}")
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.autograd], ids=_id)
 def test_autograd_function_and_functional(spec):
+    """The derived Function through autograd.functional: its gradients, and for gradients with sinks (parameters),
+    their accumulation into the parameters' gradient arena across two backward passes."""
     import autograd
     import autograd.functional as F
 
     rng = np.random.default_rng(2)
-    args = spec.inputs(rng, (7, 33))
+    scalars = spec.scalar_cases()[-1]
+    args = spec.inputs(rng, (7, 33), **scalars)
     dy = rng.standard_normal((7, 33)).astype(np.float32)
-    ts = [autograd.tensor(a, requires_grad=True) for a in args]
-    F.mul(getattr(F, spec.name)(*ts), autograd.tensor(dy)).sum(axis=None).backward()
+    ts = [autograd.Parameter(a) if f"d{n}" in spec.sinks else autograd.tensor(a, requires_grad=True)
+          for n, a in zip(spec.args, args, strict=True)]
     args64 = [a.astype(np.float64) for a in args]
-    want = as_tuple(spec.reference_backward(*spec.saved(args64, spec.reference(*args64)), dy.astype(np.float64)))
-    for name, t, w in zip(spec.grads, ts, want, strict=True):
-        spec.tolerance[name].check(t.grad.numpy(), w, f"{spec.name} {name}")
+    want = as_tuple(spec.reference_backward(*spec.saved(args64, spec.reference(*args64, **scalars)),
+                                            dy.astype(np.float64), **spec.grad_kwargs(scalars)))
+    for passes in (1, 2):  # the second backward adds to the first
+        F.mul(getattr(F, spec.name)(*ts, **scalars), autograd.tensor(dy)).sum(axis=None).backward()
+        for name, t, w in zip(spec.grads, ts, want, strict=True):
+            spec.tolerance[name].check(t.grad.numpy(), passes * w, "f32", f"{spec.name} {name} pass {passes}")
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=_id)
+def test_every_spec_is_complete(spec):
+    """Reference, forward and backward (or none, said by backward=None with no reference_backward), a selection
+    family, registered kernels whose every variant test_spirv_valid checks, every tested dtype offered by every
+    kernel, and names that agree (saves, sinks, optional args, scalars); test_forward_and_backward_against_reference
+    runs it in every dtype and forced choice."""
+    from helios.kernels import selection
+    from helios.kernels.dtypes import variant_dtype
+    from helios.spirv import registry
+
+    assert callable(spec.reference) and callable(spec.forward) and callable(spec.inputs)
+    assert (spec.backward is None) == (spec.reference_backward is None), "a backward needs its reference and back"
+    assert selection._family(spec.family).name == spec.family
+    assert FORCED[spec.family], f"no forced choices for family {spec.family}"
+    registered = {k.name: k for k in registry.load_all()}
+    validated = {(k.name, v) for k, v in SPIRV_CASES}
+    for kernel in spec.kernels:
+        assert registered.get(kernel.name) is kernel, f"{kernel.name} is not the registered kernel of that name"
+        assert {(kernel.name, v) for v in kernel.variants} <= validated
+        offered = {variant_dtype(v.params) for v in kernel.variants.values()}
+        assert set(spec.dtypes) <= offered, f"{kernel.name} offers {sorted(offered)}, the spec tests {spec.dtypes}"
+    assert set(spec.saves) <= set(spec.args) | set(spec.outputs)
+    assert set(spec.sinks) <= set(spec.grads) and set(spec.sinks) <= set(spec.f32), "sinks are f32 gradients"
+    assert set(spec.optional) <= set(spec.args)
+    assert all(isinstance(v, tuple) and v for v in spec.scalars.values()), "each scalar needs test values"
+    assert set(spec.grad_kwargs(spec.scalars)) <= set(spec.scalars)
+    assert len(spec.kernels) >= (2 if spec.backward else 1)
 
 
 def test_helios_ops_exports_every_spec():

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels import matmul_coopmat as coopmat
 from helios.kernels import (
     matmul_select,  # noqa: F401  (declares the "matmul" selection rule)
     selection,
 )
 from helios.kernels.activations import reference_gelu
 from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, dtype_variant, with_dtypes
-from helios.kernels import matmul_coopmat as coopmat
 from helios.kernels.matmul_common import LAYOUTS, launch_params
 from helios.kernels.matmul_reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul_tiled import TILED_TILINGS, build_tiled, tiled_grid

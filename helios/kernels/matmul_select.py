@@ -1,12 +1,11 @@
-"""Which matmul variant runs: stored auto-tuning winners for this device and driver, else a table.
+"""Which matmul variant runs: the matrix units for half operands, else stored auto-tuning winners, else a table.
 
 bf16 and fp16 matmuls go to the matrix units where the device offers them for that dtype
 (matmul_coopmat.supported): the native cooperative-matrix tilings on real matrix units, the `_emulated` ones
 only where DeviceInfo.cooperative_matrix_emulated (the GPU profile, HELIOS_COOPMAT=emulate), never silently
 in production. Otherwise, the table: on CPU devices (lavapipe) register-blocked tilings, on GPUs
 shared-memory tiled ones; within each, the largest block that still gives enough workgroups to fill the
-device. `python -m helios.bench
-tune matmul` times the candidates for given shapes and stores the winners in
+device. `python -m helios.bench tune matmul` times the candidates for given shapes and stores the winners in
 `helios.env.cache_dir()/tuning-<device key>.json`; the rule uses a stored winner for the exact
 (layout, M, N, K, batch) when there is one. It is helios.kernels.selection's "matmul" rule: tests, benchmarks
 and the tuner force a tiling with `selection.force("matmul", tiling)` (`"cm64_emulated"` too); a forced

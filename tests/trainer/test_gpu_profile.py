@@ -88,10 +88,10 @@ class Runs:
             self.pipelines[key] = set(listed[-1].split()[1:]) if listed else set()
         return self.done[key]
 
-    def matmul_variants(self, *key) -> set[str]:
+    def matmul_variants(self, arch: str, profile: str, dtype: str = "fp32", replay: bool = True) -> set[str]:
         """The matmul variants (`matmul_nt:bf16_cm64_emulated`, ...) a single-rank run dispatched."""
-        self.get(*key)
-        return {name for name in self.pipelines[key] if name.startswith("matmul_")}
+        self.get(arch, profile, dtype, replay)
+        return {name for name in self.pipelines[(arch, profile, dtype, replay, 1)] if name.startswith("matmul_")}
 
 
 @pytest.fixture(scope="module")

@@ -60,11 +60,16 @@ run_tests() {
     step replay "$PY" -m helios.bench replay --json
 }
 
+# big enough to fill a GPU's matrix units: squares, and alpha-8l's qkv / mlp-up / mlp-down at B*T = 20*512
+HALF_SHAPES=1024x1024x1024,4096x4096x4096,10240x1152x384,10240x1536x384,10240x384x1536
+
 run_kernels() {
     current=kernels
     step tune_matmul "$PY" -m helios.bench tune matmul --json
     step matmul_fp32 "$PY" -m helios.bench matmul --json
-    step matmul_half "$PY" -m helios.bench matmul_half --variant all --json
+    # half precision: the op's choice (the matrix units where the device has them) vs torch in that dtype
+    step matmul_fp16 "$PY" -m helios.bench matmul --dtype fp16 --layouts nn,nt,tn --shapes "$HALF_SHAPES" --json
+    step matmul_bf16 "$PY" -m helios.bench matmul --dtype bf16 --layouts nn,nt,tn --shapes "$HALF_SHAPES" --json
     step attention "$PY" -m helios.bench attention --json
     step bf16_maps "$PY" -m helios.bench bf16 --json
 }

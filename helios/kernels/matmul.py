@@ -8,8 +8,10 @@ Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entr
 Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
 `reg8x8`, `reg16x16`, `reg32x16` (matmul_reg.py: no shared memory, for lavapipe) and shared-memory tiled
 `tiled32`, `tiled64`, `tiled128` (matmul_tiled.py: for GPUs); `<tiling>` loads vec4s and needs the
-contiguous dimensions to be multiples of 4, `<tiling>_scalar` works for every shape. matmul_select.py
-picks the tiling (tuned winner or table). Epilogue parts are specialization constants.
+contiguous dimensions to be multiples of 4, `<tiling>_scalar` works for every shape. Half precision also
+has the cooperative-matrix tilings `cm64`, `cm128` and their `_emulated` lowerings (matmul_coopmat.py: the
+matrix units; every shape, no `_scalar` form). matmul_select.py picks the tiling (matrix units for bf16/fp16
+where the device has them, else tuned winner or table). Epilogue parts are specialization constants.
 
 Dtypes (mixed precision, helios.kernels.dtypes): a and b share one io dtype, f32, bf16 or fp16; C is
 `out`'s dtype when `out` is given, else the io dtype; bias, residual and preact_out are in C's dtype.
@@ -19,6 +21,8 @@ Variant names per kernel, for every tiling name `<t>` above:
     `bf16_<t>`        bf16 a, b and C (activations: x @ W^T, dX = dY @ W)      (`fp16_<t>` likewise)
     `bf16_out32_<t>`  bf16 a and b, f32 C (parameter gradients: dW = dY^T @ X accumulated with beta=1
                       into the fp32 grad arena)                                  (`fp16_out32_<t>` likewise)
+Cooperative-matrix variants, for dtype in bf16, fp16 and `<cm>` in cm64, cm128, cm64_emulated, cm128_emulated:
+    `bf16_<cm>`, `bf16_out32_<cm>` (and fp16's): the same dtype rule, on the matrix units.
 f32 a and b with a half C is not offered (round the product with helios.ops.cast instead).
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels import matmul_coopmat as coopmat
 from helios.kernels import (
     matmul_select,  # noqa: F401  (declares the "matmul" selection rule)
     selection,
@@ -60,12 +65,16 @@ def reference(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool
 
 
 # -- kernels ----------------------------------------------------------------------------------------
+_BUILDERS = {"reg": build_reg, "tiled": build_tiled, "coopmat": coopmat.build}
+
+
 def _build(b: KernelBuilder, v: Variant) -> None:
-    (build_reg if v.kind == "reg" else build_tiled)(b, v)
+    _BUILDERS[v.kind](b, v)
 
 
 def grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
-    """Workgroups for one dispatch of `variant` over shape = (M, N, batch)."""
+    """Workgroups for one dispatch of `variant` over shape = (M, N, batch) (a cooperative-matrix tiling's blocks
+    are bm x bn like a tiled one's)."""
     return (reg_grid if variant.kind == "reg" else tiled_grid)(shape, variant)
 
 
@@ -80,7 +89,8 @@ def nbytes(M: int, N: int, K: int, batch: int = 1, io_bytes: int = 4, c_bytes: i
 
 
 def _variants(layout: str) -> dict[str, dict]:
-    """The f32 table, then its half variants (`bf16_<t>`, `fp16_<t>`) and their f32-C forms (`bf16_out32_<t>`)."""
+    """The f32 table, then its half variants (`bf16_<t>`, `fp16_<t>`) and their f32-C forms (`bf16_out32_<t>`),
+    then the half-only cooperative-matrix tilings in both forms."""
     base = {}
     for kind, tilings in (("reg", REG_TILINGS), ("tiled", TILED_TILINGS)):
         for name, params in tilings.items():
@@ -89,6 +99,11 @@ def _variants(layout: str) -> dict[str, dict]:
     out = with_dtypes(base)
     for dtype in HALF_DTYPES:
         out.update({out32_variant(name, dtype): {**p, "dtype": dtype, "out": "f32"} for name, p in base.items()})
+    for dtype in HALF_DTYPES:
+        for tiling in coopmat.CHOICES:
+            p = {"layout": layout, "dtype": dtype, **coopmat.params(tiling)}
+            out[dtype_variant(tiling, dtype)] = p
+            out[out32_variant(tiling, dtype)] = {**p, "out": "f32"}
     return out
 
 
@@ -161,7 +176,7 @@ def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | 
     """The variant of `matmul_<layout>` that runs for this shape (tiling from matmul_select unless given), for
     io dtype `dtype` and C dtype `out` (default: the io dtype)."""
     tiling = tiling or selection.choose("matmul", (layout, M, N, K, batch), dtype)
-    name = tiling if vec4_ok(layout, M, N, K) else f"{tiling}_scalar"
+    name = tiling if tiling in coopmat.CHOICES or vec4_ok(layout, M, N, K) else f"{tiling}_scalar"
     if (out or dtype) != dtype:  # half a and b, f32 C
         return out32_variant(name, dtype)
     return dtype_variant(name, dtype)
@@ -194,6 +209,11 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     kernel = KERNELS[layout]
     name = variant_name(layout, M, N, K, batch, dtype=io, out=cd)
     push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
+    variant = kernel.variant(name)
+    if variant.kind == "coopmat":  # its local size follows the device's subgroup sizes
+        from helios.device import get_device
+
+        spec = {**(spec or {}), "THREADS": coopmat.threads(get_device().info, variant)}
     # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
                preact_out if preact_out is not None else c]

@@ -1,150 +1,186 @@
-"""Half-precision matmul on the GPU's matrix units (VK_KHR_cooperative_matrix): fp16 or bf16 A and B, fp32
-accumulation, fp32 C with the same fused epilogue as every other matmul (bias, GELU with the pre-activation
-stored, residual, alpha, beta * C).
+"""Cooperative-matrix tilings of the matmul op (helios/kernels/matmul.py): bf16 or fp16 A and B on the GPU's
+matrix units (VK_KHR_cooperative_matrix), f32 accumulation, C rounded once when stored in its dtype, with the
+same fused epilogue as every other matmul tiling (matmul_common.declare and epilogue).
 
-A workgroup computes a BM x BN block of C with WM x WN subgroups of the device's subgroup size S (the local size
-WM * WN * S is the spec constant THREADS, set at launch; subgroup and lane ids come from the builtins, so any S
-from 4 to 64 works). Each subgroup owns a (BM/WM) x (BN/WN) region held as 16 x 16 accumulator tiles. Per BK
-slice of K, the workgroup stages A's and B's tiles in shared memory with bounds-checked loads (zeros outside the
-matrix, so every shape works), in one row-major layout whatever the operands' layout (nn, nt, tn, tt), then each
-subgroup multiplies from shared memory. The epilogue goes through a per-subgroup 16 x 16 scratch tile in shared
-memory, since which lane holds which element of a cooperative matrix is opaque. bf16 operands are staged as
-their 16-bit patterns.
+A workgroup computes a BM x BN block of C with WM x WN working subgroups. Each owns a (BM/WM) x (BN/WN) region
+held as 16 x 16 accumulator tiles. The local size is the spec constant THREADS = WM * WN * the device's largest
+subgroup size (set at launch): where the driver runs narrower subgroups (an AMD card may run 32 or 64 lanes)
+the workgroup holds more subgroups than WM * WN, and those beyond only stage and wait at barriers, so the
+kernel is correct at any executed size from SUBGROUP_SIZES[0] to max_subgroup_size.
+
+K runs in BK slices, double buffered as the fast Vulkan engines do it: two shared slots per operand; while the
+subgroups multiply slice k from one slot, every invocation stages slice k+1 into the other, so one barrier per
+slice orders both the staged data and the reuse of a slot. Staging is bounds-checked (zeros outside the matrix
+and past K), in one row-major layout whatever the operands' layout (nn, nt, tn, tt), so every shape works
+(edges, K not a multiple of 16). The double buffering is proved correct here (emulated); what it buys in speed
+only a GPU can show. The epilogue goes through a per-subgroup 16 x 16 f32 scratch tile in shared memory, since
+which lane holds which element of a cooperative matrix is opaque. bf16 operands are staged as 16-bit patterns.
 
 Each tiling comes native (the matrix units' instructions) and emulated (`<tiling>_emulated`: the same kernel
-with the cooperative-matrix ops lowered to plain SPIR-V, helios/spirv/coopmat_emulated.py). The rule picks
-native variants only on real matrix units and emulated ones only where DeviceInfo.cooperative_matrix_emulated
-(the GPU profile on lavapipe, or HELIOS_COOPMAT=emulate); an emulated tiling may also be asked for by name.
-numpy reference: matmul.reference on the fp16- or bf16-rounded inputs.
+with the cooperative-matrix ops lowered to plain SPIR-V, helios/spirv/coopmat_emulated.py). The "matmul" rule
+(matmul_select.py) picks native tilings only on real matrix units and emulated ones only where
+DeviceInfo.cooperative_matrix_emulated (the GPU profile on lavapipe, or HELIOS_COOPMAT=emulate); tests force
+them with `selection.force("matmul", "cm64_emulated")`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-import ml_dtypes
-import numpy as np
-
-from helios.kernels import selection
-from helios.kernels.matmul_common import LAYOUTS, PUSH_FIELDS, Operands, a_index, b_index, epilogue, launch_params
-from helios.kernels.matmul_tiled import tiled_grid
-from helios.spirv import Kernel, KernelBuilder, Value, Variant, bf16, boolean, ceil_div, f16, f32, u16, u32
+from helios.kernels.matmul_common import a_index, b_index, declare, epilogue
+from helios.spirv import KernelBuilder, Value, Variant, bf16, ceil_div, f16, f32, u16, u32
 from helios.spirv.coopmat import coopmat
 
 TILE = 16  # the M = N = K tile every cooperative-matrix GPU offers for half inputs -> fp32
 SUBGROUP_SIZES = (4, 64)  # the subgroup sizes the kernels are written for (the emulation needs >= 4 lanes)
 TILINGS = {  # block of C per workgroup, K slice, subgroups along M and N
     "cm64": {"bm": 64, "bn": 64, "bk": 32, "wm": 2, "wn": 2},
-    "cm128": {"bm": 128, "bn": 128, "bk": 32, "wm": 2, "wn": 4},
+    # BK 16: two slots of 128 x 16 per operand and 8 scratch tiles fit 32 KiB of shared memory (lavapipe's)
+    "cm128": {"bm": 128, "bn": 128, "bk": 16, "wm": 2, "wn": 4},
 }
 EMULATED = "_emulated"  # the suffix of an emulated tiling's name
 CHOICES = (*TILINGS, *(t + EMULATED for t in TILINGS))
-DTYPES = {"fp16": f16, "bf16": bf16}  # the operands' type -> the matrices' element type
-HOST_DTYPES = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+DTYPES = {"fp16": f16, "bf16": bf16}  # the operands' dtype -> the matrices' element type
 
 
-def offered(info, dtype: str = "fp16") -> bool:
+def params(tiling: str) -> dict:
+    """The variant parameters of a cooperative-matrix tiling (one of CHOICES): block sizes and lowering."""
+    base = tiling.removesuffix(EMULATED)
+    return {"kind": "coopmat", "coopmat": "emulated" if tiling.endswith(EMULATED) else "native", **TILINGS[base]}
+
+
+def shared_bytes(tiling: str) -> int:
+    """Shared memory of a tiling: two staging slots of A and B (16-bit) and one f32 scratch tile per subgroup."""
+    p = TILINGS[tiling.removesuffix(EMULATED)]
+    return 2 * 2 * (p["bm"] + p["bn"]) * p["bk"] + 4 * p["wm"] * p["wn"] * TILE * TILE
+
+
+def offered(info, dtype: str) -> bool:
     """Whether the device lists 16x16x16 dtype x dtype -> f32 subgroup matrices (real or emulated)."""
+    if dtype not in DTYPES:
+        return False
     elem = DTYPES[dtype].name
-    shapes = getattr(info, "cooperative_matrix", ()) or ()
-    return (TILE, TILE, TILE, elem, elem, "f32") in {tuple(s[:6]) for s in shapes}
+    return (TILE, TILE, TILE, elem, elem, "f32") in {tuple(s[:6]) for s in info.cooperative_matrix or ()}
 
 
-def runs(info, dtype: str, emulated: bool) -> bool:
-    """Whether this device can run the dtype kernels lowered this way (whatever the rule would pick)."""
+def runs(info, dtype: str, tiling: str) -> bool:
+    """Whether this device can run tiling (one of CHOICES) for dtype operands, whatever the rule would pick."""
+    if dtype not in DTYPES:  # f32 operands never reach the matrix units
+        return False
     lo, hi = SUBGROUP_SIZES
-    if not (lo <= info.subgroup_size <= hi and info.storage_16bit):
+    if not (lo <= info.min_subgroup_size and info.max_subgroup_size <= hi and info.storage_16bit):
         return False
-    if dtype == "fp16" and not info.float16:  # f16 buffers and shared tiles
+    if (dtype == "fp16" and not info.float16) or (dtype == "bf16" and not info.int16):  # f16 / u16 shared tiles
         return False
-    if emulated:  # operands gathered by subgroup broadcast; bf16 staged as u16 patterns
-        return "ballot" in info.subgroup_ops and (dtype != "bf16" or info.int16)
-    # Native bf16 needs VK_KHR_shader_bfloat16 enabled at device creation, which helios.device does not do yet.
+    if info.max_shared_memory < shared_bytes(tiling):
+        return False
+    if tiling.endswith(EMULATED):  # operands gathered by subgroup broadcast
+        return "ballot" in info.subgroup_ops
+    # Native bf16 matrices need VK_KHR_shader_bfloat16 enabled at device creation, which helios.device does not do,
+    # and its SPV_KHR_bfloat16 code cannot be checked by the spirv-val that CI has (2023.1): refused until then.
     return offered(info, dtype) and not info.cooperative_matrix_emulated and dtype == "fp16"
 
 
-def supported(info, dtype: str = "fp16") -> bool:
-    """Whether the rule picks a cooperative-matrix tiling for dtype on this device: real matrix units that offer
-    16x16x16 dtype -> f32, or the emulated ones where DeviceInfo.cooperative_matrix_emulated; subgroups of 4 to 64."""
-    return offered(info, dtype) and runs(info, dtype, bool(info.cooperative_matrix_emulated))
+def supported(info, dtype: str) -> bool:
+    """Whether the rule picks cooperative-matrix tilings for dtype here: real matrix units that offer 16x16x16
+    dtype -> f32, or the emulated ones where DeviceInfo.cooperative_matrix_emulated."""
+    suffix = EMULATED if info.cooperative_matrix_emulated else ""
+    return offered(info, dtype) and all(runs(info, dtype, t + suffix) for t in TILINGS)
 
 
-def _declare(b: KernelBuilder, dtype: str) -> Operands:
-    half = DTYPES[dtype]
-    bufs = [b.buffer(0, half, "r"), b.buffer(1, half, "r"), b.buffer(2, f32, "rw"),
-            b.buffer(3, f32, "r"), b.buffer(4, f32, "r"), b.buffer(5, f32, "w")]
-    push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
-    flags = {name: b.spec(name, boolean, False) for name in ("HAS_BIAS", "GELU", "STORE_PREACT", "HAS_RESIDUAL",
-                                                             "HAS_BETA")}
-    return Operands(*bufs, **push, flags=flags)
+def table_choice(info, M: int, N: int, batch: int) -> str:
+    """The tiling for an M x N (x batch) output on a device where `supported`: cm128 where its blocks fill an
+    H100's 132 multiprocessors, else cm64; emulated where the device's matrix units are the emulation."""
+    tiling = "cm128" if ceil_div(M, 128) * ceil_div(N, 128) * batch >= 132 else "cm64"
+    return tiling + (EMULATED if info.cooperative_matrix_emulated else "")
+
+
+def threads(info, v: Variant) -> int:
+    """The launch's THREADS: WM * WN subgroups of the widest size the driver may run (more, narrower subgroups
+    where it runs narrower ones; those beyond WM * WN only stage)."""
+    return v.wm * v.wn * info.max_subgroup_size
 
 
 def build(b: KernelBuilder, v: Variant) -> None:
+    """Cooperative-matrix matmul: workgroup (gx, gy, z) owns a BM x BN block of batch entry z."""
     bm, bn, bk, wm, wn = v.bm, v.bn, v.bk, v.wm, v.wn
     b.coopmat_lowering(v.coopmat)
-    threads = b.spec("THREADS", u32, wm * wn * 32)  # wm * wn subgroups of the device's size (launch sets it)
+    n_threads = b.spec("THREADS", u32, wm * wn * 32)  # at least wm * wn subgroups (launch sets it)
     sub_m, sub_n = bm // wm // TILE, bn // wn // TILE  # accumulator tiles per subgroup, along M and N
-    b.local_size(threads)
-    o = _declare(b, v.dtype)
+    b.local_size(n_threads)
+    o = declare(b, v)
     elem = DTYPES[v.dtype]
     A, B, C = coopmat(elem, TILE, TILE, "a"), coopmat(elem, TILE, TILE, "b"), coopmat(f32, TILE, TILE, "acc")
-    # bf16 operands are staged as their bit patterns (the DSL's bf16 is a storage type that loads as f32)
-    staged = f16 if v.dtype == "fp16" else u16
-    a_src = o.a if v.dtype == "fp16" else o.a.view_as(u16)
-    b_src = o.b if v.dtype == "fp16" else o.b.view_as(u16)
-    a_tile = b.shared(staged, bm * bk, "a_tile")  # row-major [bm][bk]
-    b_tile = b.shared(staged, bk * bn, "b_tile")  # row-major [bk][bn]
-    scratch = b.shared(f32, wm * wn * TILE * TILE, "scratch")  # one 16x16 tile per subgroup
+    staged = f16 if v.dtype == "fp16" else u16  # bf16 staged as its bit patterns (the DSL's bf16 loads as f32)
+    a_src, b_src = o.a.view_as(staged), o.b.view_as(staged)
+    a_size, b_size = bm * bk, bk * bn
+    a_tiles = b.shared(staged, 2 * a_size, "a_tiles")  # two slots of row-major [bm][bk]
+    b_tiles = b.shared(staged, 2 * b_size, "b_tiles")  # two slots of row-major [bk][bn]
+    scratch = b.shared(f32, wm * wn * TILE * TILE, "scratch")  # one 16x16 tile per working subgroup
 
     tid = b.local_index()
     sg, lane, lanes = b.subgroup_id(), b.subgroup_local_id(), b.subgroup_size()
+    working = sg < wm * wn  # subgroup-uniform: the subgroups beyond wm * wn only stage
     sg_m, sg_n = sg / wn, sg % wn
-    m0 = b.workgroup_id(1) * bm
-    n0 = b.workgroup_id(0) * bn
-    z = b.workgroup_id(2)
+    m0, n0, z = b.workgroup_id(1) * bm, b.workgroup_id(0) * bn, b.workgroup_id(2)
     abase, bbase, cbase = z * o.sa, z * o.sb, z * o.sc
     acc = _Accumulators(b, C, sub_m * sub_n, unrolled=v.coopmat == "native")
     zero = b.const(0.0, f16) if staged == f16 else b.cast(b.const(0, u32), u16)  # no u16 literals in SPIR-V here
 
-    with b.for_range(0, o.K, step=bk) as k0:
-        with b.for_range(tid, bm * bk, step=threads) as e:  # stage A(m0.., k0..) with zeros outside
-            r, c = e / bk, e % bk
-            m, k = m0 + r, k0 + c
+    def stage(k0, slot) -> None:
+        """Copy A(m0.., k0..) and B(k0.., n0..) into staging slot `slot`, zeros outside the matrices."""
+        with b.for_range(tid, a_size, step=n_threads) as e:
+            m, k = m0 + e / bk, k0 + e % bk
             inside = (m < o.M) & (k < o.K)
-            a_tile[e] = b.select(inside, a_src[abase + b.select(inside, a_index(o, v.layout, m, k), 0)], zero)
-        with b.for_range(tid, bk * bn, step=threads) as e:  # stage B(k0.., n0..)
-            r, c = e / bn, e % bn
-            k, n = k0 + r, n0 + c
+            a_tiles[slot * a_size + e] = b.select(
+                inside, a_src[abase + b.select(inside, a_index(o, v.layout, m, k), 0)], zero)
+        with b.for_range(tid, b_size, step=n_threads) as e:
+            k, n = k0 + e / bn, n0 + e % bn
             inside = (k < o.K) & (n < o.N)
-            b_tile[e] = b.select(inside, b_src[bbase + b.select(inside, b_index(o, v.layout, k, n), 0)], zero)
-        b.barrier()
+            b_tiles[slot * b_size + e] = b.select(
+                inside, b_src[bbase + b.select(inside, b_index(o, v.layout, k, n), 0)], zero)
+
+    def multiply(slot) -> None:
+        """This subgroup's tiles += its rows of A's slot x its columns of B's slot."""
+        a_at, b_at = slot * a_size, slot * b_size
         for kk in range(bk // TILE):
             if acc.unrolled:  # A's fragments stay in registers across the row of B tiles
-                a_frags = [b.coopmat_load(A, a_tile, (sg_m * sub_m + i) * TILE * bk + kk * TILE, bk)
+                a_frags = [b.coopmat_load(A, a_tiles, a_at + (sg_m * sub_m + i) * TILE * bk + kk * TILE, bk)
                            for i in range(sub_m)]
                 for j in range(sub_n):
-                    bf = b.coopmat_load(B, b_tile, kk * TILE * bn + (sg_n * sub_n + j) * TILE, bn)
+                    bf = b.coopmat_load(B, b_tiles, b_at + kk * TILE * bn + (sg_n * sub_n + j) * TILE, bn)
                     for i in range(sub_m):
                         acc[i * sub_n + j] = b.coopmat_muladd(a_frags[i], bf, acc[i * sub_n + j])
             else:
                 for t in acc.each():
                     i, j = t / sub_n, t % sub_n
-                    af = b.coopmat_load(A, a_tile, (sg_m * sub_m + i) * TILE * bk + kk * TILE, bk)
-                    bf = b.coopmat_load(B, b_tile, kk * TILE * bn + (sg_n * sub_n + j) * TILE, bn)
+                    af = b.coopmat_load(A, a_tiles, a_at + (sg_m * sub_m + i) * TILE * bk + kk * TILE, bk)
+                    bf = b.coopmat_load(B, b_tiles, b_at + kk * TILE * bn + (sg_n * sub_n + j) * TILE, bn)
                     acc[t] = b.coopmat_muladd(af, bf, acc[t])
-        b.barrier()
+
+    # Pass p stages slice p into slot p % 2 while the working subgroups multiply slice p-1 from the other slot;
+    # one pass more than slices, so the staging and the product are each emitted once.
+    with b.for_range(0, o.K + bk, step=bk) as k0:
+        slice_no = k0 / bk
+        with b.if_(k0 < o.K):
+            stage(k0, slice_no % 2)
+        with b.if_(working & (k0 > 0)):
+            multiply((slice_no + 1) % 2)
+        b.barrier()  # slice p staged, and slice p-1's slot free for slice p+1
 
     base = sg * (TILE * TILE)
     for t in acc.each():
         i, j = t // sub_n, t % sub_n
-        b.coopmat_store(scratch, base, acc[t], TILE)
+        with b.if_(working):
+            b.coopmat_store(scratch, base, acc[t], TILE)
         b.barrier()
-        row0 = m0 + (sg_m * sub_m + i) * TILE
-        col0 = n0 + (sg_n * sub_n + j) * TILE
-        with b.for_range(lane, TILE * TILE, step=lanes) as e:
-            row, col = row0 + e / TILE, col0 + e % TILE
-            with b.if_((row < o.M) & (col < o.N)):
-                epilogue(b, o, scratch[base + e], row, col, cbase)
+        with b.if_(working):
+            row0 = m0 + (sg_m * sub_m + i) * TILE
+            col0 = n0 + (sg_n * sub_n + j) * TILE
+            with b.for_range(lane, TILE * TILE, step=lanes) as e:
+                row, col = row0 + e / TILE, col0 + e % TILE
+                with b.if_((row < o.M) & (col < o.N)):
+                    epilogue(b, o, scratch[base + e], row, col, cbase)
         b.barrier()
 
 
@@ -181,102 +217,3 @@ class _Accumulators:
             self.tiles[k].value = value
         else:
             self.tiles[k] = value
-
-
-def flops(M: int, N: int, K: int, batch: int = 1) -> int:
-    return 2 * M * N * K * batch
-
-
-def nbytes(M: int, N: int, K: int, batch: int = 1) -> int:
-    """Compulsory traffic: half-precision A and B read once, fp32 C written once."""
-    return (2 * (M * K + K * N) + 4 * M * N) * batch
-
-
-def _variants(layout: str, dtype: str) -> dict:
-    native = {name: {"layout": layout, "dtype": dtype, "coopmat": "native", **p} for name, p in TILINGS.items()}
-    emulated = {name + EMULATED: {**p, "coopmat": "emulated"} for name, p in native.items()}
-    return {**native, **emulated}
-
-
-KERNELS = {  # dtype -> layout -> kernel; each tiling native and emulated
-    dtype: {layout: Kernel(f"matmul_coopmat_{layout}" if dtype == "fp16" else f"matmul_coopmat_{dtype}_{layout}",
-                           build, variants=_variants(layout, dtype), grid=tiled_grid, flops=flops, bytes=nbytes,
-                           requires=("cooperative_matrix",))  # bm x bn blocks
-            for layout in LAYOUTS}
-    for dtype in DTYPES
-}
-
-
-@selection.rule("matmul_coopmat", choices=CHOICES)
-def choose(info, shape: tuple, dtype: str = "fp16", forced: str | None = None) -> str | None:
-    """The tiling for shape = (M, N, K, batch) in dtype ("fp16" or "bf16") on this device: native on real matrix
-    units, emulated where DeviceInfo.cooperative_matrix_emulated; a forced one where this device can run it; None
-    where neither can run."""
-    M, N, _K, batch = shape
-    if dtype not in DTYPES:
-        raise ValueError(f"matmul_coopmat multiplies {' or '.join(DTYPES)} operands, not {dtype!r}")
-    if forced is not None:
-        return forced if runs(info, dtype, forced.endswith(EMULATED)) else None
-    if not supported(info, dtype):
-        return None
-    blocks_128 = ceil_div(M, 128) * ceil_div(N, 128) * batch
-    tiling = "cm128" if blocks_128 >= 132 else "cm64"  # enough 128-blocks to fill an H100's 132 SMs
-    return tiling + (EMULATED if info.cooperative_matrix_emulated else "")
-
-
-def reference(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False, dtype: str = "fp16",
-              **epilogue_args):
-    """The op's definition: matmul.reference on the inputs rounded to dtype (fp16 or bf16), in float64."""
-    from helios.kernels.matmul import reference as fp32_reference
-
-    half = HOST_DTYPES[dtype]
-    a16, b16 = (np.asarray(x).astype(half).astype(np.float64) for x in (a, b))
-    return fp32_reference(a16, b16, trans_a, trans_b, **epilogue_args)
-
-
-def matmul_half(a, b, trans_a: bool = False, trans_b: bool = False, bias=None, gelu: bool = False, residual=None,
-                out=None, beta: float = 0.0, alpha: float = 1.0, preact_out=None, tiling: str | None = None):
-    """`matmul` on the matrix units: a and b both float16 or both bfloat16 tensors, C and the epilogue tensors
-    float32. `tiling` names one of CHOICES (an emulated one runs on any device that `runs` it).
-
-    Raises HeliosError on a device without cooperative matrices for the operands' type: check `supported` first.
-    """
-    from helios.device import get_device
-    from helios.errors import HeliosError
-    from helios.kernels.matmul import _dims
-    from helios.runtime import empty, launch
-
-    info = get_device().info
-    batch, M, N, K = _dims(a, b, trans_a, trans_b)
-    dtype = next((name for name, host in HOST_DTYPES.items() if a.dtype == host), None)
-    if dtype is None:
-        raise TypeError(f"matmul_half: a must be float16 or bfloat16, got {a.dtype}")
-    for name, t, want in (("b", b, HOST_DTYPES[dtype]), ("bias", bias, np.float32),
-                          ("residual", residual, np.float32), ("out", out, np.float32),
-                          ("preact_out", preact_out, np.float32)):
-        if t is not None and t.dtype != want:
-            raise TypeError(f"matmul_half: {name} must be {np.dtype(want).name}, got {t.dtype}")
-    if tiling is not None and tiling not in CHOICES:
-        raise ValueError(f"matmul_half: unknown tiling {tiling!r} (tilings: {', '.join(CHOICES)})")
-    if tiling is not None and not runs(info, dtype, tiling.endswith(EMULATED)):
-        raise HeliosError(f"the device '{info.name}' cannot run the {dtype} cooperative-matrix tiling {tiling!r} "
-                          "(see matmul_coopmat.runs); use the float32 matmul")
-    tiling = tiling or selection.choose("matmul_coopmat", (M, N, K, batch), dtype, info)
-    if tiling is None:
-        raise HeliosError(f"the device '{info.name}' has no {dtype} cooperative matrices (VK_KHR_cooperative_matrix "
-                          f"16x16x16 {DTYPES[dtype].name} -> f32); use the float32 matmul")
-    if beta != 0.0 and out is None:
-        raise ValueError("matmul_half: beta != 0 accumulates into `out`, which was not given")
-    c = out if out is not None else empty((batch, M, N) if (a.ndim == 3 or b.ndim == 3) else (M, N))
-    if batch * M * N == 0:
-        return c
-    layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
-    kernel = KERNELS[dtype][layout]
-    push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
-    v = kernel.variant(tiling)
-    spec = {**(spec or {}), "THREADS": v.wm * v.wn * info.subgroup_size}  # wm * wn subgroups
-    buffers = [a, b, c, bias if bias is not None else c, residual if residual is not None else c,
-               preact_out if preact_out is not None else c]
-    launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, batch), tiling), spec=spec,
-           variant=tiling)
-    return c

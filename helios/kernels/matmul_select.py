@@ -1,11 +1,16 @@
-"""Which matmul variant runs: stored auto-tuning winners for this device and driver, else a table.
+"""Which matmul variant runs: the matrix units for half operands, else stored auto-tuning winners, else a table.
 
-The table: on CPU devices (lavapipe) register-blocked tilings, on GPUs shared-memory tiled ones; within
-each, the largest block that still gives enough workgroups to fill the device. `python -m helios.bench
-tune matmul` times the candidates for given shapes and stores the winners in
+bf16 and fp16 matmuls go to the matrix units where the device offers them for that dtype
+(matmul_coopmat.supported): the native cooperative-matrix tilings on real matrix units, the `_emulated` ones
+only where DeviceInfo.cooperative_matrix_emulated (the GPU profile, HELIOS_COOPMAT=emulate), never silently
+in production. Otherwise, the table: on CPU devices (lavapipe) register-blocked tilings, on GPUs
+shared-memory tiled ones; within each, the largest block that still gives enough workgroups to fill the
+device. `python -m helios.bench tune matmul` times the candidates for given shapes and stores the winners in
 `helios.env.cache_dir()/tuning-<device key>.json`; the rule uses a stored winner for the exact
 (layout, M, N, K, batch) when there is one. It is helios.kernels.selection's "matmul" rule: tests, benchmarks
-and the tuner force a tiling with `selection.force("matmul", tiling)`.
+and the tuner force a tiling with `selection.force("matmul", tiling)` (`"cm64_emulated"` too); a forced
+tiling this device cannot run for the launch's dtype (a cooperative-matrix one for f32, a native one without
+matrix units) gives way to the table, as a register tiling does where subgroups are too narrow.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import re
 from pathlib import Path
 
 from helios import env
+from helios.kernels import matmul_coopmat as coopmat
 from helios.kernels import selection
 from helios.kernels.matmul_reg import REG_TILINGS
 from helios.spirv import ceil_div
@@ -23,9 +29,11 @@ from helios.spirv import ceil_div
 REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
 TILED = ("tiled32", "tiled64", "tiled128")
 ADDRESSED = ("reg12x8a",)  # read A and B through device addresses (DeviceInfo.buffer_device_address)
+COOPMAT = coopmat.CHOICES  # bf16/fp16 only: cm64, cm128, each also `_emulated`
 BLOCKS = {"reg8x8": (8, 64), "reg16x16": (16, 128), "reg32x16": (32, 128),  # (rows, columns) of C per workgroup
           "reg12x8a": (12, 64),
-          "tiled32": (32, 32), "tiled64": (64, 64), "tiled128": (128, 128)}
+          "tiled32": (32, 32), "tiled64": (64, 64), "tiled128": (128, 128),
+          **{t: (coopmat.params(t)["bm"], coopmat.params(t)["bn"]) for t in COOPMAT}}
 
 _tuned: dict[str, dict[str, str]] = {}  # device key -> {shape key: tiling}
 
@@ -96,9 +104,12 @@ def reg_ok(info) -> bool:
     return info.min_subgroup_size >= REG_LANES
 
 
-def runnable(info, tiling: str) -> bool:
-    """Whether this device can run `tiling` (register tilings need an 8-wide subgroup; addressed ones also
-    device addresses)."""
+def runnable(info, tiling: str, dtype: str = "f32") -> bool:
+    """Whether this device can run `tiling` for `dtype` operands (register tilings need an 8-wide subgroup;
+    addressed ones also device addresses; cooperative-matrix ones half operands and matrix units, real or
+    emulated, that run them)."""
+    if tiling in COOPMAT:
+        return coopmat.runs(info, dtype, tiling)
     if tiling in TILED:
         return True
     return reg_ok(info) and (tiling in REG or info.buffer_device_address)
@@ -128,12 +139,15 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
 
 @selection.rule("matmul", choices=BLOCKS)
 def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) -> str:
-    """The tiling for shape = (layout, M, N, K, batch): the forced one, else a stored tuning winner, else the
-    table's (a register tiling where the device cannot run one gives way to the table)."""
+    """The tiling for shape = (layout, M, N, K, batch) in dtype: the forced one, else the matrix units for half
+    operands where the device has them, else a stored tuning winner, else the table's (a tiling the device
+    cannot run for dtype gives way to the table)."""
     layout, M, N, K, batch = shape
     if forced in ADDRESSED:
         selection.check_addressed(info, "matmul", forced)
+    if forced is None and coopmat.supported(info, dtype):
+        return coopmat.table_choice(info, M, N, batch)
     choice = forced or load_tuning(info).get(shape_key(layout, M, N, K, batch))
-    if choice is None or not runnable(info, choice):
+    if choice is None or not runnable(info, choice, dtype):
         return table_choice(info, M, N, batch)
     return choice

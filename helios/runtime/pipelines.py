@@ -103,6 +103,10 @@ class PipelineCache:
     def __len__(self) -> int:
         return len(self._pipelines)
 
+    def names(self) -> set[str]:
+        """"kernel:variant" of every pipeline made in this process (which variants a run dispatched)."""
+        return {p.name for p in self._pipelines.values()}
+
     # -- creation ------------------------------------------------------------------------------
     def _shader_module(self, module):
         handle = self._shader_modules.get(module.key)

@@ -148,10 +148,13 @@ def test_batched(dtype, b_batched):
 
 
 def test_variant_table():
-    """Every f32 variant has its bf16_/fp16_ (half C) and bf16_out32_/fp16_out32_ (f32 C) twins, params to match."""
+    """Every f32 variant has its bf16_/fp16_ (half C) and bf16_out32_/fp16_out32_ (f32 C) twins, params to match;
+    the cooperative-matrix tilings are half-only, in both C dtypes (test_matmul_coopmat.py checks them)."""
     for kernel in mm.KERNELS.values():
         f32_names = [n for n, v in kernel.variants.items() if v.get("dtype", "f32") == "f32"]
-        assert len(f32_names) == 2 * len(sel.BLOCKS) and len(kernel.variants) == 5 * len(f32_names)
+        cm_names = [n for n, v in kernel.variants.items() if v.get("kind") == "coopmat"]
+        assert len(f32_names) == 2 * (len(sel.BLOCKS) - len(sel.COOPMAT))
+        assert len(cm_names) == 4 * len(sel.COOPMAT) and len(kernel.variants) == 5 * len(f32_names) + len(cm_names)
         for name in f32_names:
             params = kernel.variant(name).params
             assert "dtype" not in params and "out" not in params  # the f32 variants are untouched

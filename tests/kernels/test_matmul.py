@@ -26,7 +26,7 @@ from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
 from helios.kernels import selection
 
-TILINGS = list(sel.BLOCKS)
+TILINGS = [t for t in sel.BLOCKS if t not in sel.COOPMAT]  # f32 ones (test_matmul_coopmat.py: the rest)
 # Register tilings share loads by subgroup broadcasts (and give way to tiled ones on subgroups under 8): CI runs
 # them again at subgroup sizes 4 and 16 (`-m subgroup`): the smallest (as many loads as lanes) and the addressed
 # one (lavapipe's default: 12 rows dealt round 8 lanes), each with A along K (nn), in vec4 quads along M (tn, vec4)

@@ -2,8 +2,9 @@
 "The GPU profile") trains like the default profile. CLI runs in subprocesses (the profile is fixed when the
 device is created) with one fresh HELIOS_CACHE_DIR: 50 steps of a gpt2 and a llama model match the default
 profile within 1e-4 relative on every fp32 loss and 2% on the final bf16/fp16 validation loss; replay is
-bit-identical to lazy recording; 2 ranks equal 1 rank. `pytest --profile=gpu` reaches the device, and forced
-staging trains configs/shakespeare.toml's model bit-identically to zero-copy memory."""
+bit-identical to lazy recording (fp32, and bf16 through the matrix units); 2 ranks equal 1 rank. Every matmul of
+the half runs is a cooperative-matrix (emulated) variant, and none of the fp32 runs'. `pytest --profile=gpu`
+reaches the device, and forced staging trains configs/shakespeare.toml's model bit-identically to zero-copy memory."""
 
 from __future__ import annotations
 
@@ -34,6 +35,18 @@ TRAIN = {"batch_size": 4, "max_iters": STEPS, "eval_interval": 25, "eval_iters":
 SCHEDULE = {"warmup_iters": 5, "min_lr": 3e-4}
 
 
+# `trainer run`, then the pipelines the run made: which kernel variants its steps dispatched.
+RUN_AND_LIST_PIPELINES = """
+import sys
+from helios import runtime as rt
+from trainer.cli import main
+code = main(["run", *sys.argv[1:]])
+print("pipelines: " + " ".join(sorted(rt.get_runtime().pipelines.names())))
+sys.exit(code)
+"""
+COOPMAT = "_cm"  # in the name of every cooperative-matrix matmul variant (`bf16_cm64_emulated`, `fp16_out32_cm128`)
+
+
 class Runs:
     """CLI training runs, each made once per module and shared by the tests that compare them."""
 
@@ -41,6 +54,7 @@ class Runs:
         self.root, self.corpus = root, corpus
         self.cache = root / "cache"  # fresh: every pipeline of both profiles is built in this module
         self.done: dict[tuple, dict] = {}
+        self.pipelines: dict[tuple, set[str]] = {}  # "kernel:variant" of each pipeline a single-rank run made
         self.seconds: dict[tuple, float] = {}
 
     def get(self, arch: str, profile: str, dtype: str = "fp32", replay: bool = True, nproc: int = 1) -> dict:
@@ -56,9 +70,10 @@ class Runs:
             env.update(HELIOS_CACHE_DIR=str(self.cache), PYTHONUNBUFFERED="1")
             if profile == "gpu":
                 env["HELIOS_PROFILE"] = "gpu"
-            cmd = [sys.executable, "-m", "trainer", "run", str(config), "--backend", "helios"]
+            cmd = [sys.executable, "-c", RUN_AND_LIST_PIPELINES, str(config), "--backend", "helios"]
             if nproc > 1:
-                cmd += ["--nproc", str(nproc)]
+                cmd = [sys.executable, "-m", "trainer", "run", str(config), "--backend", "helios",
+                       "--nproc", str(nproc)]
             t0 = time.perf_counter()
             done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
             self.seconds[key] = time.perf_counter() - t0
@@ -69,7 +84,14 @@ class Runs:
             self.done[key] = {"loss": {e["step"]: e["loss"] for e in steps},
                               "val": {e["step"]: e["val_loss"] for e in events if e["event"] == "eval"}}
             assert sorted(self.done[key]["loss"]) == list(range(1, STEPS + 1)), name
+            listed = [line for line in done.stdout.splitlines() if line.startswith("pipelines: ")]
+            self.pipelines[key] = set(listed[-1].split()[1:]) if listed else set()
         return self.done[key]
+
+    def matmul_variants(self, arch: str, profile: str, dtype: str = "fp32", replay: bool = True) -> set[str]:
+        """The matmul variants (`matmul_nt:bf16_cm64_emulated`, ...) a single-rank run dispatched."""
+        self.get(arch, profile, dtype, replay)
+        return {name for name in self.pipelines[(arch, profile, dtype, replay, 1)] if name.startswith("matmul_")}
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +114,8 @@ def test_fp32_matches_the_default_profile_and_replay_matches_lazy(runs, arch):
     # Equal bits would mean the profile never reached the device: its tiled kernels sum in another order.
     assert gpu["loss"] != default["loss"], "the GPU profile gave the default profile's losses bit for bit"
     assert runs.get(arch, "gpu", replay=False) == gpu  # lazy recording: every loss, bit for bit
+    f32_matmuls = runs.matmul_variants(arch, "gpu")
+    assert f32_matmuls and not any(COOPMAT in name for name in f32_matmuls), f32_matmuls  # fp32: no matrix units
 
 
 @pytest.mark.slow
@@ -101,6 +125,15 @@ def test_half_precision_matches_the_default_profile(runs, arch, dtype):
     default, gpu = runs.get(arch, "default", dtype), runs.get(arch, "gpu", dtype)
     rel = abs(gpu["val"][STEPS] - default["val"][STEPS]) / default["val"][STEPS]
     assert rel < 0.02, f"{dtype} final val loss {gpu['val'][STEPS]:.4f} vs default {default['val'][STEPS]:.4f}"
+    # Every matmul of the step ran on the (emulated) matrix units: each linear layer's forward (nt, with its
+    # epilogues), dX (nn) and dW (tn, f32 C into the grad arena), and the LM head and its gradient, which use the
+    # same three kernels; no half matmul ran another tiling.
+    half = {name for name in runs.matmul_variants(arch, "gpu", dtype) if f":{dtype}_" in name}
+    assert {f"matmul_nt:{dtype}_cm64_emulated", f"matmul_nn:{dtype}_cm64_emulated",
+            f"matmul_tn:{dtype}_out32_cm64_emulated"} <= half, half
+    assert all(COOPMAT in name for name in half), half
+    if dtype == "bf16" and arch == "gpt2":  # replay bit-identical to lazy recording through the matrix units
+        assert runs.get(arch, "gpu", dtype, replay=False) == gpu
 
 
 @pytest.mark.slow

@@ -76,9 +76,9 @@ def _tiling(*indices: int) -> str:
 @pytest.mark.parametrize("c_dtype", ["half", "f32"])
 @pytest.mark.parametrize("width", ["vec4", "scalar"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_layouts(dtype, c_dtype, width, layout):
+def test_layouts(dtype, c_dtype, width, layout, force):
     c_dtype = dtype if c_dtype == "half" else "f32"
-    selection.force("matmul", _tiling(LAYOUTS.index(layout), width == "scalar", c_dtype == "f32"))
+    force("matmul", _tiling(LAYOUTS.index(layout), width == "scalar", c_dtype == "f32"))
     trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
     for M, N, K in SHAPES_VEC4 if width == "vec4" else SHAPES_ANY:
         name = mm.variant_name(layout, M, N, K, 1, dtype=dtype, out=c_dtype)
@@ -104,13 +104,13 @@ EPI_SHAPES = {"nt": (33, 65, 12), "nn": (7, 36, 65), "tn": (36, 33, 7), "tt": (1
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("c_dtype", ["half", "f32"])
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "+".join(e))
-def test_epilogues(dtype, c_dtype, epi):
+def test_epilogues(dtype, c_dtype, epi, force):
     c_dtype = dtype if c_dtype == "half" else "f32"
     i = EPILOGUES.index(epi)
     # Rotated so the training forms are among them: half C nt + bias + GELU (a layer's forward), f32 C tn + beta=1
     # (dW = dY^T @ X accumulated into the fp32 grad arena).
     layout = LAYOUTS[(i + 3 * (c_dtype == "f32")) % 4]
-    selection.force("matmul", _tiling(i, c_dtype == "f32", dtype == "fp16"))
+    force("matmul", _tiling(i, c_dtype == "f32", dtype == "fp16"))
     M, N, K = EPI_SHAPES[layout]
     rng = np.random.default_rng(1)
     a, b = _operands(dtype, layout, M, N, K)
@@ -136,9 +136,9 @@ def test_epilogues(dtype, c_dtype, epi):
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("b_batched", [True, False])
-def test_batched(dtype, b_batched):
+def test_batched(dtype, b_batched, force):
     for layout, c_dtype, (M, N, K, batch) in [("nt", dtype, (33, 7, 65, 3)), ("tn", "f32", (36, 68, 12, 2))]:
-        selection.force("matmul", _tiling(b_batched, c_dtype == "f32"))
+        force("matmul", _tiling(b_batched, c_dtype == "f32"))
         a, b = _operands(dtype, layout, M, N, K, batch=batch, b_batched=b_batched)
         ref, _ = mm.reference(f64(a), f64(b), layout[0] == "t", layout[1] == "t")
         out = rt.empty((batch, M, N), NUMPY["f32"]) if c_dtype == "f32" else None

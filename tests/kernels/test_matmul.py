@@ -88,7 +88,7 @@ def _check(got, ref, bound, extra=0.0):
 
 
 @pytest.mark.parametrize("layout,tiling,width", VARIANT_CASES)
-def test_variant_against_reference(layout, tiling, width):
+def test_variant_against_reference(layout, tiling, width, force):
     info = rt.get_runtime().info
     if not sel.reg_ok(info) and tiling not in sel.TILED:
         pytest.skip(f"{tiling} needs subgroups of {sel.REG_LANES} lanes, this device's are {info.min_subgroup_size}"
@@ -101,7 +101,7 @@ def test_variant_against_reference(layout, tiling, width):
         # Its shader takes ~10 s to JIT on a cold lavapipe; the same builder code runs at reg8x8/reg16x16 for
         # every layout and width, so only the forward layer's combination (vec4 nt) is compiled here.
         pytest.skip("reg32x16 is run for vec4 nt only")
-    selection.force("matmul", tiling)
+    force("matmul", tiling)
     for M, N, K in SHAPES_ANY if width == "scalar" else SHAPES_VEC4:
         assert mm.variant_name(layout, M, N, K, 1).endswith("_scalar") == (width == "scalar")
         a, b = _operands(layout, M, N, K)
@@ -121,8 +121,8 @@ EPILOGUES = [
 
 @pytest.mark.parametrize("layout,M,N,K", [("nt", 33, 65, 12), ("nn", 7, 36, 65), ("tn", 36, 33, 7)])
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "+".join(e))
-def test_epilogues(layout, M, N, K, epi):
-    selection.force("matmul", ["reg8x8", "tiled32"][(EPILOGUES.index(epi) + "nt nn tn".split().index(layout)) % 2])
+def test_epilogues(layout, M, N, K, epi, force):
+    force("matmul", ["reg8x8", "tiled32"][(EPILOGUES.index(epi) + "nt nn tn".split().index(layout)) % 2])
     rng = np.random.default_rng(1)
     a, b = _operands(layout, M, N, K)
     bias = rng.standard_normal(N).astype(np.float32) if epi.get("bias") else None
@@ -149,8 +149,8 @@ def test_epilogues(layout, M, N, K, epi):
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
 @pytest.mark.parametrize("tiling", ["reg8x8", "tiled32"])
 @pytest.mark.parametrize("b_batched", [True, False])
-def test_batched(layout, tiling, b_batched):
-    selection.force("matmul", tiling)
+def test_batched(layout, tiling, b_batched, force):
+    force("matmul", tiling)
     for M, N, K, batch in [(33, 7, 65, 3), (36, 68, 12, 2)]:
         a, b = _operands(layout, M, N, K, batch=batch, b_batched=b_batched)
         ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), layout[0] == "t", layout[1] == "t")

@@ -18,19 +18,19 @@ FlashAttention does on tensor cores.
 
 from __future__ import annotations
 
+from helios.kernels import coopmat_support as support
 from helios.kernels.attention_common import NEG, declare, spec_values
 from helios.kernels.attention_forward import attention_flops, capped, dropped
+from helios.kernels.coopmat_support import TILE  # rows per block and the M = N = K of every matrix tile
 from helios.kernels.dtypes import dtype_variant, storage
 from helios.spirv import Kernel, KernelBuilder, Variant, bf16, ceil_div, f16, f32, u16, u32
 from helios.spirv.coopmat import coopmat
 from helios.spirv.memory import bf16_bits
 
-TILE = 16  # rows per block and the M = N = K of every matrix tile (what every matrix-unit device offers)
 WG = 64  # lanes per workgroup: 1 to 16 subgroups; a multiple of every Vulkan subgroup size up to 64
 MAX_D = 128  # head dims up to here (multiples of 16): the dK/dV kernel's shared tiles fill 32 KiB there
 LDH = MAX_D + 8  # row stride (elements) of the staged 16-bit tiles: 16-byte aligned rows, fewer bank conflicts
 LDF = MAX_D  # row stride of the shared f32 accumulators
-SUBGROUP_SIZES = (4, 64)  # the subgroup sizes the kernels run at (the emulation needs >= 4 lanes)
 LOWERINGS = {"coopmat": "native", "coopmat_emulated": "emulated"}  # base variant -> cooperative-matrix lowering
 HALF = {"bf16": "bf16", "fp16": "f16"}  # io dtype -> the matrices' element type, as DeviceInfo names it
 VARIANTS = {dtype_variant(base, dtype): {"dtype": dtype, "coopmat": lowering}
@@ -41,18 +41,7 @@ def runs(info, dtype: str, head_dim: int, emulated: bool) -> bool:
     """Whether this device can run the variant of dtype at head_dim, lowered natively or emulated."""
     if dtype not in HALF or head_dim % TILE or not TILE <= head_dim <= MAX_D:
         return False
-    lo, hi = SUBGROUP_SIZES
-    if not (lo <= info.min_subgroup_size and info.max_subgroup_size <= hi and info.storage_16bit):
-        return False
-    if (dtype == "fp16" and not info.float16) or (dtype == "bf16" and not info.int16):  # f16 / u16 shared tiles
-        return False
-    if info.max_shared_memory < max(shared_bytes.values()):
-        return False
-    if emulated:
-        return "ballot" in info.subgroup_ops  # the emulated MulAdd gathers operands by subgroup broadcast
-    offered = (TILE, TILE, TILE, HALF[dtype], HALF[dtype], "f32") in {tuple(s[:6]) for s in info.cooperative_matrix}
-    # Native bf16 matrices need VK_KHR_shader_bfloat16 enabled at device creation, which helios does not do yet.
-    return offered and not info.cooperative_matrix_emulated and dtype == "fp16"
+    return support.runs(info, dtype, max(shared_bytes.values()), emulated)
 
 
 def choose(info, head_dim: int, dtype: str, forced: str | None) -> str | None:

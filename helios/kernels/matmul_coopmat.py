@@ -6,7 +6,7 @@ A workgroup computes a BM x BN block of C with WM x WN working subgroups. Each o
 held as 16 x 16 accumulator tiles. The local size is the spec constant THREADS = WM * WN * the device's largest
 subgroup size (set at launch): where the driver runs narrower subgroups (an AMD card may run 32 or 64 lanes)
 the workgroup holds more subgroups than WM * WN, and those beyond only stage and wait at barriers, so the
-kernel is correct at any executed size from SUBGROUP_SIZES[0] to max_subgroup_size.
+kernel is correct at any executed size from coopmat_support.SUBGROUP_SIZES[0] to max_subgroup_size.
 
 K runs in BK slices, double buffered as the fast Vulkan engines do it: two shared slots per operand; while the
 subgroups multiply slice k from one slot, every invocation stages slice k+1 into the other, so one barrier per
@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from helios.kernels import coopmat_support as support
+from helios.kernels.coopmat_support import TILE
 from helios.kernels.matmul_common import a_index, b_index, declare, epilogue
 from helios.spirv import KernelBuilder, Value, Variant, bf16, ceil_div, f16, f32, u16, u32
 from helios.spirv.coopmat import coopmat
 
-TILE = 16  # the M = N = K tile every cooperative-matrix GPU offers for half inputs -> fp32
-SUBGROUP_SIZES = (4, 64)  # the subgroup sizes the kernels are written for (the emulation needs >= 4 lanes)
 TILINGS = {  # block of C per workgroup, K slice, subgroups along M and N
     "cm64": {"bm": 64, "bn": 64, "bk": 32, "wm": 2, "wn": 2},
     # BK 16: two slots of 128 x 16 per operand and 8 scratch tiles fit 32 KiB of shared memory (lavapipe's)
@@ -57,28 +57,12 @@ def shared_bytes(tiling: str) -> int:
 
 def offered(info, dtype: str) -> bool:
     """Whether the device lists 16x16x16 dtype x dtype -> f32 subgroup matrices (real or emulated)."""
-    if dtype not in DTYPES:
-        return False
-    elem = DTYPES[dtype].name
-    return (TILE, TILE, TILE, elem, elem, "f32") in {tuple(s[:6]) for s in info.cooperative_matrix or ()}
+    return support.offered(info, dtype)
 
 
 def runs(info, dtype: str, tiling: str) -> bool:
     """Whether this device can run tiling (one of CHOICES) for dtype operands, whatever the rule would pick."""
-    if dtype not in DTYPES:  # f32 operands never reach the matrix units
-        return False
-    lo, hi = SUBGROUP_SIZES
-    if not (lo <= info.min_subgroup_size and info.max_subgroup_size <= hi and info.storage_16bit):
-        return False
-    if (dtype == "fp16" and not info.float16) or (dtype == "bf16" and not info.int16):  # f16 / u16 shared tiles
-        return False
-    if info.max_shared_memory < shared_bytes(tiling):
-        return False
-    if tiling.endswith(EMULATED):  # operands gathered by subgroup broadcast
-        return "ballot" in info.subgroup_ops
-    # Native bf16 matrices need VK_KHR_shader_bfloat16 enabled at device creation, which helios.device does not do,
-    # and its SPV_KHR_bfloat16 code cannot be checked by the spirv-val that CI has (2023.1): refused until then.
-    return offered(info, dtype) and not info.cooperative_matrix_emulated and dtype == "fp16"
+    return support.runs(info, dtype, shared_bytes(tiling), tiling.endswith(EMULATED))
 
 
 def supported(info, dtype: str) -> bool:

@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,18 +124,23 @@ def split_overrides(extra: list[str]) -> list[str]:
 def signal_controls(controls, acknowledge=None) -> Iterator[None]:
     """SIGTERM/SIGINT -> checkpoint and stop; SIGUSR1 -> checkpoint and go on. Restores old handlers after.
     `acknowledge(line)`, if given, tells the user at once what will happen (the step in flight finishes first)."""
+    def tell(line: str) -> None:
+        # From a thread, never from the handler itself: the handler interrupts the main thread, which may be inside
+        # the console's print (holding its lock) while the live display's refresh thread waits for that lock;
+        # printing here would wait for the refresh thread, which waits for us (a hang seen in a terminal run).
+        if acknowledge is not None:
+            threading.Thread(target=acknowledge, args=(line,), name="signal-acknowledge", daemon=True).start()
+
     def stop(signum, _frame):
         if controls.stop_requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C means now
         controls.stop_requested = signal.Signals(signum).name
-        if acknowledge is not None:
-            acknowledge(f"{controls.stop_requested}: stopping after this step with a checkpoint "
-                        "(Ctrl-C again to stop at once, without one)")
+        tell(f"{controls.stop_requested}: stopping after this step with a checkpoint "
+             "(Ctrl-C again to stop at once, without one)")
 
     def save(_signum, _frame):
         controls.save_requested = True
-        if acknowledge is not None:
-            acknowledge("SIGUSR1: writing a checkpoint after this step, then going on")
+        tell("SIGUSR1: writing a checkpoint after this step, then going on")
 
     wanted = {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGUSR1: save}
     old = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}

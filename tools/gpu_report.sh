@@ -76,7 +76,7 @@ run_kernels() {
 
 run_train() {
     current=train
-    step train_alpha8l "$PY" tools/bench_train.py configs/gpu-alpha-8l.toml --steps 20 --helios-dtypes fp32,bf16 \
+    step train_alpha8l "$PY" tools/bench_train.py configs/gpu-alpha-8l.toml --steps 20 --helios-dtypes fp32,bf16,fp16 \
         --torch-dtypes fp32,bf16
     step train_gpt2_124m "$PY" tools/bench_train.py configs/gpu-gpt2-124m.toml --steps 10 --helios-dtypes bf16 \
         --torch-dtypes fp32,bf16

@@ -162,12 +162,17 @@ def auto_dtype(info) -> tuple[str, str]:
     Emulated cooperative matrices (the GPU profile) are not matrix units."""
     if info.is_cpu:
         return "fp32", "a CPU driver computes in f32 either way"
-    real = () if info.cooperative_matrix_emulated else info.cooperative_matrix
-    halves = {shape[3] for shape in real if shape[3] == shape[4] and shape[5] == "f32"}
-    if "bf16" in halves:
-        return "bf16", "the device has bf16 matrix units"
-    if "f16" in halves:
-        return "fp16", "the device has fp16 matrix units but no bf16 ones (loss scaling on the device)"
+    if not info.cooperative_matrix_emulated:
+        # What the matmul rule will run on the matrix units, not merely what the device lists.
+        from helios.kernels import matmul_coopmat
+
+        if matmul_coopmat.supported(info, "bf16"):
+            return "bf16", "the device has bf16 matrix units"
+        if matmul_coopmat.supported(info, "fp16"):
+            if matmul_coopmat.offered(info, "bf16"):
+                return "fp16", ("the device lists bf16 matrix units, which helios does not enable yet "
+                                "(VK_KHR_shader_bfloat16), and has fp16 ones (loss scaling on the device)")
+            return "fp16", "the device has fp16 matrix units but no bf16 ones (loss scaling on the device)"
     return "bf16", "a GPU without matrix units: bf16 storage halves the memory traffic"
 
 

@@ -164,12 +164,12 @@ def auto_dtype(info) -> tuple[str, str]:
         return "fp32", "a CPU driver computes in f32 either way"
     if not info.cooperative_matrix_emulated:
         # What the matmul rule will run on the matrix units, not merely what the device lists.
-        from helios.kernels import matmul_coopmat
+        from helios.kernels import coopmat_support, matmul_coopmat
 
         if matmul_coopmat.supported(info, "bf16"):
             return "bf16", "the device has bf16 matrix units"
         if matmul_coopmat.supported(info, "fp16"):
-            if matmul_coopmat.offered(info, "bf16"):
+            if coopmat_support.offered(info, "bf16"):
                 return "fp16", ("the device lists bf16 matrix units, which helios does not enable yet "
                                 "(VK_KHR_shader_bfloat16), and has fp16 ones (loss scaling on the device)")
             return "fp16", "the device has fp16 matrix units but no bf16 ones (loss scaling on the device)"

@@ -55,11 +55,6 @@ def shared_bytes(tiling: str) -> int:
     return 2 * 2 * (p["bm"] + p["bn"]) * p["bk"] + 4 * p["wm"] * p["wn"] * TILE * TILE
 
 
-def offered(info, dtype: str) -> bool:
-    """Whether the device lists 16x16x16 dtype x dtype -> f32 subgroup matrices (real or emulated)."""
-    return support.offered(info, dtype)
-
-
 def runs(info, dtype: str, tiling: str) -> bool:
     """Whether this device can run tiling (one of CHOICES) for dtype operands, whatever the rule would pick."""
     return support.runs(info, dtype, shared_bytes(tiling), tiling.endswith(EMULATED))
@@ -69,7 +64,7 @@ def supported(info, dtype: str) -> bool:
     """Whether the rule picks cooperative-matrix tilings for dtype here: real matrix units that offer 16x16x16
     dtype -> f32, or the emulated ones where DeviceInfo.cooperative_matrix_emulated."""
     suffix = EMULATED if info.cooperative_matrix_emulated else ""
-    return offered(info, dtype) and all(runs(info, dtype, t + suffix) for t in TILINGS)
+    return support.offered(info, dtype) and all(runs(info, dtype, t + suffix) for t in TILINGS)
 
 
 def table_choice(info, M: int, N: int, batch: int) -> str:

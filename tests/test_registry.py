@@ -5,6 +5,8 @@ registry's own public register function, and an unknown name is a clear error na
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -136,3 +138,12 @@ def test_unknown_names_get_a_clear_error_through_each_public_lookup():
         selection.force("nope", "scalar")
     with pytest.raises(BackendUnavailableError, match=r"no backend named 'nope' \(known: helios, torch\)"):
         backend.backend_class("nope")
+
+
+def test_importing_helios_ops_imports_no_kernel_module_until_an_op_is_looked_up():
+    code = ("import sys, helios, helios.ops\n"
+            "kernels = lambda: [m for m in sys.modules if m.startswith('helios.kernels.')]\n"
+            "print(len(kernels())); helios.ops.matmul\n"
+            "print(len(kernels()) > 10, 'helios.kernels.rope' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "True", "True"]

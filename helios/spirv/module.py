@@ -36,6 +36,11 @@ def encode_string(text: str) -> list[int]:
 
 def instruction(opcode: int, operands) -> list[int]:
     """Encode one instruction; operands are ints (one word each), strings or lists of words."""
+    for op in operands:  # the common case, ids and literal words only, is one list (a plain loop: fastest)
+        if type(op) is not int or not 0 <= op <= 0xFFFFFFFF:
+            break
+    else:
+        return [((len(operands) + 1) << 16) | opcode, *operands]
     words: list[int] = [0]
     for op in operands:
         if isinstance(op, str):
@@ -84,6 +89,8 @@ class Module:
         self.functions: list[list[int]] = []
         self.interface: list[int] = []  # every non-Function global variable, for OpEntryPoint
         self._interned: dict[tuple, int] = {}
+        self._type_ids: dict[DType, int] = {}  # type_of's answers (every DSL type is a frozen dataclass)
+        self._instructions_required: set[int] = set()  # opcodes whose capabilities are declared
         self._decorated: set[tuple] = set()
         # KernelBuilder.coopmat_lowering("emulated"): cooperative matrices become plain arrays (coopmat_emulated)
         self.coopmat_emulated = False
@@ -124,8 +131,11 @@ class Module:
             self.require_capability((usable or caps)[0])
 
     def require_instruction(self, opcode: int) -> None:
+        if opcode in self._instructions_required:  # what it needs is declared, and declarations only grow
+            return
         self._require_any(g.INSTRUCTION_CAPABILITIES.get(opcode))
         self._require_extension_for(g.INSTRUCTION_VERSIONS.get(opcode), g.INSTRUCTION_EXTENSIONS.get(opcode))
+        self._instructions_required.add(opcode)
 
     def require_enumerant(self, kind: str, name: str) -> int:
         """The value of an enumerant, declaring the capability and extension it needs."""
@@ -203,6 +213,12 @@ class Module:
 
     def type_of(self, dtype: DType) -> int:
         """The type id of a DSL data type."""
+        known = self._type_ids.get(dtype)
+        if known is None:
+            known = self._type_ids[dtype] = self._declare_type(dtype)
+        return known
+
+    def _declare_type(self, dtype: DType) -> int:
         from helios.spirv import coopmat  # cooperative matrices are rare: kept out of the common path
 
         if isinstance(dtype, coopmat.CoopMatType):

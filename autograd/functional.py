@@ -59,10 +59,6 @@ def masked_fill(x: Tensor, mask: Tensor, value: float) -> Tensor:
     return E.MaskedFill.apply(x, mask, float(value))
 
 
-def swiglu(gate: Tensor, up: Tensor) -> Tensor:
-    return E.SwiGLU.apply(gate, up)
-
-
 def dropout(x: Tensor, p: float, seed: int, offset: int, training: bool = True, counter=None) -> Tensor:
     """`counter`: a one-word u32 device tensor added to `offset` (a captured step's RNG counter), or None."""
     if not training or p == 0.0:
@@ -154,5 +150,5 @@ def _spec_op(function):
     return apply
 
 
-# exp, gelu, clamp, softcap, softmax, layernorm, ...: one per op spec (helios.kernels.spec), derived, never listed.
+# exp, gelu, swiglu, softmax, layernorm, ...: one per op spec (helios.kernels.spec), derived, never listed.
 globals().update({name: _spec_op(fn) for name, fn in S.FUNCTIONS.items() if name not in globals()})

@@ -130,18 +130,6 @@ class MaskedFill(Function):
         return ops.masked_fill(dy, mask, 0.0), None, None
 
 
-class SwiGLU(Function):
-    @staticmethod
-    def forward(ctx, gate, up):
-        ctx.save_for_backward(gate, up)
-        return ops.swiglu(gate, up)
-
-    @staticmethod
-    def backward(ctx, dy):
-        gate, up = ctx.saved_tensors
-        return ops.swiglu_backward(gate, up, dy)
-
-
 class Dropout(Function):
     @staticmethod
     def forward(ctx, x, p: float, seed: int, offset: int, counter=None):

@@ -4,7 +4,9 @@ backward.
 Fusing saves memory passes: swiglu reads gate and up once and writes y (three passes instead of five for
 silu then mul); its backward writes both gradients from one read of gate, up and dy. residual_dropout_add
 draws the dropout mask from the counter-based RNG (see dropout.py) and adds the residual in the same pass;
-its backward is dropout_backward. Variants "scalar" and "vec4".
+its backward is dropout_backward. Variants: the elementwise family's accesses, in every dtype. swiglu is an op
+spec (helios.kernels.spec): its tests, autograd Function, bench entry and docs/OPS.md row derive from the
+`register(OpSpec(...))` at the bottom.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from helios.kernels.activations import reference_sigmoid, sigmoid
 from helios.kernels.dropout import RNG_PARAMS, check_p, dropout_backward, dropped, rng_push
 from helios.kernels.elementwise import add, check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero
+from helios.kernels.spec import OpSpec, Tolerance, normal_inputs, register
 from helios.runtime import Tensor, empty
 
 
@@ -85,6 +88,20 @@ def reference_swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 def reference_swiglu_backward(gate: np.ndarray, up: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s = reference_sigmoid(gate)
     return dy * up * s * (1.0 + gate * (1.0 - s)), dy * gate * s
+
+
+# -- op specs: tests, autograd, bench and docs/OPS.md derive from them (helios.kernels.spec) ---------------
+def _two_normal(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.ndarray]:
+    return normal_inputs(rng, shape), normal_inputs(rng, shape)
+
+
+# Tolerances in f32 roundings: silu's (one exp, a division) times up, as the pointwise ops (160 relative, 16
+# absolute); each gradient composes a few more products around the same sigmoid (320 and 160).
+register(OpSpec("swiglu", "silu(gate) * up (the LLaMA MLP's gate).", __name__, (SWIGLU, SWIGLU_BWD), swiglu,
+                swiglu_backward, reference_swiglu, reference_swiglu_backward, _two_normal, args=("gate", "up"),
+                saves=("gate", "up"),
+                tolerance={"y": Tolerance(rel=160, abs=16), "dgate": Tolerance(rel=320, abs=160),
+                           "dup": Tolerance(rel=320, abs=160)}))
 
 
 # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -1,14 +1,12 @@
-"""Fused ops: swiglu forward/backward against PyTorch autograd, residual_dropout_add forward/backward against the
-bit-exact numpy mask, in the scalar and vec4 variants.
-
-Tolerance 1e-5 relative (2e-5 for gradients): each output is a handful of f32 operations around one exp.
+"""Fused ops beyond their op specs' derived tests (tests/kernels/test_opspecs.py runs swiglu forward and backward
+in every dtype and access): swiglu at extreme gates (no NaN), and residual_dropout_add against the bit-exact numpy
+mask, in every access.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import helios.runtime as rt
 from helios.kernels import dropout as D
@@ -17,7 +15,7 @@ from helios.kernels import fused as F
 SHAPES = [(1,), (7,), (33, 65), (1, 4097), (513, 3), (33, 64)]
 
 
-@pytest.mark.parametrize("kernel,variant", [(k, v) for k in (F.SWIGLU, F.SWIGLU_BWD, F.RESIDUAL_DROPOUT_ADD)
+@pytest.mark.parametrize("kernel,variant", [(k, v) for k in (F.RESIDUAL_DROPOUT_ADD,)
                                             for v in k.variants], ids=lambda x: getattr(x, "name", x))
 def test_spirv_valid(kernel, variant, spirv_val):
     spirv_val.check(kernel, variant)
@@ -25,30 +23,6 @@ def test_spirv_valid(kernel, variant, spirv_val):
 
 def _randn(shape, seed):
     return (np.random.default_rng(seed).standard_normal(shape) * 2.5).astype(np.float32)
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_swiglu_against_torch(shape, access):
-    gate, up, dy = _randn(shape, 1), _randn(shape, 2), _randn(shape, 3)
-    g, u = (torch.from_numpy(a.astype(np.float64)).requires_grad_(True) for a in (gate, up))
-    y = torch.nn.functional.silu(g) * u
-    y.backward(torch.from_numpy(dy.astype(np.float64)))
-    gt, ut = rt.from_numpy(gate), rt.from_numpy(up)
-    np.testing.assert_allclose(F.swiglu(gt, ut).numpy(), y.detach().numpy(), rtol=1e-5, atol=1e-6)
-    dgate, dup = F.swiglu_backward(gt, ut, rt.from_numpy(dy))
-    assert dgate.shape == shape and dup.shape == shape
-    np.testing.assert_allclose(dgate.numpy(), g.grad.numpy(), rtol=2e-5, atol=1e-6)
-    np.testing.assert_allclose(dup.numpy(), u.grad.numpy(), rtol=2e-5, atol=1e-6)
-
-
-def test_swiglu_reference_gradient_by_finite_differences():
-    gate, up, dy = (np.random.default_rng(s).standard_normal(50) for s in (4, 5, 6))
-    h = 1e-6
-    dgate, dup = F.reference_swiglu_backward(gate, up, dy)
-    fd_gate = (F.reference_swiglu(gate + h, up) - F.reference_swiglu(gate - h, up)) / (2 * h) * dy
-    fd_up = (F.reference_swiglu(gate, up + h) - F.reference_swiglu(gate, up - h)) / (2 * h) * dy
-    np.testing.assert_allclose(dgate, fd_gate, rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(dup, fd_up, rtol=1e-6, atol=1e-9)
 
 
 def test_swiglu_extremes_no_nan():

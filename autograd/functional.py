@@ -126,7 +126,9 @@ def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None, *, ho
 
 
 def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:
-    return N.Rope.apply(qkv, n_head, n_kv_head, head_dim, float(base))
+    """RoPE of the q and k heads of a fused [B, T, (H + 2*Hkv) * D] qkv (the op spec's derived Function)."""
+    return S.FUNCTIONS["rope"].apply(qkv, n_head=int(n_head), n_kv_head=int(n_kv_head), head_dim=int(head_dim),
+                                     base=float(base))
 
 
 def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, head_dim: int, *,

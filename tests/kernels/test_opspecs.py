@@ -14,7 +14,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import elementwise as E
-from helios.kernels import optable
+from helios.kernels import optable, rope
 from helios.kernels.dtypes import NUMPY
 from helios.kernels.rows import RowChoice
 from helios.kernels.spec import as_tuple, specs
@@ -22,7 +22,7 @@ from tests.kernels.row_variants import LAYOUTS, layout_id
 
 SPECS = specs()
 # What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers.
-FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS]}
+FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS], "rope": rope.WIDTHS}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,

@@ -63,7 +63,7 @@ def dropout(x: Tensor, p: float, seed: int, offset: int, training: bool = True, 
     """`counter`: a one-word u32 device tensor added to `offset` (a captured step's RNG counter), or None."""
     if not training or p == 0.0:
         return x
-    return E.Dropout.apply(x, float(p), int(seed), int(offset), counter)
+    return S.FUNCTIONS["dropout"].apply(x, p=float(p), seed=int(seed), offset=int(offset), counter=counter)
 
 
 def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int, training: bool = True,
@@ -71,7 +71,8 @@ def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int,
     """x + dropout(y), one kernel."""
     if not training or p == 0.0:
         return add(x, y)
-    return E.ResidualDropoutAdd.apply(x, y, float(p), int(seed), int(offset), counter)
+    return S.FUNCTIONS["residual_dropout_add"].apply(x, y, p=float(p), seed=int(seed), offset=int(offset),
+                                                     counter=counter)
 
 
 def sum(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - mirrors torch.sum

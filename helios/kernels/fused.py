@@ -4,9 +4,9 @@ backward.
 Fusing saves memory passes: swiglu reads gate and up once and writes y (three passes instead of five for
 silu then mul); its backward writes both gradients from one read of gate, up and dy. residual_dropout_add
 draws the dropout mask from the counter-based RNG (see dropout.py) and adds the residual in the same pass;
-its backward is dropout_backward. Variants: the elementwise family's accesses, in every dtype. swiglu is an op
-spec (helios.kernels.spec): its tests, autograd Function, bench entry and docs/OPS.md row derive from the
-`register(OpSpec(...))` at the bottom.
+its backward is dropout_backward. Variants: the elementwise family's accesses, in every dtype. Both are op
+specs (helios.kernels.spec; residual_dropout_add's p, seed and offset are scalars, as dropout's): their tests,
+autograd Functions, bench entries and docs/OPS.md rows derive from the `register(OpSpec(...))` calls at the bottom.
 """
 
 from __future__ import annotations
@@ -14,7 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels.activations import reference_sigmoid, sigmoid
-from helios.kernels.dropout import RNG_PARAMS, check_p, dropout_backward, dropped, rng_push
+from helios.kernels.dropout import (
+    DROPOUT,
+    DROPOUT_SCALARS,
+    DROPOUT_SHAPES,
+    RNG_PARAMS,
+    check_p,
+    dropout_backward,
+    dropped,
+    reference_dropout,
+    rng_push,
+)
 from helios.kernels.elementwise import add, check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero
 from helios.kernels.spec import OpSpec, Tolerance, normal_inputs, register
@@ -76,9 +86,9 @@ def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int,
 
 
 def residual_dropout_add_backward(dout: Tensor, p: float, seed: int, offset: int,
-                                  counter: Tensor | None = None) -> Tensor:
-    """dy = dropout_backward(dout); dx is dout itself."""
-    return dropout_backward(dout, p, seed, offset, counter)
+                                  counter: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(dx, dy) = (dout itself, dropout_backward(dout))."""
+    return dout, dropout_backward(dout, p, seed, offset, counter)
 
 
 def reference_swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -102,6 +112,23 @@ register(OpSpec("swiglu", "silu(gate) * up (the LLaMA MLP's gate).", __name__, (
                 saves=("gate", "up"),
                 tolerance={"y": Tolerance(rel=160, abs=16), "dgate": Tolerance(rel=320, abs=160),
                            "dup": Tolerance(rel=320, abs=160)}))
+
+
+def reference_residual_dropout_add(x: np.ndarray, y: np.ndarray, p: float, seed: int, offset: int) -> np.ndarray:
+    return x + reference_dropout(y, p, seed, offset)
+
+
+def reference_residual_dropout_add_backward(dout: np.ndarray, p: float, seed: int, offset: int) -> tuple:
+    return dout, reference_dropout(dout, p, seed, offset)
+
+
+# The mask is exact (dropout's reference); y's scaled value is rounded to f32 before the add (one rounding of up to
+# the row's scale when x cancels it), the sum once more, then to the dtype. dx is dout itself.
+register(OpSpec("residual_dropout_add", "x + dropout(y) in one pass (the mask of dropout(y, p, seed, offset)).",
+                __name__, (RESIDUAL_DROPOUT_ADD, DROPOUT), residual_dropout_add, residual_dropout_add_backward,
+                reference_residual_dropout_add, reference_residual_dropout_add_backward, _two_normal, args=("x", "y"),
+                outputs=("out",), saves=(), shapes=DROPOUT_SHAPES, scalars=DROPOUT_SCALARS,
+                tolerance={"out": Tolerance(rel=1, abs=2, floor=1.0), "dx": Tolerance(), "dy": Tolerance(rel=1)}))
 
 
 # the helios.ops names this file declares (helios/ops.py finds them here)

@@ -81,10 +81,10 @@ def reference_dropout_backward(dy: np.ndarray, p: float, seed: int, offset: int)
 # -- op spec: tests, autograd, bench and docs/OPS.md derive from it (helios.kernels.spec) -----------------
 # The k-th shape runs the k-th (p, seed, offset): p = 0 (a copy) and p = 1 (zeros) on two extra shapes, so every
 # awkward shape draws a mask; 64-bit seeds and offsets past 2**32 exercise seed_words' folding.
-DROPOUT_SHAPES = ((1,), (7,), (2, 3), (33, 513), (5,), (1, 4097), (33, 12), (4096,))
-DROPOUT_SCALARS = {"p": (0.25, 0.9, 0.0, 0.1, 1.0, 0.75, 0.3, 0.5),
-                   "seed": (99, 2**40 + 3, 0, 7, 1234, 5, 11, 2**63 - 1),
-                   "offset": (3, 2**33 + 1, 0, 1, 17, 2**31, 8, 9)}
+DROPOUT_SHAPES = ((1,), (7,), (2, 3), (33, 513), (5,), (1, 4097), (33, 12), (4096,), (513, 7), (33, 64), (9, 32))
+DROPOUT_SCALARS = {"p": (0.25, 0.9, 0.0, 0.1, 1.0, 0.75, 0.3, 0.5, 0.2, 0.6, 0.4),
+                   "seed": (99, 2**40 + 3, 0, 7, 1234, 5, 11, 2**63 - 1, 42, 1, 2**32),
+                   "offset": (3, 2**33 + 1, 0, 1, 17, 2**31, 8, 9, 2**32 - 1, 100, 5)}
 assert set(AWKWARD_SHAPES) <= set(DROPOUT_SHAPES)
 # The mask is exact; each kept value is x times the f32 scale, rounded to f32 (1 rounding) and then to the dtype.
 register(OpSpec("dropout", "x * keep / (1 - p), keep = uniform(seed, offset, i) >= p (counter-based RNG, recomputed "

@@ -28,6 +28,7 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
+from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, one_workgroup, u32, vec
 
 WG_ROW = 128  # invocations per row
@@ -290,4 +291,4 @@ def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1
     return loss, dlogits
 
 
-OPS = ("cross_entropy",)  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, cross_entropy)  # this file's helios.ops functions

@@ -16,6 +16,7 @@ import numpy as np
 from helios.kernels.elementwise import check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero, keep_mask_reference, seed_words, uniform
 from helios.kernels.spec import AWKWARD_SHAPES, OpSpec, Tolerance, normal_inputs, register
+from helios.ops import declare_ops
 from helios.runtime import Tensor, zeros
 from helios.spirv import f32, u32
 
@@ -94,4 +95,4 @@ register(OpSpec("dropout", "x * keep / (1 - p), keep = uniform(seed, offset, i) 
                 tolerance={"y": Tolerance(rel=1), "dx": Tolerance(rel=1)}))
 
 
-OPS = ("dropout", "dropout_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, dropout, dropout_backward)  # this file's helios.ops functions

@@ -28,6 +28,7 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import check_f32, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
+from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
 
 WG = 64  # invocations per workgroup for every kernel here (memory-bound; small groups pack lavapipe's threads)
@@ -364,4 +365,4 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, pla
     return table_grad, pos_grad
 
 
-OPS = ("embedding", "embedding_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, embedding, embedding_backward)  # this file's helios.ops functions

@@ -28,6 +28,7 @@ from helios.kernels.dropout import (
 from helios.kernels.elementwise import add, check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero
 from helios.kernels.spec import OpSpec, Tolerance, normal_inputs, register
+from helios.ops import declare_ops
 from helios.runtime import Tensor, empty
 
 
@@ -132,4 +133,4 @@ register(OpSpec("residual_dropout_add", "x + dropout(y) in one pass (the mask of
 
 
 # the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("swiglu", "swiglu_backward", "residual_dropout_add", "residual_dropout_add_backward")
+OPS = declare_ops(__name__, swiglu, swiglu_backward, residual_dropout_add, residual_dropout_add_backward)

@@ -59,15 +59,11 @@ def masked_fill(x: Tensor, mask: Tensor, value: float) -> Tensor:
     return E.MaskedFill.apply(x, mask, float(value))
 
 
-def swiglu(gate: Tensor, up: Tensor) -> Tensor:
-    return E.SwiGLU.apply(gate, up)
-
-
 def dropout(x: Tensor, p: float, seed: int, offset: int, training: bool = True, counter=None) -> Tensor:
     """`counter`: a one-word u32 device tensor added to `offset` (a captured step's RNG counter), or None."""
     if not training or p == 0.0:
         return x
-    return E.Dropout.apply(x, float(p), int(seed), int(offset), counter)
+    return S.FUNCTIONS["dropout"].apply(x, p=float(p), seed=int(seed), offset=int(offset), counter=counter)
 
 
 def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int, training: bool = True,
@@ -75,7 +71,8 @@ def residual_dropout_add(x: Tensor, y: Tensor, p: float, seed: int, offset: int,
     """x + dropout(y), one kernel."""
     if not training or p == 0.0:
         return add(x, y)
-    return E.ResidualDropoutAdd.apply(x, y, float(p), int(seed), int(offset), counter)
+    return S.FUNCTIONS["residual_dropout_add"].apply(x, y, p=float(p), seed=int(seed), offset=int(offset),
+                                                     counter=counter)
 
 
 def sum(x: Tensor, axis: int | None = -1) -> Tensor:  # noqa: A001 - mirrors torch.sum
@@ -130,7 +127,9 @@ def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None, *, ho
 
 
 def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:
-    return N.Rope.apply(qkv, n_head, n_kv_head, head_dim, float(base))
+    """RoPE of the q and k heads of a fused [B, T, (H + 2*Hkv) * D] qkv (the op spec's derived Function)."""
+    return S.FUNCTIONS["rope"].apply(qkv, n_head=int(n_head), n_kv_head=int(n_kv_head), head_dim=int(head_dim),
+                                     base=float(base))
 
 
 def flash_attention(qkv: Tensor, B: int, T: int, n_head: int, n_kv_head: int, head_dim: int, *,
@@ -154,5 +153,5 @@ def _spec_op(function):
     return apply
 
 
-# exp, gelu, clamp, softcap, softmax, layernorm, ...: one per op spec (helios.kernels.spec), derived, never listed.
+# exp, gelu, swiglu, softmax, layernorm, ...: one per op spec (helios.kernels.spec), derived, never listed.
 globals().update({name: _spec_op(fn) for name, fn in S.FUNCTIONS.items() if name not in globals()})

@@ -121,38 +121,3 @@ class MaskedFill(Function):
     def backward(ctx, dy):
         (mask,) = ctx.saved_tensors
         return ops.masked_fill(dy, mask, 0.0), None, None
-
-
-class SwiGLU(Function):
-    @staticmethod
-    def forward(ctx, gate, up):
-        ctx.save_for_backward(gate, up)
-        return ops.swiglu(gate, up)
-
-    @staticmethod
-    def backward(ctx, dy):
-        gate, up = ctx.saved_tensors
-        return ops.swiglu_backward(gate, up, dy)
-
-
-class Dropout(Function):
-    @staticmethod
-    def forward(ctx, x, p: float, seed: int, offset: int, counter=None):
-        ctx.args = (p, seed, offset, counter)
-        return ops.dropout(x, *ctx.args)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return ops.dropout_backward(dy, *ctx.args), None, None, None, None
-
-
-class ResidualDropoutAdd(Function):
-    @staticmethod
-    def forward(ctx, x, y, p: float, seed: int, offset: int, counter=None):
-        ctx.args = (p, seed, offset, counter)
-        return ops.residual_dropout_add(x, y, *ctx.args)
-
-    @staticmethod
-    def backward(ctx, dout):
-        dy = ops.residual_dropout_add_backward(dout, *ctx.args) if ctx.needs_input_grad[1] else None
-        return dout, dy, None, None, None, None

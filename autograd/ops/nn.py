@@ -1,4 +1,5 @@
-"""Model-level ops: matmul/linear with fused epilogues, embedding, RoPE, attention, cross-entropy."""
+"""Model-level ops: matmul/linear with fused epilogues, embedding, attention, cross-entropy (RoPE's Function is
+derived from its op spec: autograd/ops/specs.py)."""
 
 from __future__ import annotations
 
@@ -108,19 +109,6 @@ class Embedding(Function):
         if ctx.pos_shape is not None and ctx.needs_input_grad[2]:
             dpos = pos_grad if fresh_pos else ACCUMULATED
         return None, dtable, dpos, None, None
-
-
-class Rope(Function):
-    """Rotary position embedding applied to the q and k heads of a fused QKV tensor."""
-
-    @staticmethod
-    def forward(ctx, qkv, n_head: int, n_kv_head: int, head_dim: int, base: float):
-        ctx.args = (n_head, n_kv_head, head_dim, base)
-        return ops.rope(qkv, *ctx.args)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return ops.rope(dy, *ctx.args, backward=True), None, None, None, None
 
 
 class FlashAttention(Function):

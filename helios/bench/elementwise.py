@@ -120,9 +120,7 @@ def _torch_cases(torch, a, b, bias, rows: int) -> dict:
 def _records(n: int, repeats: int, torch) -> list[dict]:
     """Records for one size (its device tensors are freed when this returns)."""
     import helios.runtime as rt
-    from helios.kernels import dropout as D
     from helios.kernels import elementwise as E
-    from helios.kernels import fused as F
     from helios.kernels import selection
     from helios.kernels.spec import specs
 
@@ -137,33 +135,46 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     cases = [
         ("add", E.ADD, n, lambda: E.add(ta, tb), lambda: np.add(a, b, out=out)),
         ("add_bias", E.ADD, rows * COLS, lambda: E.add(ta2, tbias), lambda: np.add(a2, bias, out=out2)),
-        ("swiglu", F.SWIGLU, n, lambda: F.swiglu(ta, tb), _numpy_swiglu(a, b, out, t)),
-        ("dropout", D.DROPOUT, n, lambda: D.dropout(ta, 0.1, 1, 0), _numpy_dropout(a, out, u, 0.1)),
         ("add_inplace", E.ADD_INPLACE, n, lambda: E.add_inplace(ta, tb, 1e-3),
          lambda: np.add(a, np.float32(1e-3) * b, out=a)),
     ]
     # Every op spec's forward and backward, derived from its declaration: numpy runs the spec's reference
     # (allocating) unless a preallocated in-place baseline is written for that op below.
-    fast = {"gelu": _numpy_gelu(a, out, t), "gelu_backward": _numpy_gelu_backward(a, b, out, t, u)}
-    for spec in specs("elementwise"):
+    fast = {"gelu": _numpy_gelu(a, out, t), "gelu_backward": _numpy_gelu_backward(a, b, out, t, u),
+            "swiglu": _numpy_swiglu(a, b, out, t)}
+    # Specs of other families without a bench of their own (rope) run here too, on n // 1024 rows of their input
+    # generator's width, labelled with their family (their rule picks the variant).
+    labels = {}
+    for spec in [s for s in specs() if s.family != "rows"]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
-        (x,) = spec.inputs(rng, (n,), **kw)
-        tx = rt.from_numpy(x)
-        (saved,) = spec.saved([tx], spec.forward(tx, **kw))
-        host_saved = saved.numpy()
+        if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask
+            kw = next(k for k in spec.scalar_cases() if 0 < k["p"] < 1)
+        if spec.name == "dropout":
+            fast["dropout"] = _numpy_dropout(a, out, u, kw["p"])
+        host = spec.inputs(rng, (n,) if spec.family == "elementwise" else (n // 1024, 1024), **kw)
+        if spec.family != "elementwise":
+            labels[spec.name] = labels[f"{spec.name}_backward"] = f"{spec.family} rule"
+        count = host[0].size
+        targs = [rt.from_numpy(x) for x in host]
+        saved = spec.saved(targs, spec.forward(*targs, **kw))
+        host_saved = [s.numpy() for s in saved]
+        grad_kw = spec.grad_kwargs(kw)
+        dy = b if count == n else rng.standard_normal(host[0].shape, dtype=np.float32)
+        tdy = tb if count == n else rt.from_numpy(dy)
         fwd_kernel, bwd_kernel = spec.kernels[:2]
-        cases.append((spec.name, fwd_kernel, n, functools.partial(spec.forward, tx, **kw),
-                      fast.get(spec.name, functools.partial(spec.reference, x, **kw))))
-        cases.append((f"{spec.name}_backward", bwd_kernel, n, functools.partial(spec.backward, saved, tb, **kw),
+        cases.append((spec.name, fwd_kernel, count, functools.partial(spec.forward, *targs, **kw),
+                      fast.get(spec.name, functools.partial(spec.reference, *host, **kw))))
+        backward = functools.partial(spec.backward, *saved, tdy, **grad_kw)
+        cases.append((f"{spec.name}_backward", bwd_kernel, count, backward,
                       fast.get(f"{spec.name}_backward",
-                               functools.partial(spec.reference_backward, host_saved, b, **kw))))
+                               functools.partial(spec.reference_backward, *host_saved, dy, **grad_kw))))
     torch_refs = _torch_cases(torch, a, b, bias, rows) if torch is not None else {}
     records = []
     for name, kernel, count, device_fn, ref_fn in cases:
         bcast = "row" if name == "add_bias" else "full"
-        variant = selection.choose("elementwise", (count, bcast, COLS))
+        variant = labels.get(name) or selection.choose("elementwise", (count, bcast, COLS))
         nbytes = kernel.bytes(count) - (4 * count if bcast == "row" else 0)  # the bias row stays cached
-        shape = f"{rows}x{COLS}" if bcast == "row" else str(n)
+        shape = f"{rows}x{COLS}" if bcast == "row" else str(count)
         common = dict(flops=kernel.flops(count), nbytes=nbytes, repeats=repeats)
         records.append(compare(name, variant, shape, device_fn, ref_fn, ref="numpy", **common))
         if name in torch_refs:

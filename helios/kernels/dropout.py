@@ -4,7 +4,9 @@ Element i is kept when uniform(seed, offset, i) >= p and then scaled by 1 / (1 -
 function of (seed, offset, i), so backward recomputes it from the same three numbers and nothing is stored.
 The element index is the flat index within the tensor, identical in the "scalar" and "vec4" variants.
 p = 0 needs no random numbers (dropout becomes a copy); p = 1 drops everything. residual_dropout_add
-(fused.py) reuses `dropped`.
+(fused.py) reuses `dropped`. dropout is an op spec (helios.kernels.spec; p, seed and offset are its scalars): its
+numpy reference draws the device's mask bit for bit (rng.keep_mask_reference), so the derived tests compare
+values, masks included, to within the one rounding of the scaled result.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 
 from helios.kernels.elementwise import check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero, keep_mask_reference, seed_words, uniform
+from helios.kernels.spec import AWKWARD_SHAPES, OpSpec, Tolerance, normal_inputs, register
 from helios.ops import declare_ops
 from helios.runtime import Tensor, zeros
 from helios.spirv import f32, u32
@@ -62,13 +65,34 @@ def dropout_backward(dy: Tensor, p: float, seed: int, offset: int, counter: Tens
 
 
 def reference_dropout(x: np.ndarray, p: float, seed: int, offset: int) -> np.ndarray:
-    """numpy twin: the same mask as the kernels (bit-exact), scaled in x's dtype."""
+    """numpy twin: the same mask as the kernels (bit-exact), scaled in x's dtype by the kernels' f32 scale."""
     if p == 0.0:
         return x.copy()
     if p == 1.0:
         return np.zeros_like(x)
     keep = keep_mask_reference(seed, offset, x.size, p).reshape(x.shape)
-    return np.where(keep, x * x.dtype.type(1.0 / (1.0 - p)), x.dtype.type(0.0))
+    return np.where(keep, x * x.dtype.type(np.float32(1.0 / (1.0 - p))), x.dtype.type(0.0))
+
+
+def reference_dropout_backward(dy: np.ndarray, p: float, seed: int, offset: int) -> np.ndarray:
+    """dx: dy through the forward's mask and scale."""
+    return reference_dropout(dy, p, seed, offset)
+
+
+# -- op spec: tests, autograd, bench and docs/OPS.md derive from it (helios.kernels.spec) -----------------
+# The k-th shape runs the k-th (p, seed, offset): p = 0 (a copy) and p = 1 (zeros) on two extra shapes, so every
+# awkward shape draws a mask; 64-bit seeds and offsets past 2**32 exercise seed_words' folding.
+DROPOUT_SHAPES = ((1,), (7,), (2, 3), (33, 513), (5,), (1, 4097), (33, 12), (4096,), (513, 7), (33, 64), (9, 32))
+DROPOUT_SCALARS = {"p": (0.25, 0.9, 0.0, 0.1, 1.0, 0.75, 0.3, 0.5, 0.2, 0.6, 0.4),
+                   "seed": (99, 2**40 + 3, 0, 7, 1234, 5, 11, 2**63 - 1, 42, 1, 2**32),
+                   "offset": (3, 2**33 + 1, 0, 1, 17, 2**31, 8, 9, 2**32 - 1, 100, 5)}
+assert set(AWKWARD_SHAPES) <= set(DROPOUT_SHAPES)
+# The mask is exact; each kept value is x times the f32 scale, rounded to f32 (1 rounding) and then to the dtype.
+register(OpSpec("dropout", "x * keep / (1 - p), keep = uniform(seed, offset, i) >= p (counter-based RNG, recomputed "
+                "in backward).", __name__, (DROPOUT, DROPOUT), dropout, dropout_backward, reference_dropout,
+                reference_dropout_backward, lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(),
+                shapes=DROPOUT_SHAPES, scalars=DROPOUT_SCALARS,
+                tolerance={"y": Tolerance(rel=1), "dx": Tolerance(rel=1)}))
 
 
 OPS = declare_ops(__name__, dropout, dropout_backward)  # this file's helios.ops functions

@@ -22,7 +22,7 @@ def table() -> str:
         forward = f"{', '.join(s.args)}{scalars} → {', '.join(s.outputs)}"
         grad_scalars = "".join(f", {k}" for k in s.grad_kwargs(s.scalars))
         sunk = f" (+= into sinks: {', '.join(s.sinks)})" if s.sinks else ""
-        back = f"`{s.name}_backward({', '.join(s.saves)}, dy{grad_scalars})` → {', '.join(s.grads)}{sunk}" \
+        back = f"`{s.name}_backward({', '.join((*s.saves, 'dy'))}{grad_scalars})` → {', '.join(s.grads)}{sunk}" \
             if s.backward else "-"
         rows.append(f"| `{s.name}` — {s.doc} | {forward} | {back} | {s.flops((1,))} | {s.bytes((1,))} | {s.family} | "
                     f"{', '.join(s.dtypes)} | `{s.module.replace('.', '/')}.py` |")

@@ -12,7 +12,10 @@ product) is the inverse rotation (sin -> -sin). cos/sin come from a float64 tabl
 per (T, D, base) on the host and uploaded (cached), which is more accurate than f32 sin/cos of large
 angles on the device. trainer/backends/torch_model.py builds the same table the same way. bf16 and fp16
 variants ("bf16_*", "fp16_*") read and write 16-bit qkv (the table stays f32; one rounding per output).
-Grid shape: (rows, H, Hkv, D), rows = B * T.
+Grid shape: (rows, H, Hkv, D), rows = B * T. The width (scalar or vec4 pairs) is the "rope" selection rule's
+choice. rope is an op spec (helios.kernels.spec; its head counts, head_dim and base are scalars, and its
+backward is `rope_backward`): tests, the autograd Function, bench entry and docs/OPS.md row derive from the
+`register(OpSpec(...))` at the bottom.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import NUMPY, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
+from helios.kernels.spec import OpSpec, Tolerance, element_count, register
 from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
@@ -39,7 +43,10 @@ def rope_table(seq: int, head_dim: int, base: float) -> np.ndarray:
 
 def reference(qkv: np.ndarray, n_head: int, n_kv_head: int, head_dim: int, base: float,
               backward: bool = False) -> np.ndarray:
-    """numpy RoPE over [B, T, (H + 2*Hkv) * D] (any float dtype); backward=True rotates by -angle."""
+    """numpy RoPE over [B, T, (H + 2*Hkv) * D] or [T, (H + 2*Hkv) * D] (any float dtype); backward=True rotates by
+    -angle."""
+    if qkv.ndim != 3:
+        return reference(qkv.reshape(1, -1, qkv.shape[-1]), n_head, n_kv_head, head_dim, base, backward)[0]
     b, t, _ = qkv.shape
     cos, sin = rope_table(t, head_dim, base)
     if backward:
@@ -53,6 +60,11 @@ def reference(qkv: np.ndarray, n_head: int, n_kv_head: int, head_dim: int, base:
     rotated = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
     out[:, :, : n_rot * head_dim] = rotated.reshape(b, t, n_rot * head_dim).astype(qkv.dtype)
     return out
+
+
+def reference_backward(dy: np.ndarray, n_head: int, n_kv_head: int, head_dim: int, base: float) -> np.ndarray:
+    """The VJP of the linear map `reference`: the inverse rotation of dy."""
+    return reference(dy, n_head, n_kv_head, head_dim, base, backward=True)
 
 
 # -- kernel ----------------------------------------------------------------------------------------
@@ -113,9 +125,9 @@ ROPE = Kernel(
     variants=with_dtypes({"scalar": {"vec": 1, "inplace": False}, "vec4": {"vec": 4, "inplace": False},
                           "scalar_inplace": {"vec": 1, "inplace": True}, "vec4_inplace": {"vec": 4, "inplace": True}}),
     grid=_grid,
-    flops=lambda rows, n_rot, head_dim: 6 * rows * n_rot * head_dim // 2,
-    bytes=lambda rows, width, n_rot, head_dim, inplace=False: 4 * rows * (
-        2 * n_rot * head_dim + (0 if inplace else 2 * (width - n_rot * head_dim))),
+    # n = elements of qkv: 6 FLOPs per rotated pair (the v columns counted as rotated: an upper bound); each element
+    # read and written once out of place
+    flops=lambda n: 3 * n, bytes=lambda n: 8 * n,
 )
 
 
@@ -177,6 +189,36 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
               push={"n_rows": n_rows, "T": seq, "width": width, "halfv": half // vec, "n_rot": n_rot,
                     "copy_v": 0 if inplace else 1, "sign": -1.0 if backward else 1.0})
     return out
+
+
+def rope_backward(dy, n_head: int, n_kv_head: int, head_dim: int, base: float, out=None):
+    """dqkv of rope: the inverse rotation of dy (rope is linear, so nothing is saved)."""
+    return rope(dy, n_head, n_kv_head, head_dim, base, backward=True, out=out)
+
+
+# -- op spec: tests, autograd, bench and docs/OPS.md derive from it (helios.kernels.spec) -----------------
+# Test cases (B, T, H, Hkv, D, base): D = 2 and 6 have only the scalar form, 8, 16 and 64 the vec4 one; GQA
+# (Hkv < H) in three; T = 2048 needs the float64-built table (f32 sin/cos of angles near 2048 are off by ~1e-4).
+_CASES = ((1, 1, 1, 1, 2, 500.0), (2, 7, 3, 1, 6, 500.0), (1, 33, 4, 2, 16, 10000.0), (3, 5, 2, 2, 64, 10000.0),
+          (1, 513, 2, 1, 8, 500.0), (1, 2048, 1, 1, 8, 10000.0))
+
+
+def _qkv_inputs(rng: np.random.Generator, shape, n_head: int, n_kv_head: int, head_dim: int, **_) -> tuple:
+    """A qkv of `shape` with its last axis (H + 2*Hkv) * D of the scalars (the spec's shapes have it already;
+    other callers give the leading axes and any last one)."""
+    width = (n_head + 2 * n_kv_head) * head_dim
+    return ((rng.standard_normal((*tuple(shape)[:-1], width)) * 3).astype(np.float32),)
+
+
+# Tolerances in f32 roundings of the row's scale: each output is two products of the input with the f32-rounded
+# table and a sum (~4 roundings of max |x|), the v columns are copied exactly.
+register(OpSpec("rope", "Rotary position embedding (half-split) of the q and k heads of a fused [..., T, (H + 2*Hkv) "
+                "* D] qkv; v copied.", __name__, (ROPE, ROPE), rope, rope_backward, reference, reference_backward,
+                _qkv_inputs, args=("qkv",), saves=(), family="rope",
+                shapes=tuple((b, t, (h + 2 * hkv) * d) for b, t, h, hkv, d, _ in _CASES), sizes=element_count,
+                scalars={"n_head": tuple(c[2] for c in _CASES), "n_kv_head": tuple(c[3] for c in _CASES),
+                         "head_dim": tuple(c[4] for c in _CASES), "base": tuple(c[5] for c in _CASES)},
+                tolerance={"y": Tolerance(rel=2, abs=8, floor=1.0), "dqkv": Tolerance(rel=2, abs=8, floor=1.0)}))
 
 
 OPS = declare_ops(__name__, rope)  # this file's helios.ops functions

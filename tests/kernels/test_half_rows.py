@@ -1,6 +1,7 @@
 """bfloat16 and float16 row kernels beyond the op specs' derived tests (tests/kernels/test_opspecs.py runs
-LayerNorm, RMSNorm and softmax in every dtype, layout, width and register tier): norm gradients added into an
-f32 arena, masked softmax rows, reductions, sum_rows, sumsq and RoPE: the "bf16_*" and "fp16_*" variants against
+LayerNorm, RMSNorm and softmax in every dtype, layout, width and register tier, and RoPE in every dtype and width;
+tests/kernels/test_rope.py runs RoPE in place): norm gradients added into an f32 arena, masked softmax rows,
+reductions, sum_rows and sumsq: the "bf16_*" and "fp16_*" variants against
 float64 numpy references of the same half-rounded inputs, in every row layout and width (scalar, vec4 of halves,
 4 halves per 64-bit word) and register tier, at awkward shapes; and the mixing-dtypes errors.
 
@@ -160,27 +161,6 @@ def test_sumsq(half):
     np.testing.assert_allclose(got, R.reference_sumsq(arrays), rtol=1e-5)
     mixed = [F(arrays[1]), F(arrays[2].astype(np.float32))]  # each tensor's own dtype: f32 and half grads mix
     np.testing.assert_allclose(R.sumsq(mixed).numpy(), R.reference_sumsq(arrays[1:3]), rtol=1e-5)
-
-
-# (B, T, H, Hkv, D): head_dim 2 and 6 take the scalar variant, 16 and 64 the vec4 one
-ROPE_SHAPES = [(1, 1, 1, 1, 2), (2, 7, 3, 1, 6), (1, 33, 4, 2, 16), (3, 5, 2, 2, 64), (1, 513, 2, 1, 8)]
-
-
-@pytest.mark.parametrize("shape", ROPE_SHAPES)
-@pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("inplace", [False, True])
-def test_rope(shape, backward, inplace, half):
-    b, t, h, hkv, d = shape
-    x = _rounded(np.random.default_rng(0).standard_normal((b, t, (h + 2 * hkv) * d)) * 2, half)
-    base = 10000.0 if d > 8 else 500.0
-    xt = F(x)
-    y = P.rope(xt, h, hkv, d, base, backward=backward, out=xt if inplace else None)
-    assert (y is xt) == inplace
-    want = P.reference(_wide(x), h, hkv, d, base, backward=backward)
-    got = y.numpy()
-    _half_close(got, want, half, 1e-5)
-    v0 = (h + hkv) * d
-    np.testing.assert_array_equal(got[..., v0:], x[..., v0:])  # v columns copied bit for bit
 
 
 def test_mixing_dtypes_is_an_error_naming_the_tensors():

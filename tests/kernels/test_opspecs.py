@@ -14,7 +14,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import elementwise as E
-from helios.kernels import optable
+from helios.kernels import optable, rope
 from helios.kernels.dtypes import NUMPY
 from helios.kernels.rows import RowChoice
 from helios.kernels.spec import as_tuple, specs
@@ -22,7 +22,7 @@ from tests.kernels.row_variants import LAYOUTS, layout_id
 
 SPECS = specs()
 # What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers.
-FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS]}
+FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS], "rope": rope.WIDTHS}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
@@ -50,7 +50,9 @@ def _forced_cases() -> list:
             for s in SPECS for c in FORCED[s.family] for d in s.dtypes]
 
 
-SPIRV_CASES = [(k, v) for s in SPECS for k in s.kernels for v in k.variants]
+# Each (kernel, variant) once: a kernel may serve more than one spec or both directions (dropout's backward is
+# dropout with the same mask).
+SPIRV_CASES = list({(k.name, v): (k, v) for s in SPECS for k in s.kernels for v in k.variants}.values())
 
 
 @pytest.mark.parametrize("kernel,variant", SPIRV_CASES, ids=_id)
@@ -163,12 +165,13 @@ def test_autograd_function_and_functional(spec):
     rng = np.random.default_rng(2)
     scalars = spec.scalar_cases()[-1]
     args = spec.inputs(rng, (7, 33), **scalars)
-    dy = rng.standard_normal((7, 33)).astype(np.float32)
     ts = [autograd.Parameter(a) if f"d{n}" in spec.sinks else autograd.tensor(a, requires_grad=True)
           for n, a in zip(spec.args, args, strict=True)]
     args64 = [a.astype(np.float64) for a in args]
-    want = as_tuple(spec.reference_backward(*spec.saved(args64, spec.reference(*args64, **scalars)),
-                                            dy.astype(np.float64), **spec.grad_kwargs(scalars)))
+    outputs = spec.reference(*args64, **scalars)
+    dy = rng.standard_normal(as_tuple(outputs)[0].shape).astype(np.float32)  # y's shape (rope's is not x's)
+    want = as_tuple(spec.reference_backward(*spec.saved(args64, outputs), dy.astype(np.float64),
+                                            **spec.grad_kwargs(scalars)))
     for passes in (1, 2):  # the second backward adds to the first
         F.mul(getattr(F, spec.name)(*ts, **scalars), autograd.tensor(dy)).sum(axis=None).backward()
         for name, t, w in zip(spec.grads, ts, want, strict=True):

@@ -1,6 +1,7 @@
-"""RoPE on the fused QKV layout against the numpy reference, torch autograd and the trainer's torch backend.
-
-Tolerance ~1e-5 relative: each output is two products and a sum of f32 values with an f32 cos/sin table.
+"""RoPE beyond its op spec's derived tests (tests/kernels/test_opspecs.py runs rope and rope_backward against the
+float64 reference in every dtype and forced width, GQA and a 2048-position table included): rotation in place
+(`out=qkv`, the "*_inplace" variants, which leave the v columns untouched) in every dtype and width, the
+convention shared with the trainer's torch backend, and the errors for a bad layout.
 """
 
 from __future__ import annotations
@@ -10,77 +11,29 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import rope as R
-from tests.spirv_val import spirv_cases
+from helios.kernels.dtypes import DTYPES, NUMPY
+from helios.kernels.spec import spec_of
 
-# (B, T, H, Hkv, D): head_dim 2 and 6 take the scalar variant, 16 and 64 the vec4 one
-SHAPES = [(1, 1, 1, 1, 2), (2, 7, 3, 1, 6), (1, 33, 4, 2, 16), (3, 5, 2, 2, 64), (1, 513, 2, 1, 8)]
-
-
-@pytest.mark.parametrize("kernel,variant", spirv_cases([R.ROPE]))
-def test_spirv_valid(kernel, variant, spirv_val):
-    spirv_val.check(kernel, variant)
+SPEC = spec_of("rope")
 
 
-def _qkv(b, t, h, hkv, d, seed=0):
-    return np.random.default_rng(seed).standard_normal((b, t, (h + 2 * hkv) * d)).astype(np.float32)
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("inplace", [False, True])
-def test_against_reference(shape, backward, inplace):
-    b, t, h, hkv, d = shape
-    x = _qkv(*shape)
-    base = 10000.0 if d > 8 else 500.0
-    xt = rt.from_numpy(x)
-    y = R.rope(xt, h, hkv, d, base, backward=backward, out=xt if inplace else None)
-    assert (y is xt) == inplace
-    expected = R.reference(x.astype(np.float64), h, hkv, d, base, backward=backward)
-    got = y.numpy()
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(got[..., (h + hkv) * d:], x[..., (h + hkv) * d:])  # v untouched
-
-
-def test_backward_undoes_forward():
-    x = _qkv(2, 9, 2, 1, 8, seed=1)
-    y = R.rope(rt.from_numpy(x), 2, 1, 8, 10000.0)
-    back = R.rope(y, 2, 1, 8, 10000.0, backward=True)
-    np.testing.assert_allclose(back.numpy(), x, rtol=1e-5, atol=1e-5)
-
-
-def test_reference_backward_is_adjoint():
-    """<rope(x), dy> == <x, rope_backward(dy)> in float64: the backward is the exact VJP of a linear map."""
-    rng = np.random.default_rng(2)
-    x, dy = rng.standard_normal((2, 6, 5 * 4)), rng.standard_normal((2, 6, 5 * 4))
-    lhs = np.sum(R.reference(x, 3, 1, 4, 100.0) * dy)
-    rhs = np.sum(x * R.reference(dy, 3, 1, 4, 100.0, backward=True))
-    assert abs(lhs - rhs) < 1e-10
-
-
-def _torch_rope(torch, qkv, h, hkv, d, base):
-    """rotate_half RoPE in torch on [B, T, (H + 2Hkv) * D], from angles computed in float64."""
-    b, t, _ = qkv.shape
-    cos, sin = (torch.tensor(a, dtype=torch.float32) for a in R.rope_table(t, d, base))
-    heads = qkv[..., : (h + hkv) * d].reshape(b, t, h + hkv, d)
-    x1, x2 = heads[..., : d // 2], heads[..., d // 2:]
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
-    rot = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).reshape(b, t, -1)
-    return torch.cat([rot, qkv[..., (h + hkv) * d:]], dim=-1)
-
-
-@pytest.mark.parametrize("shape", [(2, 7, 3, 1, 6), (1, 33, 4, 2, 16)])
-def test_vjp_against_torch_autograd(shape):
-    torch = pytest.importorskip("torch")
-    b, t, h, hkv, d = shape
-    x = _qkv(*shape, seed=3)
-    dy = _qkv(*shape, seed=4)
-    tx = torch.tensor(x, requires_grad=True)
-    ty = _torch_rope(torch, tx, h, hkv, d, 10000.0)
-    ty.backward(torch.tensor(dy))
-    y = R.rope(rt.from_numpy(x), h, hkv, d, 10000.0)
-    dx = R.rope(rt.from_numpy(dy), h, hkv, d, 10000.0, backward=True)
-    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dx.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("width", R.WIDTHS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_in_place(dtype, width, force):
+    """Every spec case, forward and backward, rotated in place: the result is the reference's (the spec's
+    tolerance), the v columns keep their bits, and the output is the input tensor."""
+    force("rope", width)
+    rng = np.random.default_rng(0)
+    for shape, scalars in zip(SPEC.shapes, SPEC.scalar_cases(), strict=True):
+        (x,) = SPEC.inputs(rng, shape, **scalars)
+        x = x.astype(NUMPY[dtype])
+        v0 = (scalars["n_head"] + scalars["n_kv_head"]) * scalars["head_dim"]
+        for op, ref in ((R.rope, R.reference), (R.rope_backward, R.reference_backward)):
+            xt = rt.from_numpy(x)
+            assert op(xt, **scalars, out=xt) is xt
+            got = xt.numpy()
+            SPEC.tolerance["y"].check(got, ref(x.astype(np.float64), **scalars), dtype, f"{op.__name__} {shape}")
+            np.testing.assert_array_equal(got[..., v0:], x[..., v0:])
 
 
 def test_matches_trainer_torch_backend():
@@ -88,7 +41,7 @@ def test_matches_trainer_torch_backend():
     torch = pytest.importorskip("torch")
     tm = pytest.importorskip("trainer.backends.torch_model")
     b, t, h, hkv, d = 2, 6, 2, 1, 8
-    x = _qkv(b, t, h, hkv, d, seed=5)
+    x = np.random.default_rng(5).standard_normal((b, t, (h + 2 * hkv) * d)).astype(np.float32)
     cos, sin = (torch.tensor(a, dtype=torch.float32) for a in R.rope_table(t, d, 10000.0))
     q = torch.tensor(x[..., : h * d]).reshape(b, t, h, d).transpose(1, 2)  # [B, H, T, D]
     expected = tm.apply_rope(q, cos, sin).transpose(1, 2).reshape(b, t, h * d).numpy()
@@ -96,8 +49,9 @@ def test_matches_trainer_torch_backend():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_large_positions_use_an_accurate_table():
-    b, t, h, hkv, d = 1, 2048, 1, 1, 8
-    x = _qkv(b, t, h, hkv, d, seed=6)
-    got = R.rope(rt.from_numpy(x), h, hkv, d, 10000.0).numpy()
-    np.testing.assert_allclose(got, R.reference(x.astype(np.float64), h, hkv, d, 10000.0), rtol=1e-5, atol=2e-6)
+def test_bad_layout_is_a_clear_error():
+    x = rt.from_numpy(np.ones((1, 2, 12), np.float32))
+    with pytest.raises(ValueError, match="even head_dim"):
+        R.rope(x, 1, 1, 3, 500.0)
+    with pytest.raises(ValueError, match=r"expected \(H \+ 2\*Hkv\) \* D = 16"):
+        R.rope(x, 2, 1, 4, 500.0)

@@ -16,7 +16,6 @@ import numpy as np
 from helios.kernels.elementwise import check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero, keep_mask_reference, seed_words, uniform
 from helios.kernels.spec import AWKWARD_SHAPES, OpSpec, Tolerance, normal_inputs, register
-from helios.ops import declare_ops
 from helios.runtime import Tensor, zeros
 from helios.spirv import f32, u32
 
@@ -93,6 +92,3 @@ register(OpSpec("dropout", "x * keep / (1 - p), keep = uniform(seed, offset, i) 
                 reference_dropout_backward, lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(),
                 shapes=DROPOUT_SHAPES, scalars=DROPOUT_SCALARS,
                 tolerance={"y": Tolerance(rel=1), "dx": Tolerance(rel=1)}))
-
-
-OPS = declare_ops(__name__, dropout, dropout_backward)  # this file's helios.ops functions

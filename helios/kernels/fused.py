@@ -28,7 +28,6 @@ from helios.kernels.dropout import (
 from helios.kernels.elementwise import add, check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero
 from helios.kernels.spec import OpSpec, Tolerance, normal_inputs, register
-from helios.ops import declare_ops
 from helios.runtime import Tensor, empty
 
 
@@ -130,7 +129,3 @@ register(OpSpec("residual_dropout_add", "x + dropout(y) in one pass (the mask of
                 reference_residual_dropout_add, reference_residual_dropout_add_backward, _two_normal, args=("x", "y"),
                 outputs=("out",), saves=(), shapes=DROPOUT_SHAPES, scalars=DROPOUT_SCALARS,
                 tolerance={"out": Tolerance(rel=1, abs=2, floor=1.0), "dx": Tolerance(), "dy": Tolerance(rel=1)}))
-
-
-# the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = declare_ops(__name__, swiglu, swiglu_backward, residual_dropout_add, residual_dropout_add_backward)

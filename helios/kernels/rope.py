@@ -25,7 +25,6 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.dtypes import NUMPY, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.spec import OpSpec, Tolerance, element_count, register
-from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 WG = 64
@@ -219,6 +218,3 @@ register(OpSpec("rope", "Rotary position embedding (half-split) of the q and k h
                 scalars={"n_head": tuple(c[2] for c in _CASES), "n_kv_head": tuple(c[3] for c in _CASES),
                          "head_dim": tuple(c[4] for c in _CASES), "base": tuple(c[5] for c in _CASES)},
                 tolerance={"y": Tolerance(rel=2, abs=8, floor=1.0), "dqkv": Tolerance(rel=2, abs=8, floor=1.0)}))
-
-
-OPS = declare_ops(__name__, rope)  # this file's helios.ops functions

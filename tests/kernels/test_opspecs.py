@@ -63,12 +63,28 @@ def _stored(a: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(a, np.float32).astype(NUMPY[dtype])
 
 
+def _host(spec, name: str, a, dtype: str):
+    """Argument or saved tensor `name` as the kernel is given it: index arrays int32 unrounded, floats rounded to
+    their storage dtype."""
+    if a is None:
+        return None
+    if name in spec.indices:
+        return np.asarray(a, np.int32)
+    return _stored(a, spec.storage(name, dtype))
+
+
 def _device(a):
     return None if a is None else rt.from_numpy(a)
 
 
 def _wide(a):
-    return None if a is None else a.astype(np.float64)
+    """a as the float64 reference takes it (index arrays stay integer)."""
+    return a if a is None or a.dtype.kind in "iu" else a.astype(np.float64)
+
+
+def _floats(spec, values) -> list:
+    """Those of `values` (one per arg) that belong to float args: what gradients pair with."""
+    return [v for n, v in zip(spec.args, values, strict=True) if n not in spec.indices]
 
 
 def _check(spec, name: str, dtype: str, got, want, what: str) -> None:
@@ -87,13 +103,12 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> No
     for name, g, w in zip(spec.outputs, got, want, strict=True):
         _check(spec, name, dtype, g, w, what)
     dy = _stored(rng.standard_normal(want[0].shape), spec.storage(spec.outputs[0], dtype))
-    saved = [None if s is None else _stored(s, spec.storage(n, dtype))
-             for n, s in zip(spec.saves, spec.saved(args64, want), strict=True)]
+    saved = [_host(spec, n, s, dtype) for n, s in zip(spec.saves, spec.saved(args64, want), strict=True)]
     kw = spec.grad_kwargs(scalars)
     kw |= {flag: host[spec.args.index(arg)] is not None for arg, flag in spec.optional.items()}
     want_grads = as_tuple(spec.reference_backward(*map(_wide, saved), _wide(dy), **spec.grad_kwargs(scalars)))
     grads = as_tuple(spec.backward(*map(_device, saved), _device(dy), **kw))
-    present = [a is not None for a in host]
+    present = _floats(spec, [a is not None for a in host])
     for name, given, g, w in zip(spec.grads, present, grads, want_grads, strict=True):
         if given:
             _check(spec, name, dtype, g, w, what)
@@ -121,8 +136,9 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force):
         scalars = cases[k % len(cases)]  # every scalar case at some shape, each shape once
         args = spec.inputs(rng, shape, **scalars)
         if dtype in spec.input_bound:
-            args = [np.clip(a, -spec.input_bound[dtype], spec.input_bound[dtype]) for a in args]
-        host = [_stored(a, spec.storage(n, dtype)) for n, a in zip(spec.args, args, strict=True)]
+            bound = spec.input_bound[dtype]
+            args = [a if n in spec.indices else np.clip(a, -bound, bound) for n, a in zip(spec.args, args, strict=True)]
+        host = [_host(spec, n, a, dtype) for n, a in zip(spec.args, args, strict=True)]
         _run_case(spec, dtype, host, scalars, rng, f"{spec.name} {shape} {scalars}")
         for arg in spec.optional:  # again without each optional argument
             absent = [None if n == arg else a for n, a in zip(spec.args, host, strict=True)]
@@ -135,7 +151,7 @@ def test_reference_backward_matches_finite_differences(spec):
     scalar case."""
     rng = np.random.default_rng(1)
     for scalars in spec.scalar_cases():
-        args = [a.astype(np.float64) for a in spec.inputs(rng, (3, 7), **scalars)]
+        args = [_wide(a) for a in spec.inputs(rng, (3, 7), **scalars)]
         want = spec.reference(*args, **scalars)
         dy = rng.standard_normal(as_tuple(want)[0].shape)
         grads = as_tuple(spec.reference_backward(*spec.saved(args, want), dy, **spec.grad_kwargs(scalars)))
@@ -144,7 +160,9 @@ def test_reference_backward_matches_finite_differences(spec):
             return as_tuple(spec.reference(*args[:k], arg, *args[k + 1:], **scalars))[0]  # noqa: B023
 
         h = 1e-6
-        for k, (name, arg, grad) in enumerate(zip(spec.grads, args, grads, strict=True)):
+        floats = [k for k, n in enumerate(spec.args) if n not in spec.indices]  # index args take no gradient
+        for k, name, grad in zip(floats, spec.grads, grads, strict=True):
+            arg = args[k]
             numeric = np.zeros_like(arg)
             for i in np.ndindex(arg.shape):
                 e = np.zeros_like(arg)
@@ -163,15 +181,16 @@ def test_autograd_function_and_functional(spec):
     rng = np.random.default_rng(2)
     scalars = spec.scalar_cases()[-1]
     args = spec.inputs(rng, (7, 33), **scalars)
-    dy = rng.standard_normal((7, 33)).astype(np.float32)
-    ts = [autograd.Parameter(a) if f"d{n}" in spec.sinks else autograd.tensor(a, requires_grad=True)
-          for n, a in zip(spec.args, args, strict=True)]
-    args64 = [a.astype(np.float64) for a in args]
-    want = as_tuple(spec.reference_backward(*spec.saved(args64, spec.reference(*args64, **scalars)),
-                                            dy.astype(np.float64), **spec.grad_kwargs(scalars)))
+    ts = [autograd.tensor(a) if n in spec.indices else autograd.Parameter(a) if f"d{n}" in spec.sinks
+          else autograd.tensor(a, requires_grad=True) for n, a in zip(spec.args, args, strict=True)]
+    args64 = [_wide(a) for a in args]
+    y64 = spec.reference(*args64, **scalars)
+    dy = rng.standard_normal(as_tuple(y64)[0].shape).astype(np.float32)
+    want = as_tuple(spec.reference_backward(*spec.saved(args64, y64), dy.astype(np.float64),
+                                            **spec.grad_kwargs(scalars)))
     for passes in (1, 2):  # the second backward adds to the first
         F.mul(getattr(F, spec.name)(*ts, **scalars), autograd.tensor(dy)).sum(axis=None).backward()
-        for name, t, w in zip(spec.grads, ts, want, strict=True):
+        for name, t, w in zip(spec.grads, _floats(spec, ts), want, strict=True):
             spec.tolerance[name].check(t.grad.numpy(), passes * w, "f32", f"{spec.name} {name} pass {passes}")
 
 
@@ -179,7 +198,8 @@ def test_autograd_function_and_functional(spec):
 def test_every_spec_is_complete(spec):
     """Reference, forward and backward (or none, said by backward=None with no reference_backward), a selection
     family, registered kernels whose every variant test_spirv_valid checks, every tested dtype offered by every
-    kernel, and names that agree (saves, sinks, optional args, scalars); test_forward_and_backward_against_reference
+    kernel, inputs float32 (int32 for index args), and names that agree (saves, sinks, optional args, scalars);
+    test_forward_and_backward_against_reference
     runs it in every dtype and forced choice."""
     from helios.kernels import selection
     from helios.kernels.dtypes import variant_dtype
@@ -199,6 +219,10 @@ def test_every_spec_is_complete(spec):
     assert set(spec.saves) <= set(spec.args) | set(spec.outputs)
     assert set(spec.sinks) <= set(spec.grads) and set(spec.sinks) <= set(spec.f32), "sinks are f32 gradients"
     assert set(spec.optional) <= set(spec.args)
+    args = spec.inputs(np.random.default_rng(0), spec.shapes[0], **spec.scalar_cases()[0])
+    for name, a in zip(spec.args, args, strict=True):
+        want = np.int32 if name in spec.indices else np.float32
+        assert a.dtype == want, f"input {name} is {a.dtype}, expected {np.dtype(want)} (index args are int32)"
     assert all(isinstance(v, tuple) and v for v in spec.scalars.values()), "each scalar needs test values"
     assert set(spec.grad_kwargs(spec.scalars)) <= set(spec.scalars)
     assert len(spec.kernels) >= (2 if spec.backward else 1)

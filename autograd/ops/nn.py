@@ -76,7 +76,6 @@ class Embedding(Function):
     def forward(ctx, ids, table, pos_table=None, host_ids=None, plan=None):
         from helios.kernels.embedding import sorted_segments
 
-        ctx.save_for_backward(ids)
         # Planned on the host from ids the host already holds: the backward then sums each row's
         # contributions in a fixed order, so training is bit-reproducible (resume == uninterrupted run).
         # A captured step brings its plan in fixed tensors (FixedScatterPlan), rewritten per batch.
@@ -84,29 +83,21 @@ class Embedding(Function):
         if host_ids is not None and ctx.needs_input_grad[1]:
             fixed = plan is not None and plan.vocab == table.shape[0]
             ctx.plan = plan.plan if fixed else sorted_segments(host_ids, table.shape[0])
-        ctx.table_shape = tuple(table.shape)
-        ctx.pos_shape = tuple(pos_table.shape) if pos_table is not None else None
+        ctx.save_for_backward(ids, table, pos_table)  # the tables give only the gradients' shapes
         out = ops.embedding(ids, table, pos_table)
         return out.reshape(*ids.shape, table.shape[1])
 
     @staticmethod
     def backward(ctx, dy):
-        (ids,) = ctx.saved_tensors
-        table_grad = ctx.grad_sink(1) if ctx.needs_input_grad[1] else None
-        pos_grad = ctx.grad_sink(2) if ctx.pos_shape is not None and ctx.needs_input_grad[2] else None
-        fresh_table = table_grad is None and ctx.needs_input_grad[1]
-        fresh_pos = pos_grad is None and ctx.pos_shape is not None and ctx.needs_input_grad[2]
-        if fresh_table:
-            table_grad = rt.zeros(ctx.table_shape)
-        if fresh_pos:
-            pos_grad = rt.zeros(ctx.pos_shape)
-        if table_grad is None:  # only the position table needs a gradient: scatter into a scratch table
-            table_grad = rt.zeros(ctx.table_shape)
-        ops.embedding_backward(ids, _rows(dy), table_grad, pos_grad, accumulate=True, plan=ctx.plan)
-        dtable = (table_grad if fresh_table else ACCUMULATED) if ctx.needs_input_grad[1] else None
-        dpos = None
-        if ctx.pos_shape is not None and ctx.needs_input_grad[2]:
-            dpos = pos_grad if fresh_pos else ACCUMULATED
+        ids, table, pos_table = ctx.saved_tensors
+        need_table, need_pos = ctx.needs_input_grad[1], pos_table is not None and ctx.needs_input_grad[2]
+        table_sink = ctx.grad_sink(1) if need_table else None
+        pos_sink = ctx.grad_sink(2) if need_pos else None
+        # Without a table gradient to keep, the scatter still runs, into a fresh table that is dropped.
+        dtable, dpos = ops.embedding_backward(ids, table, pos_table if need_pos else None, _rows(dy), table_sink,
+                                              pos_sink, accumulate=True, plan=ctx.plan)
+        dtable = (ACCUMULATED if table_sink is not None else dtable) if need_table else None
+        dpos = (ACCUMULATED if pos_sink is not None else dpos) if need_pos else None
         return None, dtable, dpos, None, None
 
 

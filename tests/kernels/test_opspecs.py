@@ -22,9 +22,11 @@ from tests.kernels.row_variants import LAYOUTS, layout_id
 
 SPECS = specs()
 # What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers,
-# cross-entropy's row layouts (a workgroup of the default 128 and of 32 invocations, a subgroup per row).
+# cross-entropy's row layouts (a workgroup of the default 128 and of 32 invocations, a subgroup per row), every
+# embedding scatter (the spec's host_kwargs bring the sorted one its plan).
 FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
-          "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"]}
+          "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"],
+          "embedding_backward": ["sorted", "atomic", "scan"]}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
@@ -54,6 +56,8 @@ def _unavailable(family: str, choice) -> str | None:
     if (family, choice) == ("cross_entropy", "subgroup") and \
             not info.min_subgroup_size == info.max_subgroup_size == info.subgroup_size:
         return "the subgroup layout needs a fixed subgroup size"
+    if (family, choice) == ("embedding_backward", "atomic") and not info.float_atomic_add_buffer:
+        return "this device has no float atomic add on buffers"
     return None
 
 
@@ -121,6 +125,7 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> No
     saved = [_host(spec, n, s, dtype) for n, s in zip(spec.saves, spec.saved(args64, want), strict=True)]
     kw = spec.grad_kwargs(scalars)
     kw |= {flag: host[spec.args.index(arg)] is not None for arg, flag in spec.optional.items()}
+    kw |= spec.host_kwargs(*host) if spec.host_kwargs else {}
     want_grads = as_tuple(spec.reference_backward(*map(_wide, saved), _wide(dy), **spec.grad_kwargs(scalars)))
     grads = as_tuple(spec.backward(*map(_device, saved), _device(dy), **kw))
     present = _floats(spec, [a is not None for a in host])

@@ -1,4 +1,4 @@
-"""Model-level ops: matmul/linear with fused epilogues, embedding, RoPE, attention, cross-entropy."""
+"""Model-level ops: matmul/linear with fused epilogues, RoPE, attention, cross-entropy (embedding: its op spec)."""
 
 from __future__ import annotations
 
@@ -67,38 +67,6 @@ class Linear(Function):
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = param_grad(ctx, 2, ops.sum_rows(dy2, out=ctx.grad_sink(2), accumulate=ctx.grad_sink(2) is not None))
         return dx, dw, db, dres, None
-
-
-class Embedding(Function):
-    """Token rows (+ learned position rows) for int32 ids [B, T]; backward scatter-adds rows."""
-
-    @staticmethod
-    def forward(ctx, ids, table, pos_table=None, host_ids=None, plan=None):
-        from helios.kernels.embedding import sorted_segments
-
-        # Planned on the host from ids the host already holds: the backward then sums each row's
-        # contributions in a fixed order, so training is bit-reproducible (resume == uninterrupted run).
-        # A captured step brings its plan in fixed tensors (FixedScatterPlan), rewritten per batch.
-        ctx.plan = None
-        if host_ids is not None and ctx.needs_input_grad[1]:
-            fixed = plan is not None and plan.vocab == table.shape[0]
-            ctx.plan = plan.plan if fixed else sorted_segments(host_ids, table.shape[0])
-        ctx.save_for_backward(ids, table, pos_table)  # the tables give only the gradients' shapes
-        out = ops.embedding(ids, table, pos_table)
-        return out.reshape(*ids.shape, table.shape[1])
-
-    @staticmethod
-    def backward(ctx, dy):
-        ids, table, pos_table = ctx.saved_tensors
-        need_table, need_pos = ctx.needs_input_grad[1], pos_table is not None and ctx.needs_input_grad[2]
-        table_sink = ctx.grad_sink(1) if need_table else None
-        pos_sink = ctx.grad_sink(2) if need_pos else None
-        # Without a table gradient to keep, the scatter still runs, into a fresh table that is dropped.
-        dtable, dpos = ops.embedding_backward(ids, table, pos_table if need_pos else None, _rows(dy), table_sink,
-                                              pos_sink, accumulate=True, plan=ctx.plan)
-        dtable = (ACCUMULATED if table_sink is not None else dtable) if need_table else None
-        dpos = (ACCUMULATED if pos_sink is not None else dpos) if need_pos else None
-        return None, dtable, dpos, None, None
 
 
 class Rope(Function):

@@ -397,8 +397,14 @@ def embedding_backward(ids, table, pos_table, dy, dtable_out=None, dpos_table_ou
     return dtable, dpos
 
 
-# -- op spec: tests and docs/OPS.md derive from it (helios.kernels.spec); autograd's Embedding Function stays
-# hand-written (it brings the host-side sorted plan, which a derived Function cannot) and calls these op functions --
+def scatter_plan(host_ids: np.ndarray, vocab: int, fixed: FixedScatterPlan | None = None):
+    """The plan embedding_backward takes for ids the host holds: a captured step's fixed plan where it is sized for
+    this vocabulary (the caller rewrites it per batch), else sorted_segments(host_ids, vocab)."""
+    return fixed.plan if fixed is not None and fixed.vocab == vocab else sorted_segments(host_ids, vocab)
+
+
+# -- op spec: tests, docs/OPS.md and autograd's Embedding Function (the gradients added straight into the wte/wpe
+# gradient sinks) derive from it (helios.kernels.spec) -------------------------------------------------------------
 
 def _reference_backward(ids, table, pos_table, dy):
     return reference_backward(ids, dy, table.shape[0], None if pos_table is None else pos_table.shape[0])
@@ -429,8 +435,8 @@ register(OpSpec("embedding", "Rows of table for int32 ids [B, T] as [N, D], plus
                  EMBEDDING_POS_BACKWARD), embedding, embedding_backward, reference, _reference_backward, _inputs,
                 args=("ids", "table", "pos_table"), outputs=("y",), saves=("ids", "table", "pos_table"),
                 family="embedding_backward", shapes=_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE,
-                autograd=False, f32=("dtable", "dpos_table"), sinks=("dtable", "dpos_table"),
-                optional={"pos_table": "has_pos_table"}, indices=("ids",),
+                f32=("dtable", "dpos_table"), sinks=("dtable", "dpos_table"), optional={"pos_table": "has_pos_table"},
+                indices=("ids",), backward_kwargs=("plan",),
                 host_kwargs=lambda ids, table, pos_table: {"plan": sorted_segments(ids, table.shape[0])}))
 
 

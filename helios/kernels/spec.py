@@ -137,8 +137,10 @@ class OpSpec:
     optional: Mapping[str, str] = field(default_factory=dict, compare=False)
     # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias)
     indices: tuple[str, ...] = ()        # args that are int32 index arrays (ids, targets): no rounding, no gradient
-    host_kwargs: Callable | None = None  # (*host args) -> backward keyword arguments its caller computes on the host
-    #                                      from the inputs (the embedding scatter's sorted plan); the tests pass them
+    backward_kwargs: tuple[str, ...] = ()  # keyword arguments that only backward takes, computed by its caller on the
+    #                                        host (the embedding scatter's sorted plan): the autograd Function keeps
+    #                                        them from apply for backward
+    host_kwargs: Callable | None = None  # (*host args) -> those keyword arguments, for the tests
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}

@@ -1,57 +1,47 @@
 """Every op function of docs/OPS.md in one namespace: `from helios import ops; ops.gelu(x)`.
 
-Nothing is listed here. A kernel file names its op functions next to their definitions, in a top-level
-`OPS = (...)` tuple, or declares them as op specs (helios.kernels.spec). The `OPS` tuples are read from the
-files' source without importing them, so importing helios stays cheap and a kernel family is only built
-when something calls one of its ops.
+Nothing is listed here. A kernel file declares its op functions at import, next to their definitions
+(`OPS = declare_ops(__name__, cast, scale_by)`), or declares them as op specs (helios.kernels.spec, whose
+`register` declares the spec's forward and backward here). The first lookup of an op not declared yet imports
+every kernel module (helios.kernels.discover); importing helios or helios.ops imports none of them.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-import importlib
-from pathlib import Path
+from collections.abc import Callable
 
-_KERNELS = Path(__file__).resolve().parent / "kernels"
+from helios.kernels import discover
+from helios.registry import Registry
 
-
-@functools.cache
-def _declared() -> dict[str, str]:
-    """helios.ops name -> kernel module, from each kernel file's top-level `OPS = (...)` tuple."""
-    where: dict[str, str] = {}
-    for path in sorted(_KERNELS.glob("*.py")):
-        source = path.read_text()
-        if "\nOPS = (" not in source:
-            continue
-        module = f"helios.kernels.{path.stem}"
-        for node in ast.parse(source, str(path)).body:
-            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["OPS"]:
-                for name in ast.literal_eval(node.value):
-                    if name in where:
-                        raise ValueError(f"helios.ops: {name!r} is declared by {where[name]} and {module}")
-                    where[name] = module
-    return where
+_OPS: Registry[Callable] = Registry("op", discover=discover)
 
 
-def _spec_ops() -> dict[str, str]:
-    """Op functions declared by op specs (helios.kernels.spec): found by discovery, never listed here."""
-    from helios.kernels.spec import op_functions
+def declare_ops(module: str, *functions: Callable, **named: Callable) -> tuple[str, ...]:
+    """Declare `module`'s op functions: each of `functions` under its own name, each of `named` under its key
+    (reduce's `sum=reduce_sum`). Returns the declared names; a name declared twice is an error."""
+    entries = {fn.__name__: fn for fn in functions} | named
+    for name, fn in entries.items():
+        _OPS.add(name, fn, module)
+    return tuple(entries)
 
-    return op_functions()
+
+def declared() -> dict[str, str]:
+    """helios.ops name -> the module that declares it, for every op (after discovery)."""
+    return {name: _OPS.declared_by(name) for name in _OPS.names()}
 
 
 def __getattr__(name: str):
     if name == "__all__":
-        return sorted(_declared() | _spec_ops())
-    module = _declared().get(name) or _spec_ops().get(name)
-    if module is None:
-        raise AttributeError(f"helios.ops has no op {name!r}; the ops are listed in docs/OPS.md")
-    kernels = importlib.import_module(module)
-    value = getattr(kernels, "OP_NAMES", {}).get(name) or getattr(kernels, name)
+        return _OPS.names()
+    if name.startswith("_"):  # dunder probes (inspect, pickle) and private names are never ops
+        raise AttributeError(f"module 'helios.ops' has no attribute {name!r}")
+    try:
+        value = _OPS.get(name)
+    except ValueError:
+        raise AttributeError(f"helios.ops has no op {name!r}; the ops are listed in docs/OPS.md") from None
     globals()[name] = value  # later lookups skip this function
     return value
 
 
 def __dir__():
-    return sorted(_declared() | _spec_ops())
+    return _OPS.names()

@@ -1,6 +1,7 @@
 """The spirv-valid cases' batch: every test_spirv_valid case takes the `spirv_val` fixture and is parametrized by
-(kernel, variant); on first use the fixture builds the modules of all the session's selected cases and checks the
-distinct ones with batched spirv-val runs (helios.spirv.tools.verdicts), so each case reads a verdict."""
+(kernel, variant); a kernel's first case builds the modules of all of that kernel's selected cases and checks the
+distinct ones in one batched spirv-val run (helios.spirv.tools.verdicts), so each case reads a verdict. Per kernel,
+not per session: a pytest-xdist worker builds only the modules of the kernels whose cases it runs."""
 
 from __future__ import annotations
 
@@ -19,20 +20,23 @@ def spirv_cases(kernels: Iterable[Kernel], variants: Sequence[str] | None = None
 
 
 class SessionSpirvVal:
-    """Verdicts for the spirv-valid cases of one test session, checked together on construction."""
+    """Verdicts for the spirv-valid cases of one test session, checked a kernel at a time."""
 
     def __init__(self, items: Iterable[pytest.Item]) -> None:
-        modules = []
+        self._selected: dict[Kernel, list[str | None]] = {}
         for item in items:
             params = getattr(item, "callspec", None)
             kernel = params.params.get("kernel") if params else None
             if "spirv_val" in getattr(item, "fixturenames", ()) and isinstance(kernel, Kernel):
-                try:
-                    modules.append(kernel.module(params.params.get("variant")))
-                except HeliosError:
-                    pass  # a module that does not build fails its own case, with its own message
-        verdicts(modules)
+                self._selected.setdefault(kernel, []).append(params.params.get("variant"))
 
     def check(self, kernel: Kernel, variant: str | None) -> None:
         """Raise SpirvValidationError (spirv-val's message) if the variant's module is invalid."""
+        modules = []
+        for v in self._selected.pop(kernel, ()):  # the kernel's first case: check all its selected variants at once
+            try:
+                modules.append(kernel.module(v))
+            except HeliosError:
+                pass  # a module that does not build fails its own case, with its own message
+        verdicts(modules)
         validate(kernel.module(variant))

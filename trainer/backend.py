@@ -12,16 +12,15 @@ Conventions every backend follows (see docs/TRAINER.md for parameter names and l
 
 from __future__ import annotations
 
-import ast
 import importlib
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from helios.peak import Peak
+from helios.registry import Registry
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
@@ -60,8 +59,24 @@ class StepResult:
     loss_scale_overflows: int | None = None  # fp16: steps skipped for overflow so far in this run (device counter)
 
 
+def _import_backends() -> None:
+    importlib.import_module("trainer.backends")  # the package imports each backend module (none imports torch)
+
+
+# name -> Backend class; a Backend subclass that declares `name = "..."` registers itself when its module loads.
+_BACKENDS: Registry[type[Backend]] = Registry("backend", discover=_import_backends, missing=BackendUnavailableError)
+
+
 class Backend(ABC):
-    """A model plus its AdamW optimizer on some device."""
+    """A model plus its AdamW optimizer on some device. A concrete backend declares `name` (its --backend
+    value), which registers the class by that name."""
+
+    name: str
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            _BACKENDS.add(cls.name, cls, f"{cls.__module__}.{cls.__qualname__}")
 
     @classmethod
     @abstractmethod
@@ -146,40 +161,14 @@ class Backend(ABC):
         `remeasure_from`: a run's MFU passed 100% of that figure, so measure again where it was measured."""
 
 
-def _declared_backends() -> dict[str, str]:
-    """name -> "module:Class" for every Backend subclass in trainer/backends/ that declares `name = "..."`.
-    Found by reading the sources, so nothing is imported (torch loads only when its backend is asked for);
-    a new backend is one file there, with no list to edit."""
-    found: dict[str, str] = {}
-    for path in sorted((Path(__file__).parent / "backends").glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if not (isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "Backend" for b in node.bases)):
-                continue
-            for stmt in node.body:
-                if (isinstance(stmt, ast.Assign) and [getattr(t, "id", None) for t in stmt.targets] == ["name"]
-                        and isinstance(stmt.value, ast.Constant)):
-                    found[stmt.value.value] = f"trainer.backends.{path.stem}:{node.name}"
-    return found
-
-
-BACKENDS = _declared_backends()  # {"helios": ..., "torch": ...}
+def backend_names() -> list[str]:
+    """Every backend's name (--backend's choices), sorted; finding them imports the backend modules, not torch."""
+    return _BACKENDS.names()
 
 
 def backend_class(kind: str) -> type[Backend]:
-    """The Backend class for a name in BACKENDS, imported lazily (torch is never needed unless asked for)."""
-    if kind not in BACKENDS:
-        raise BackendUnavailableError(f"unknown backend '{kind}'; valid backends: {', '.join(BACKENDS)}")
-    module_name, cls_name = BACKENDS[kind].split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            raise BackendUnavailableError(
-                f"the {kind} backend is not available yet ({module_name} is missing); try --backend torch"
-            ) from None
-        raise BackendUnavailableError(f"the {kind} backend needs the Python package '{exc.name}', which is "
-                                      f"not installed") from None
-    return getattr(module, cls_name)
+    """The Backend class named `kind`; an unknown name is a BackendUnavailableError naming the known ones."""
+    return _BACKENDS.get(kind)
 
 
 def create_backend(kind: str, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> Backend:

@@ -23,7 +23,7 @@ import numpy as np
 
 from helios.errors import HeliosError
 from trainer import distributed, resume
-from trainer.backend import BACKENDS
+from trainer.backend import backend_names
 from trainer.errors import TrainerError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespeare.toml"
@@ -40,12 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="python -m trainer", description="helios GPT trainer", formatter_class=fmt)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    backends = backend_names()
 
     run = sub.add_parser("run", help="train (or resume) a model from a TOML config", formatter_class=fmt,
                          description="Train a GPT from CONFIG.toml; logs go to RUN_DIR/metrics.jsonl.",
                          epilog=EPILOG_OVERRIDES)
     run.add_argument("config", metavar="CONFIG.toml", help="training configuration (see configs/)")
-    run.add_argument("--backend", choices=list(BACKENDS), default="helios",
+    run.add_argument("--backend", choices=backends, default="helios",
                      help="helios: Vulkan compute (default); torch: the PyTorch CPU reference")
     run.add_argument("--resume", choices=["auto", "never"], default="auto",
                      help="auto: continue from RUN_DIR's latest checkpoint if any (default); "
@@ -66,12 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples to draw (default 1)")
     sample.add_argument("--ignore-eot", action="store_true",
                         help="keep generating past the end-of-text token (default: stop there)")
-    sample.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
+    sample.add_argument("--backend", choices=backends, default=None, help="default: the run's own")
 
     ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint on its validation split",
                         description="Mean loss of the latest checkpoint over the fixed eval batches.")
     ev.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
-    ev.add_argument("--backend", choices=list(BACKENDS), default=None, help="default: the run's own")
+    ev.add_argument("--backend", choices=backends, default=None, help="default: the run's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--split", choices=["val", "train", "both"], default="val",
                     help="which split (default val; train needs the run's training text)")

@@ -14,18 +14,7 @@ from autograd import functional as F
 from autograd.checkpoint import checkpoint
 from autograd.chunked_loss import chunked_cross_entropy
 from autograd.host_inputs import HostInputs
-from autograd.nn.layers import (
-    MLP,
-    CausalSelfAttention,
-    Dropout,
-    Embedding,
-    LayerNorm,
-    Linear,
-    RMSNorm,
-    RngCursor,
-    SwiGLUMLP,
-    residual_std,
-)
+from autograd.nn import layers
 from autograd.nn.module import Module
 from autograd.tensors import Tensor, tensor
 
@@ -66,19 +55,19 @@ class GPTConfig:
 
 
 class Block(Module):
-    def __init__(self, cfg: GPTConfig, rng, seed: int, cursor: RngCursor):
+    def __init__(self, cfg: GPTConfig, rng, seed: int, cursor: layers.RngCursor):
         super().__init__()
         llama = cfg.arch == "llama"
-        norm = (lambda: RMSNorm(cfg.n_embd, cfg.norm_eps)) if llama else (
-            lambda: LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias))
-        proj_std = residual_std(cfg.n_layer)
+        norm = (lambda: layers.RMSNorm(cfg.n_embd, cfg.norm_eps)) if llama else (
+            lambda: layers.LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias))
+        proj_std = layers.residual_std(cfg.n_layer)
         self.ln_1 = norm()
-        self.attn = CausalSelfAttention(
+        self.attn = layers.CausalSelfAttention(
             cfg.n_embd, cfg.n_head, cfg.kv_heads, bias=cfg.bias, rope_base=cfg.rope_base if llama else None,
             softcap=cfg.softcap, dropout=cfg.dropout, rng=rng, proj_std=proj_std, seed=seed, cursor=cursor,
         )
         self.ln_2 = norm()
-        mlp = SwiGLUMLP if llama else MLP
+        mlp = layers.SwiGLUMLP if llama else layers.MLP
         self.mlp = mlp(cfg.n_embd, cfg.ffn_hidden, bias=cfg.bias, dropout=cfg.dropout, rng=rng, proj_std=proj_std,
                        seed=seed, cursor=cursor)
 
@@ -93,17 +82,17 @@ class GPT(Module):
     def __init__(self, cfg: GPTConfig, seed: int = 0, pack: bool = True):
         super().__init__()
         self.cfg = cfg
-        self.cursor = RngCursor()
+        self.cursor = layers.RngCursor()
         rng = np.random.default_rng(seed)
-        self.wte = Embedding(cfg.vocab_size, cfg.n_embd, rng=rng)
+        self.wte = layers.Embedding(cfg.vocab_size, cfg.n_embd, rng=rng)
         if cfg.arch == "gpt2":
-            self.wpe = Embedding(cfg.block_size, cfg.n_embd, rng=rng)
-        self.drop = Dropout(cfg.dropout, seed, self.cursor)
+            self.wpe = layers.Embedding(cfg.block_size, cfg.n_embd, rng=rng)
+        self.drop = layers.Dropout(cfg.dropout, seed, self.cursor)
         self.h = _ModuleList([Block(cfg, rng, seed, self.cursor) for _ in range(cfg.n_layer)])
-        self.ln_f = RMSNorm(cfg.n_embd, cfg.norm_eps) if cfg.arch == "llama" else LayerNorm(
+        self.ln_f = layers.RMSNorm(cfg.n_embd, cfg.norm_eps) if cfg.arch == "llama" else layers.LayerNorm(
             cfg.n_embd, cfg.norm_eps, cfg.bias)
         if not cfg.tie_embeddings:
-            self.lm_head = Linear(cfg.n_embd, cfg.vocab_size, bias=False, rng=rng)
+            self.lm_head = layers.Linear(cfg.n_embd, cfg.vocab_size, bias=False, rng=rng)
         # "block": each block's activations are recomputed in backward from its input (train.checkpoint_activations).
         self.checkpoint_activations = "none"
         if pack:

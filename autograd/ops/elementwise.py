@@ -59,32 +59,25 @@ class Sub(Function):
         return dy, db
 
 
-class Mul(Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        return broadcast_forward(ctx, ops.mul, a, b, save=True)
+def product_op(name: str, da, db) -> type[Function]:
+    """The Function of helios.ops.<name>, a broadcasting binary op whose VJP needs both inputs: da(a, b, dy) for a,
+    db(a, b, dy) summed down to b's shape for b, each computed only when its input needs it."""
 
-    @staticmethod
+    def forward(ctx, a, b):
+        return broadcast_forward(ctx, getattr(ops, name), a, b, save=True)
+
     def backward(ctx, dy):
         a, b = ctx.saved_tensors
-        da = ops.mul(dy, b) if ctx.needs_input_grad[0] else None
-        db = reduce_to(ops.mul(dy, a), ctx.kind, ctx.b_shape) if ctx.needs_input_grad[1] else None
-        return da, db
+        return (da(a, b, dy) if ctx.needs_input_grad[0] else None,
+                reduce_to(db(a, b, dy), ctx.kind, ctx.b_shape) if ctx.needs_input_grad[1] else None)
+
+    return type(name.capitalize(), (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward),
+                                                 "__module__": __name__})
 
 
-class Div(Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        return broadcast_forward(ctx, ops.div, a, b, save=True)
-
-    @staticmethod
-    def backward(ctx, dy):
-        a, b = ctx.saved_tensors
-        da = ops.div(dy, b) if ctx.needs_input_grad[0] else None
-        db = None
-        if ctx.needs_input_grad[1]:  # d(a/b)/db = -a/b^2
-            db = reduce_to(ops.neg(ops.div(ops.div(ops.mul(dy, a), b), b)), ctx.kind, ctx.b_shape)
-        return da, db
+Mul = product_op("mul", lambda a, b, dy: ops.mul(dy, b), lambda a, b, dy: ops.mul(dy, a))
+Div = product_op("div", lambda a, b, dy: ops.div(dy, b),
+                 lambda a, b, dy: ops.neg(ops.div(ops.div(ops.mul(dy, a), b), b)))  # d(a/b)/db = -a/b^2
 
 
 class Scale(Function):

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import pkgutil
-
 
 def discover(errors: list[tuple[str, BaseException]] | None = None) -> list[str]:
-    """Import every kernel module (so its kernels and op specs register); return their names.
+    """Import every kernel module (so its kernels, op specs, op functions and selection rules register); return
+    their names. The discovery hook of every registry that kernel modules declare into (helios.registry).
 
     A module that fails to import raises, unless `errors` is given: then (module name, exception) is
     appended to it and discovery goes on (the `python -m helios.spirv` CLI reports them).
     """
-    from helios.spirv.registry import load_all
+    from helios.registry import import_modules, package_modules
 
-    names = sorted(i.name for i in pkgutil.iter_modules(__path__, f"{__name__}."))
-    load_all(errors, modules=names)
-    return names
+    return import_modules(package_modules(__name__), errors)

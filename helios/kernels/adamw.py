@@ -37,6 +37,7 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.cross_entropy import workgroup_sum
 from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, storage
+from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, one_workgroup, u32
 
 WG = 256
@@ -339,4 +340,4 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
     return params
 
 
-OPS = ("grad_norm", "adamw_step")  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, grad_norm, adamw_step)  # this file's helios.ops functions

@@ -41,6 +41,7 @@ from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops
 from helios.kernels.attention_reference import reference, reference_backward
 from helios.kernels.dtypes import FLOAT_DTYPES, check_float, dtype_variant, variant_dtype
 from helios.kernels.rng import counter_or_zero, seed_words
+from helios.ops import declare_ops
 from helios.runtime import Tensor, empty, launch
 
 
@@ -177,5 +178,5 @@ __all__ = [
 ]
 
 
-# the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("flash_attention", "flash_attention_backward")
+# the helios.ops functions this file declares
+OPS = declare_ops(__name__, flash_attention, flash_attention_backward)

@@ -6,25 +6,7 @@ accumulator; every KB keys it rescales by exp(m_old - m_new) (the online-softmax
 
 from __future__ import annotations
 
-from helios.kernels.attention_common import (
-    KERNEL_VARIANTS,
-    NEG,
-    Stream,
-    comp,
-    declare,
-    input_buffer,
-    key_index,
-    lane_reduce,
-    load_rows,
-    output_buffer,
-    reg_loop,
-    row_regs,
-    rows,
-    rows_per_group,
-    tile_row,
-    uniform_bounds,
-    zero_regs,
-)
+from helios.kernels import attention_common as common
 from helios.kernels.rng import uniform
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
@@ -48,34 +30,34 @@ def row_bounds(b: KernelBuilder, v: Variant, d, rw):
     workgroup for "tiled", whose barriers need a uniform trip count)."""
     last = (rw.block + 1) * rw.R - 1 if v.tiled else rw.last
     hi = b.select(d.causal, b.min(d.T, last + 1), d.T)
-    return uniform_bounds(b, v, hi, hi)[1]
+    return common.uniform_bounds(b, v, hi, hi)[1]
 
 
 def build_forward(b: KernelBuilder, v: Variant) -> None:
     """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w), 3 RNG counter.
     qkv and o have the variant's dtype; lse is f32."""
-    qkv, o, lse = input_buffer(b, v, 0), output_buffer(b, v, 1), b.buffer(2, f32, "w")
-    d = declare(b, counter_binding=3)
-    rw = rows(b, v, d)
+    qkv, o, lse = common.input_buffer(b, v, 0), common.output_buffer(b, v, 1), b.buffer(2, f32, "w")
+    d = common.declare(b, counter_binding=3)
+    rw = common.rows(b, v, d)
     T, RQ = d.T, v.rq
     S4 = (d.H + d.Hkv * 2) * d.D4  # vec4s per token of qkv
     tok0 = rw.batch * T
-    q = row_regs(b, v, d, "q")
-    acc = row_regs(b, v, d, "acc")
-    load_rows(b, v, d, qkv, [(tok0 + rc) * S4 + rw.head * d.D4 for rc in rw.rows_c], rw.lane, q, mul=d.scale)
-    zero_regs(b, v, d, acc)
-    m = [b.var(f32, NEG, f"m{r}") for r in range(RQ)]
+    q = common.row_regs(b, v, d, "q")
+    acc = common.row_regs(b, v, d, "acc")
+    common.load_rows(b, v, d, qkv, [(tok0 + rc) * S4 + rw.head * d.D4 for rc in rw.rows_c], rw.lane, q, mul=d.scale)
+    common.zero_regs(b, v, d, acc)
+    m = [b.var(f32, common.NEG, f"m{r}") for r in range(RQ)]
     l_ = [b.var(f32, 0.0, f"l{r}") for r in range(RQ)]
     kbase = tok0 * S4 + (d.H + rw.head / d.group) * d.D4
-    stream = Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
+    stream = common.Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
     drop_rows = [(rw.batch * d.H + rw.head) * T + row for row in rw.rows]
 
     def step(j0):
-        js = [key_index(b, j0, u, T) for u in range(v.kb)]
+        js = [common.key_index(b, j0, u, T) for u in range(v.kb)]
         parts = [[b.var(f32, 0.0) for _ in js] for _ in range(RQ)]
-        with reg_loop(b, v, d) as t:
-            c, _ = comp(b, v, d, rw.lane, t)
-            ks = [stream.at(0, tile_row(stream, j, jc), c) for j, jc in js]
+        with common.reg_loop(b, v, d) as t:
+            c, _ = common.comp(b, v, d, rw.lane, t)
+            ks = [stream.at(0, common.tile_row(stream, j, jc), c) for j, jc in js]
             for r in range(RQ):
                 qt = q[r][t]
                 for part, kv in zip(parts[r], ks, strict=True):
@@ -84,10 +66,10 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
         for r in range(RQ):
             scores, valid = [], []
             for part, (j, _) in zip(parts[r], js, strict=True):
-                s, _ = capped(b, d, lane_reduce(b, v, part.value))
+                s, _ = capped(b, d, common.lane_reduce(b, v, part.value))
                 ok = (j < T) & (~d.causal | (j <= rw.rows[r]))
                 valid.append(ok)
-                scores.append(b.select(ok, s, NEG))
+                scores.append(b.select(ok, s, common.NEG))
             m_old = m[r].value
             m_new = m_old
             for s in scores:
@@ -101,9 +83,9 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
             m[r].value = m_new
             alphas.append(alpha)
             probs.append([dropped(b, d, p, drop_rows[r], j) for p, (j, _) in zip(ps, js, strict=True)])
-        with reg_loop(b, v, d) as t:
-            c, _ = comp(b, v, d, rw.lane, t)
-            vs = [stream.at(1, tile_row(stream, j, jc), c) for j, jc in js]
+        with common.reg_loop(b, v, d) as t:
+            c, _ = common.comp(b, v, d, rw.lane, t)
+            vs = [stream.at(1, common.tile_row(stream, j, jc), c) for j, jc in js]
             for r in range(RQ):
                 a = acc[r][t] * alphas[r]
                 for p, vv in zip(probs[r], vs, strict=True):
@@ -115,8 +97,8 @@ def build_forward(b: KernelBuilder, v: Variant) -> None:
         with b.if_(row < T):
             inv = 1.0 / l_[r].value
             obase = (tok0 + row) * (d.H * d.D4) + rw.head * d.D4
-            with reg_loop(b, v, d) as t:
-                c, ok = comp(b, v, d, rw.lane, t)
+            with common.reg_loop(b, v, d) as t:
+                c, ok = common.comp(b, v, d, rw.lane, t)
                 with b.if_(ok):
                     o.vec4[obase + c] = acc[r][t] * inv
             with b.if_(rw.lane == 0):
@@ -131,11 +113,11 @@ def attention_flops(B: int, T: int, H: int, D: int, causal: bool = True) -> floa
 def forward_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
     """shape = (B, T, H, Hkv), every attention kernel's: a workgroup per rows_per_group query rows of a head."""
     B, T, H, _ = shape
-    return (ceil_div(T, rows_per_group(variant)), H, B)
+    return (ceil_div(T, common.rows_per_group(variant)), H, B)
 
 
 ATTENTION_FORWARD = Kernel(
-    "attention_forward", build_forward, variants=KERNEL_VARIANTS, grid=forward_grid,
+    "attention_forward", build_forward, variants=common.KERNEL_VARIANTS, grid=forward_grid,
     flops=attention_flops,
     bytes=lambda B, T, H, Hkv, D: 4 * B * T * D * (H + 2 * Hkv + H) + 4 * B * H * T,
     requires=(),

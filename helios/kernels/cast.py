@@ -15,6 +15,7 @@ import numpy as np
 
 from helios.kernels.dtypes import FLOAT_DTYPES, NUMPY, check_float
 from helios.kernels.elementwise import map_kernel, run_map
+from helios.ops import declare_ops
 from helios.runtime import Tensor, copy, empty
 from helios.spirv import f32, u32
 
@@ -66,4 +67,4 @@ def scale_by(x: Tensor, s: Tensor, out: Tensor | None = None) -> Tensor:
 __all__ = ["cast", "scale_by", "reference_cast"]
 
 
-OPS = ("cast", "scale_by")  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, cast, scale_by)  # this file's helios.ops functions

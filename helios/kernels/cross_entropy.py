@@ -35,6 +35,7 @@ from helios.kernels.cast import SCALE_BY, scale_by
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.elementwise import MUL, mul
 from helios.kernels.spec import OpSpec, Tolerance, register, rows_and_cols
+from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, one_workgroup, u32, vec
 
 WG_ROW = 128  # invocations per row
@@ -350,4 +351,4 @@ register(OpSpec("cross_entropy", "Mean cross-entropy of softmax(logits) over row
                 grad_scalars=(), indices=("targets",)))
 
 
-OPS = ("cross_entropy",)  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, cross_entropy)  # this file's helios.ops functions

@@ -13,6 +13,7 @@ import numpy as np
 
 from helios.kernels.elementwise import check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero, keep_mask_reference, seed_words, uniform
+from helios.ops import declare_ops
 from helios.runtime import Tensor, zeros
 from helios.spirv import f32, u32
 
@@ -70,4 +71,4 @@ def reference_dropout(x: np.ndarray, p: float, seed: int, offset: int) -> np.nda
     return np.where(keep, x * x.dtype.type(1.0 / (1.0 - p)), x.dtype.type(0.0))
 
 
-OPS = ("dropout", "dropout_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, dropout, dropout_backward)  # this file's helios.ops functions

@@ -29,6 +29,7 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.dtypes import check_float, dtype_variant, float_dtype, storage, with_dtypes
 from helios.kernels.wide import WideView
+from helios.ops import declare_ops
 from helios.runtime import Tensor, copy, empty, launch
 from helios.spirv import Kernel, KernelBuilder, ScalarType, Value, Variant, ceil_div, f32, u32, u64
 
@@ -341,5 +342,5 @@ def reference_masked_fill(x: np.ndarray, mask: np.ndarray, value: float) -> np.n
     return np.where(mask != 0, np.asarray(value, dtype=x.dtype), x)
 
 
-# the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("add", "sub", "mul", "div", "scale", "neg", "clone", "masked_fill", "add_inplace")
+# the helios.ops functions this file declares
+OPS = declare_ops(__name__, add, sub, mul, div, scale, neg, clone, masked_fill, add_inplace)

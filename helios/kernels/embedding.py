@@ -31,6 +31,7 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.dtypes import check_f32, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.spec import OpSpec, Tolerance, register, rows_and_cols
+from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
 
 WG = 64  # invocations per workgroup for every kernel here (memory-bound; small groups pack lavapipe's threads)
@@ -440,4 +441,4 @@ register(OpSpec("embedding", "Rows of table for int32 ids [B, T] as [N, D], plus
                 host_kwargs=lambda ids, table, pos_table: {"plan": sorted_segments(ids, table.shape[0])}))
 
 
-OPS = ("embedding", "embedding_backward")  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, embedding, embedding_backward)  # this file's helios.ops functions

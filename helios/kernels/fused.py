@@ -15,6 +15,7 @@ from helios.kernels.activations import reference_sigmoid, sigmoid
 from helios.kernels.dropout import RNG_PARAMS, check_p, dropout_backward, dropped, rng_push
 from helios.kernels.elementwise import add, check_float, clone, map_kernel, output, run_map
 from helios.kernels.rng import counter_or_zero
+from helios.ops import declare_ops
 from helios.runtime import Tensor, empty
 
 
@@ -88,4 +89,4 @@ def reference_swiglu_backward(gate: np.ndarray, up: np.ndarray, dy: np.ndarray) 
 
 
 # the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("swiglu", "swiglu_backward", "residual_dropout_add", "residual_dropout_add_backward")
+OPS = declare_ops(__name__, swiglu, swiglu_backward, residual_dropout_add, residual_dropout_add_backward)

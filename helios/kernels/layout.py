@@ -14,6 +14,7 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.elementwise import LOCAL, grid_2d
+from helios.ops import declare_ops
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant, u32
 
@@ -99,5 +100,5 @@ def slice_columns(x: Tensor, start: int, stop: int) -> Tensor:
     return out
 
 
-# the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("concat", "slice_columns", "copy_columns")
+# the helios.ops functions this file declares
+OPS = declare_ops(__name__, concat, slice_columns, copy_columns)

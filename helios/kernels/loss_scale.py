@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from helios.kernels.adamw import CLIP_EPS
+from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, f32, one_workgroup, u32
 
 INITIAL_SCALE = 2.0 ** 15  # fp16's largest power of two is 2^15: a scale that one fp16 value can also hold
@@ -101,4 +102,4 @@ def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWT
 __all__ = ["loss_scale_update", "initial_state", "reference_update", "INITIAL_SCALE", "GROWTH_INTERVAL"]
 
 
-OPS = ("loss_scale_update",)  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, loss_scale_update)  # this file's helios.ops functions

@@ -40,6 +40,7 @@ from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, dtype_varian
 from helios.kernels.matmul_common import LAYOUTS, launch_params
 from helios.kernels.matmul_reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul_tiled import TILED_TILINGS, build_tiled, tiled_grid
+from helios.ops import declare_ops
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant
 
@@ -222,4 +223,4 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     return c
 
 
-OPS = ("matmul",)  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, matmul)  # this file's helios.ops functions

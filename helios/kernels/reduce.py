@@ -32,6 +32,7 @@ from helios.kernels.rows import (
     rows_of,
 )
 from helios.kernels.wide import WideView
+from helios.ops import declare_ops
 from helios.runtime import Tensor, empty, fill, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, ceil_div, f32, u32, u64
 
@@ -404,9 +405,5 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
     return out
 
 
-# The public op names (helios.ops.sum / helios.ops.max) without shadowing the builtins in this module.
-OP_NAMES = {"sum": reduce_sum, "max": reduce_max}
-
-
-# the helios.ops names this file declares (helios/ops.py finds them here)
-OPS = ("sum", "mean", "max", "sum_rows", "sumsq")
+# helios.ops.sum / helios.ops.max are reduce_sum / reduce_max: their names would shadow the builtins here.
+OPS = declare_ops(__name__, mean, sum_rows, sumsq, sum=reduce_sum, max=reduce_max)

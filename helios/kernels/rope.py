@@ -21,6 +21,7 @@ import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import NUMPY, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
+from helios.ops import declare_ops
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, u32
 
 WG = 64
@@ -178,4 +179,4 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
     return out
 
 
-OPS = ("rope",)  # the helios.ops names this file declares (helios/ops.py finds them here)
+OPS = declare_ops(__name__, rope)  # this file's helios.ops functions

@@ -24,6 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from helios.kernels import discover
+from helios.registry import Registry
+
 Rule = Callable[[Any, tuple, str, Any], Any]  # (device info, shape, dtype, forced) -> variant (or plan)
 
 
@@ -34,12 +37,14 @@ class Family:
     check: Callable[[Any], Any]  # validates (and may normalise) a forced choice; raises ValueError
 
 
-_FAMILIES: dict[str, Family] = {}
+# A family's rule registers when its kernel module is imported: discovery imports them all.
+_FAMILIES: Registry[Family] = Registry("kernel family", discover=discover)
 _FORCED: dict[str, Any] = {}
 
 
 def rule(family: str, choices: Collection | None = None, check: Callable[[Any], Any] | None = None):
-    """Register `family`'s rule. A forced choice must be one of `choices` (or pass `check`)."""
+    """Register `family`'s rule (a family declared by two rules is an error). A forced choice must be one of
+    `choices` (or pass `check`)."""
 
     def checked(choice):
         if choices is not None and choice not in choices:
@@ -47,20 +52,15 @@ def rule(family: str, choices: Collection | None = None, check: Callable[[Any], 
         return check(choice) if check is not None else choice
 
     def register(fn: Rule) -> Rule:
-        _FAMILIES[family] = Family(family, fn, checked)
+        _FAMILIES.add(family, Family(family, fn, checked), f"{fn.__module__}.{fn.__qualname__}")
         return fn
 
     return register
 
 
 def _family(name: str) -> Family:
-    if name not in _FAMILIES:  # its kernel module is not imported yet: import them all (rules register there)
-        from helios.kernels import discover
-
-        discover()
-    if name not in _FAMILIES:
-        raise ValueError(f"no kernel family {name!r} selects variants (families: {', '.join(sorted(_FAMILIES))})")
-    return _FAMILIES[name]
+    """The family's registered rule; an unknown family is a ValueError naming the known ones."""
+    return _FAMILIES.get(name)
 
 
 def choose(family: str, shape: tuple, dtype: str = "f32", info=None):

@@ -28,6 +28,8 @@ import numpy as np
 
 from helios.kernels import discover
 from helios.kernels.dtypes import DTYPES, NUMPY, ROUNDING, variant_dtype
+from helios.ops import declare_ops
+from helios.registry import Registry
 from helios.spirv import Kernel
 
 # Pointwise ops: 1 and 7 elements (all tail), odd lengths (vec4 + a scalar tail), multiples of 4 (u64x2 runs).
@@ -186,34 +188,24 @@ class OpSpec:
         return self.kernels[kernel].bytes(*self.sizes(shape))
 
 
-_REGISTRY: dict[str, OpSpec] = {}
+_REGISTRY: Registry[OpSpec] = Registry("op spec", discover=discover)
 
 
 def register(spec: OpSpec) -> OpSpec:
-    """Add a spec to the registry; a second spec of the same name is an error."""
-    if spec.name in _REGISTRY and _REGISTRY[spec.name].module != spec.module:
-        raise ValueError(f"op {spec.name!r} declared twice: {_REGISTRY[spec.name].module} and {spec.module}")
-    _REGISTRY[spec.name] = spec
+    """Add a spec to the registry, and its forward and backward op functions to helios.ops; a second spec
+    of the same name (or an op function name declared elsewhere too) is an error naming both declarers."""
+    _REGISTRY.add(spec.name, spec, spec.module)
+    declare_ops(spec.module, **{spec.name: spec.forward})
+    if spec.backward is not None:
+        declare_ops(spec.module, **{f"{spec.name}_backward": spec.backward})
     return spec
 
 
 def spec_of(name: str) -> OpSpec:
-    """The registered spec of op `name` (its module must be imported already)."""
-    return _REGISTRY[name]
+    """The registered spec of op `name` (discovering the kernel modules if it is not registered yet)."""
+    return _REGISTRY.get(name)
 
 
 def specs(family: str | None = None) -> list[OpSpec]:
     """Every registered op spec (of one selection family, if given), in name order (after discovery)."""
-    discover()
-    return [_REGISTRY[k] for k in sorted(_REGISTRY) if family in (None, _REGISTRY[k].family)]
-
-
-def op_functions() -> dict[str, str]:
-    """helios.ops name -> declaring module, for every spec's forward and backward op function."""
-    discover()
-    out = {}
-    for s in _REGISTRY.values():
-        out[s.name] = s.module
-        if s.backward is not None:
-            out[f"{s.name}_backward"] = s.module
-    return out
+    return [s for s in _REGISTRY.values() if family in (None, s.family)]

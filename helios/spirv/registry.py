@@ -1,17 +1,18 @@
-"""The global kernel registry: every `Kernel` registers itself here by unique name."""
+"""The global kernel registry: every `Kernel` registers itself here by unique name (a helios.registry.Registry)."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from helios.registry import Registry, import_modules
 from helios.spirv.types import SpirvError
 
 if TYPE_CHECKING:
     from helios.spirv.kernel import Kernel
 
-_KERNELS: dict[str, Kernel] = {}
+# No discovery hook: kernel packages discover their own modules (load_all's `modules`, helios.kernels.discover).
+_KERNELS: Registry[Kernel] = Registry("kernel", missing=SpirvError)
 
 
 def _origin(kernel: Kernel) -> str:
@@ -20,30 +21,24 @@ def _origin(kernel: Kernel) -> str:
 
 
 def register(kernel: Kernel) -> None:
-    """Add a kernel. A name already registered is an error whoever registered it: the kernels map_kernel makes
-    all build through closures of one function, so nothing but the name tells two of them apart."""
-    old = _KERNELS.get(kernel.name)
-    if old is not None:
-        raise SpirvError(
-            f"kernel name {kernel.name!r} is already registered (built by {_origin(old)}); give the kernel built "
-            f"by {_origin(kernel)} another name, or pass register=False for a kernel that is not to be listed"
-        )
-    _KERNELS[kernel.name] = kernel
+    """Add a kernel. A name already registered is a ValueError whoever registered it: the kernels map_kernel
+    makes all build through closures of one function, so nothing but the name tells two of them apart (pass
+    register=False for a kernel that is not to be listed)."""
+    _KERNELS.add(kernel.name, kernel, _origin(kernel))
 
 
 def unregister(name: str) -> None:
-    _KERNELS.pop(name, None)
+    _KERNELS.remove(name)
 
 
 def all_kernels() -> list[Kernel]:
     """Registered kernels, sorted by name."""
-    return [_KERNELS[k] for k in sorted(_KERNELS)]
+    return _KERNELS.loaded()
 
 
 def get(name: str) -> Kernel:
-    if name not in _KERNELS:
-        raise SpirvError(f"no kernel named {name!r} (registered: {', '.join(sorted(_KERNELS)) or 'none'})")
-    return _KERNELS[name]
+    """The registered kernel `name`; an unknown name is a SpirvError listing the registered ones."""
+    return _KERNELS.get(name)
 
 
 def load_all(errors: list[tuple[str, BaseException]] | None = None,
@@ -54,11 +49,5 @@ def load_all(errors: list[tuple[str, BaseException]] | None = None,
     A module that fails to import raises, unless `errors` is given: then (module name, exception)
     is appended to it and loading goes on (the CLI reports them).
     """
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            if errors is None:
-                raise
-            errors.append((name, exc))
+    import_modules(modules, errors)
     return all_kernels()

@@ -2,7 +2,10 @@
 
 spirv-val's verdicts are kept per process, keyed by the module's hash, the target environment and the tool;
 `verdicts` checks every module not yet seen with one spirv-val run over a temporary directory per worker, so
-a test session validates each distinct module once instead of spawning spirv-val per case."""
+a test session validates each distinct module once instead of spawning spirv-val per case. A valid verdict is
+also kept on disk (an empty file per module under helios.env.cache_dir()/spirv-val/, in a folder per target
+environment and tool build), so a later process does not check that module again; invalid ones are always
+checked again, for spirv-val's own message."""
 
 from __future__ import annotations
 
@@ -70,6 +73,10 @@ def verdicts(modules: Sequence, target_env: str = TARGET_ENV) -> list[str | None
     exe = _tool("spirv-val")  # first, so that a missing tool is reported even for a module checked before
     datas = [_words_bytes(m) for m in modules]
     keys = [(hashlib.sha256(d).hexdigest(), target_env, exe) for d in datas]
+    known = _valid_on_disk(exe, target_env)
+    for key in keys:
+        if key not in _VERDICTS and known is not None and (known / key[0]).exists():
+            _VERDICTS[key] = None
     unchecked = {key[0]: data for key, data in zip(keys, datas, strict=True) if key not in _VERDICTS}
     if len(unchecked) == 1:
         (digest, data), = unchecked.items()
@@ -81,7 +88,34 @@ def verdicts(modules: Sequence, target_env: str = TARGET_ENV) -> list[str | None
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for found in pool.map(lambda chunk: _check_directory(exe, target_env, chunk), chunks):
                 _VERDICTS.update({(digest, target_env, exe): message for digest, message in found.items()})
+    if known is not None:
+        _remember_valid(known, [d for d in unchecked if _VERDICTS[(d, target_env, exe)] is None])
     return [_VERDICTS[key] for key in keys]
+
+
+def _valid_on_disk(exe: str, target_env: str) -> Path | None:
+    """The folder of this spirv-val build's valid verdicts for target_env (None where the tool cannot be stat'ed).
+    The tool's path, size and modification time name it: an upgraded spirv-val starts an empty folder."""
+    from helios import env
+
+    try:
+        st = os.stat(exe)
+    except OSError:
+        return None
+    build = hashlib.sha256(f"{os.path.realpath(exe)}\n{st.st_size}\n{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return env.cache_dir() / "spirv-val" / f"{target_env}-{build}"
+
+
+def _remember_valid(folder: Path, digests: list[str]) -> None:
+    """An empty file per valid module; a cache that cannot be written is only slower next time."""
+    if not digests:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for digest in digests:
+            (folder / digest).touch()
+    except OSError:
+        pass
 
 
 def _check_one(exe: str, target_env: str, data: bytes) -> str | None:

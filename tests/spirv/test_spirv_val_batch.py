@@ -28,9 +28,10 @@ def _adds(count: int) -> list[bytes]:
 
 
 @pytest.fixture
-def spawns(monkeypatch):
-    """Fresh verdicts, and the spirv-val command lines run from here on."""
+def spawns(monkeypatch, tmp_path):
+    """Fresh verdicts (in this process and on disk), and the spirv-val command lines run from here on."""
     monkeypatch.setattr(tools, "_VERDICTS", {})
+    monkeypatch.setenv("HELIOS_CACHE_DIR", str(tmp_path / "cache"))
     runs: list[list[str]] = []
     real_run = subprocess.run
 
@@ -54,6 +55,17 @@ def test_batch_catches_the_invalid_module_among_valid_ones(spawns):
     with pytest.raises(SpirvValidationError, match="(?s)spirv-val rejected.*Interface"):
         tools.validate(broken)
     assert len(spawns) == 2
+
+
+def test_valid_verdicts_outlive_the_process_and_invalid_ones_are_checked_again(spawns, monkeypatch):
+    good, other = _adds(2)
+    broken = _drop_last_interface_variable(examples.ADD.module("scalar").words)
+    first = tools.verdicts([good, broken])
+    monkeypatch.setattr(tools, "_VERDICTS", {})  # a new process, same cache folder
+    before = len(spawns)
+    assert tools.verdicts([good, broken]) == first and first[0] is None and "Interface" in first[1]
+    assert len(spawns) == before + 1  # only the invalid module, for spirv-val's message
+    assert tools.verdicts([other]) == [None] and len(spawns) == before + 2  # a module never checked is checked
 
 
 def test_large_batches_are_split_between_workers(spawns, monkeypatch):

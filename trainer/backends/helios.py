@@ -49,7 +49,7 @@ def _gpt_config(cfg: ModelConfig) -> GPTConfig:
 class HeliosBackend(Backend):
     """GPT + fused AdamW on the helios Vulkan engine."""
 
-    name = "helios"  # --backend helios (trainer.backend finds it here)
+    name = "helios"  # --backend helios (declaring it registers this class in trainer.backend)
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed

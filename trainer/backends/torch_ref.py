@@ -6,6 +6,7 @@ the checkpoint format names, and so a skipped step provably touches nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -17,14 +18,34 @@ from trainer.backend import COUNTER_KEYS, OTHER_BACKENDS_STATE, Backend, StepRes
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
-env.prefer_passive_omp()
-try:
-    import torch
-    import torch.nn.functional as F
-except ModuleNotFoundError:  # torch is a test-only dependency
-    raise BackendUnavailableError("the torch backend needs PyTorch: pip install 'torch==2.13.0'") from None
+torch = F = GPT = None  # PyTorch, its functional module and the twin model: imported by the first TorchBackend
 
-from trainer.backends.torch_model import GPT  # noqa: E402  (after the torch check, for its clear message)
+
+def _import_torch() -> None:
+    """Import PyTorch on first use, so that finding the backends (trainer.backend) never loads it."""
+    global torch, F, GPT
+    if torch is not None:
+        return
+    env.prefer_passive_omp()
+    try:
+        import torch as torch_module
+        import torch.nn.functional as functional
+    except ModuleNotFoundError:  # torch is a test-only dependency
+        raise BackendUnavailableError("the torch backend needs PyTorch: pip install 'torch==2.13.0'") from None
+    from trainer.backends.torch_model import GPT as twin  # after the torch check, for its clear message
+
+    torch, F, GPT = torch_module, functional, twin
+
+
+def _no_grad(method):
+    """`torch.no_grad()` around a method, without needing torch when the class is defined."""
+
+    @functools.wraps(method)
+    def without_grad(*args, **kwargs):
+        with torch.no_grad():
+            return method(*args, **kwargs)
+
+    return without_grad
 
 
 def _ms(t0: float) -> float:
@@ -34,9 +55,10 @@ def _ms(t0: float) -> float:
 class TorchBackend(Backend):
     """GPT + AdamW in PyTorch on the CPU."""
 
-    name = "torch"  # --backend torch (trainer.backend finds it here)
+    name = "torch"  # --backend torch (declaring it registers this class in trainer.backend)
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
+        _import_torch()
         torch.set_num_threads(env.torch_threads())
         self.cfg, self.optim, self.seed = model_cfg, optim_cfg, seed
         self.model = GPT(model_cfg)
@@ -105,7 +127,7 @@ class TorchBackend(Backend):
         opt_ms += _ms(t0)
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms)
 
-    @torch.no_grad()
+    @_no_grad
     def _reduce_gradients(self, grads: list[torch.Tensor], loss_sum: torch.Tensor) -> torch.Tensor:
         """Average the gradients (in place) and the loss over the data-parallel ranks (one MPI Allreduce)."""
         flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.reshape(1)]).numpy()
@@ -116,7 +138,7 @@ class TorchBackend(Backend):
             at += g.numel()
         return torch.tensor(flat[-1])
 
-    @torch.no_grad()
+    @_no_grad
     def _adamw(self, grads: list[torch.Tensor], lr: float, clip_coef: float) -> None:
         """p <- p*(1 - lr*wd) [decayed only] - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), g scaled by clip_coef.
 
@@ -135,7 +157,7 @@ class TorchBackend(Backend):
                 p.mul_(1.0 - lr * wd)
             p.addcdiv_(m, v.sqrt().div_(sqrt_bc2).add_(eps), value=-lr / bc1)
 
-    @torch.no_grad()
+    @_no_grad
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
         """Mean cross-entropy without dropout or gradients."""
         self.model.eval()
@@ -144,7 +166,7 @@ class TorchBackend(Backend):
         finally:
             self.model.train()
 
-    @torch.no_grad()
+    @_no_grad
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
                  rng: np.random.Generator, on_token=None) -> np.ndarray:
         """n sampled tokens after prompt_ids (full recompute per token: this is the reference, not the fast path)."""
@@ -176,7 +198,7 @@ class TorchBackend(Backend):
         out["adam_step"] = np.array(self.step, dtype=np.int64)
         return out
 
-    @torch.no_grad()
+    @_no_grad
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Copy a state_dict in; the key set and every shape must match this model exactly."""
         expected = set(self.state_dict_keys())

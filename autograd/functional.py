@@ -122,8 +122,13 @@ def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None, *, ho
               plan=None) -> Tensor:
     """Rows of `table` for int32 ids (+ learned positions). Given `host_ids` (the host array the ids came
     from) or a captured step's fixed `plan` (with its host_ids), the backward scatter is the deterministic
-    sorted one (bit-reproducible); otherwise float atomics."""
-    return N.Embedding.apply(ids, table, pos_table, host_ids=host_ids, plan=plan)
+    sorted one (bit-reproducible); otherwise float atomics. The rows come back shaped [*ids.shape, D]."""
+    from helios.kernels.embedding import scatter_plan
+
+    # Planned here, from ids the host already holds: the backward then sums each row's contributions in a fixed
+    # order, so training is bit-reproducible (resume == uninterrupted run).
+    scatter = scatter_plan(host_ids, table.shape[0], plan) if host_ids is not None and table.requires_grad else None
+    return S.Embedding.apply(ids, table, pos_table, plan=scatter).reshape(*ids.shape, table.shape[1])
 
 
 def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:

@@ -1,5 +1,5 @@
-"""Model-level ops: matmul/linear with fused epilogues, embedding, attention, cross-entropy (RoPE's Function is
-derived from its op spec: autograd/ops/specs.py)."""
+"""Model-level ops: matmul/linear with fused epilogues, attention, cross-entropy (RoPE's and embedding's Functions
+are derived from their op specs: autograd/ops/specs.py)."""
 
 from __future__ import annotations
 
@@ -70,45 +70,6 @@ class Linear(Function):
         return dx, dw, db, dres, None
 
 
-class Embedding(Function):
-    """Token rows (+ learned position rows) for int32 ids [B, T]; backward scatter-adds rows."""
-
-    @staticmethod
-    def forward(ctx, ids, table, pos_table=None, host_ids=None, plan=None):
-        from helios.kernels.embedding import sorted_segments
-
-        ctx.save_for_backward(ids)
-        # Planned on the host from ids the host already holds: the backward then sums each row's
-        # contributions in a fixed order, so training is bit-reproducible (resume == uninterrupted run).
-        # A captured step brings its plan in fixed tensors (FixedScatterPlan), rewritten per batch.
-        ctx.plan = None
-        if host_ids is not None and ctx.needs_input_grad[1]:
-            fixed = plan is not None and plan.vocab == table.shape[0]
-            ctx.plan = plan.plan if fixed else sorted_segments(host_ids, table.shape[0])
-        ctx.table_shape = tuple(table.shape)
-        ctx.pos_shape = tuple(pos_table.shape) if pos_table is not None else None
-        out = ops.embedding(ids, table, pos_table)
-        return out.reshape(*ids.shape, table.shape[1])
-
-    @staticmethod
-    def backward(ctx, dy):
-        (ids,) = ctx.saved_tensors
-        table_grad = ctx.grad_sink(1) if ctx.needs_input_grad[1] else None
-        pos_grad = ctx.grad_sink(2) if ctx.pos_shape is not None and ctx.needs_input_grad[2] else None
-        fresh_table = table_grad is None and ctx.needs_input_grad[1]
-        fresh_pos = pos_grad is None and ctx.pos_shape is not None and ctx.needs_input_grad[2]
-        if fresh_table:
-            table_grad = rt.zeros(ctx.table_shape)
-        if fresh_pos:
-            pos_grad = rt.zeros(ctx.pos_shape)
-        if table_grad is None:  # only the position table needs a gradient: scatter into a scratch table
-            table_grad = rt.zeros(ctx.table_shape)
-        ops.embedding_backward(ids, _rows(dy), table_grad, pos_grad, accumulate=True, plan=ctx.plan)
-        dtable = (table_grad if fresh_table else ACCUMULATED) if ctx.needs_input_grad[1] else None
-        dpos = None
-        if ctx.pos_shape is not None and ctx.needs_input_grad[2]:
-            dpos = pos_grad if fresh_pos else ACCUMULATED
-        return None, dtable, dpos, None, None
 
 
 class FlashAttention(Function):
@@ -132,7 +93,9 @@ class FlashAttention(Function):
 
 
 class CrossEntropy(Function):
-    """Mean cross-entropy over non-ignored rows; dlogits computed on the device in the forward pass."""
+    """Mean cross-entropy over non-ignored rows; dlogits computed on the device in the forward pass. Hand-written
+    around the cross_entropy spec's op functions: a unit loss gradient (the usual loss.backward()) costs no
+    backward dispatch, which the derived Function would spend."""
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index: int = -1):
@@ -147,8 +110,5 @@ class CrossEntropy(Function):
 
         (dlogits,) = ctx.saved_tensors
         if not is_unit_seed(dloss):  # scale by the incoming gradient on the device: no host read
-            if dlogits.dtype == dloss.dtype:
-                dlogits = ops.mul(dlogits.reshape(-1), dloss.reshape(1)).reshape(*dlogits.shape)
-            else:  # half logits, fp32 loss gradient (a loss scale, a chunk weight): never rounded to half
-                dlogits = ops.scale_by(dlogits, dloss.reshape(1))
+            dlogits = ops.cross_entropy_backward(dlogits, dloss)
         return dlogits, None, None

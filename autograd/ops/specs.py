@@ -1,7 +1,9 @@
 """One autograd Function per op spec (helios.kernels.spec) with `autograd=True`, named after it (Exp, Gelu,
 Softmax, LayerNorm, ...): forward and VJP are the spec's op functions. Scalars are keyword arguments of `apply`;
 gradients the spec says have sinks (a norm's dw and db) are added straight into the parameters' gradient arena
-(`ctx.grad_sink`), so accumulating them costs no dispatch. A new spec needs no edit here."""
+(`ctx.grad_sink`), so accumulating them costs no dispatch. Index arguments (`indices`: ids, targets) get no
+gradient, and keyword arguments that only backward takes (`backward_kwargs`: the embedding's sorted plan) are
+kept from `apply` for it. A new spec needs no edit here."""
 
 from __future__ import annotations
 
@@ -12,13 +14,15 @@ from helios.kernels.spec import OpSpec, as_tuple, specs
 def spec_function(spec: OpSpec) -> type[Function]:
     """A Function returning the first result of spec.forward(*args, **scalars), saving what spec.saves names
     (statistics such as mean and rstd as intermediates) and returning spec.backward(*saved, dy): one gradient
-    per arg, ACCUMULATED for one written into its sink."""
-    sunk = [(k, g) for k, g in enumerate(spec.grads) if g in spec.sinks]
+    per float arg (None for index args), ACCUMULATED for one written into its sink."""
+    floats = [k for k, a in enumerate(spec.args) if a not in spec.indices]  # the arg each gradient belongs to
+    sunk = [(k, g) for k, g in zip(floats, spec.grads, strict=True) if g in spec.sinks]
 
     def forward(ctx, *args, **scalars):
         if len(args) > len(spec.args):  # scalars given positionally, in the spec's order
             scalars |= dict(zip(spec.scalars, args[len(spec.args):], strict=False))
             args = args[:len(spec.args)]
+        ctx.backward_kwargs = {k: scalars.pop(k) for k in spec.backward_kwargs if k in scalars}
         ctx.scalars = spec.grad_kwargs(scalars)
         ctx.flags = {flag: args[spec.args.index(arg)] is not None for arg, flag in spec.optional.items()}
         outputs = spec.forward(*args, **scalars)
@@ -28,7 +32,11 @@ def spec_function(spec: OpSpec) -> type[Function]:
     def backward(ctx, dy):
         sinks = {f"{g}_out": ctx.grad_sink(k) for k, g in sunk}
         extra = {**sinks, "accumulate": True} if sunk else {}
-        grads = list(as_tuple(spec.backward(*ctx.saved_tensors, dy, **ctx.scalars, **ctx.flags, **extra)))
+        computed = as_tuple(spec.backward(*ctx.saved_tensors, dy, **ctx.scalars, **ctx.flags, **ctx.backward_kwargs,
+                                          **extra))
+        grads = [None] * len(spec.args)
+        for k, g in zip(floats, computed, strict=True):
+            grads[k] = g
         for k, g in sunk:
             if not ctx.needs_input_grad[k]:
                 grads[k] = None

@@ -13,6 +13,10 @@ Three dispatches, none of which is ever read back by the host:
 When every row is ignored the loss and dlogits are 0 (torch returns NaN). A target outside [0, V) that is
 not ignore_index is treated as ignored (torch raises).
 
+As an op spec (helios.kernels.spec), cross_entropy maps (logits, int32 targets) to (loss, loss_grad): loss_grad
+is the loss's gradient with respect to the logits (grad_scale 1), which the fused kernel writes anyway, and
+`cross_entropy_backward(loss_grad, dloss)` scales it by the loss's incoming gradient on the device.
+
 The rows kernel has "bf16_*" and "fp16_*" variants (helios.kernels.dtypes): logits are read and dlogits
 written in that io dtype (one rounding per element); the max, sum, softmax, row losses and the loss are f32.
 fp16 dlogits carry grad_scale / n_valid, so with many rows the small probabilities fall into fp16's
@@ -27,8 +31,10 @@ from typing import NamedTuple
 import numpy as np
 
 from helios.kernels import selection
+from helios.kernels.cast import SCALE_BY, scale_by
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
-from helios.ops import declare_ops
+from helios.kernels.elementwise import MUL, mul
+from helios.kernels.spec import OpSpec, Tolerance, register, rows_and_cols
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, one_workgroup, u32, vec
 
 WG_ROW = 128  # invocations per row
@@ -291,4 +297,54 @@ def cross_entropy(logits, targets, ignore_index: int = -1, grad_scale: float = 1
     return loss, dlogits
 
 
-OPS = declare_ops(__name__, cross_entropy)  # this file's helios.ops functions
+def cross_entropy_backward(loss_grad, dloss):
+    """dlogits = loss_grad * dloss[0] for the loss_grad cross_entropy returned and the (1,) gradient of its loss
+    (a loss scale, a chunk weight): one dispatch on the device, no host read; a half loss_grad is scaled in f32
+    by the f32 dloss, which is never rounded to half."""
+    if loss_grad.dtype == dloss.dtype:
+        return mul(loss_grad.reshape(-1), dloss.reshape(1)).reshape(*loss_grad.shape)
+    return scale_by(loss_grad, dloss.reshape(1))
+
+
+# -- op spec: tests, docs/OPS.md and bench derive from it (helios.kernels.spec); autograd's CrossEntropy Function
+# stays hand-written (it skips the backward's dispatch for a unit loss gradient) and calls these op functions ----
+
+def _reference_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int = -1):
+    """(loss (1,), loss_grad): the reference at grad_scale 1, the loss shaped as the op returns it."""
+    loss, loss_grad = reference(logits, targets, ignore_index=ignore_index)
+    return loss.reshape(1), loss_grad
+
+
+def _reference_backward(loss_grad: np.ndarray, dloss: np.ndarray) -> np.ndarray:
+    return loss_grad * dloss[0]
+
+
+def _inputs(rng: np.random.Generator, shape, ignore_index: int = -1):
+    """Logits 3 N(0, 1); targets int32 in [0, V), row 1 ignore_index (where there are more than 2 rows) and, past
+    4 rows, row 3 = V (out of range: ignored too)."""
+    logits = (rng.standard_normal(shape) * 3.0).astype(np.float32)
+    targets = rng.integers(0, shape[-1], size=shape[:-1], dtype=np.int32)
+    flat = targets.reshape(-1)
+    if flat.size > 2:
+        flat[1] = ignore_index
+    if flat.size > 4:
+        flat[3] = shape[-1]
+    return logits, targets
+
+
+# Rows 1, 7, 33 of vocab 1, 7, 33, 513, 4097 (the scalar variants), 12, 516, 4096 (vec4), many rows, a 3-D input
+# and the GPT's 50257.
+_SHAPES = tuple((r, v) for r in (1, 7, 33) for v in (1, 7, 33, 513, 4097) if r * v <= 40_000) + (
+    (1, 4), (7, 12), (33, 12), (33, 516), (3, 4096), (513, 33), (2, 5, 64), (2, 50257))
+# loss: f32 logsumexps (lavapipe's exp and log a few ulp off, sums of up to 50257 terms) within 168 f32 roundings
+# (1e-5) of |loss| and of 1; loss_grad: probabilities within 512 (3e-5) of themselves plus 32 absolute (p - 1 at the
+# target cancels), then one rounding to the dtype; dlogits: one product, rounded once.
+_TOLERANCE = {"loss": Tolerance(rel=168, abs=168), "loss_grad": Tolerance(rel=512, abs=32),
+              "dlogits": Tolerance(rel=1)}
+register(OpSpec("cross_entropy", "Mean cross-entropy of softmax(logits) over rows whose int32 target is in range "
+                "and not ignore_index; loss_grad is d loss / d logits.", __name__,
+                (CROSS_ENTROPY_ROWS, MUL, SCALE_BY), cross_entropy, cross_entropy_backward, _reference_loss,
+                _reference_backward, _inputs, args=("logits", "targets"), outputs=("loss", "loss_grad"),
+                saves=("loss_grad",), family="cross_entropy", shapes=_SHAPES, sizes=rows_and_cols,
+                tolerance=_TOLERANCE, autograd=False, f32=("loss",), scalars={"ignore_index": (-1, -100)},
+                grad_scalars=(), indices=("targets",)))

@@ -24,11 +24,13 @@ Grid shapes, (rows, D) each: `embedding` and "atomic" (N, D), "scan" (V, D), "so
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import check_f32, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
-from helios.ops import declare_ops
+from helios.kernels.spec import OpSpec, Tolerance, register, rows_and_cols
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
 
 WG = 64  # invocations per workgroup for every kernel here (memory-bound; small groups pack lavapipe's threads)
@@ -320,17 +322,11 @@ class FixedScatterPlan:
         return list(plan_arrays(host_ids, self.vocab, self.capacity)[:3])
 
 
-def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, plan=None):
-    """Scatter-add dy [N, D] rows into table_grad [V, D] (and position rows into pos_grad); returns
-    (table_grad, pos_grad). Without accumulate the gradients are overwritten. `plan` (from
-    `sorted_segments`) lets the deterministic "sorted" scatter run; the "embedding_backward" selection
-    family picks the scatter (force it with helios.kernels.selection). dy may be f32, bf16 or fp16 (the
-    variant follows it); the gradients are always f32 and summed in f32."""
+def _scatter(ids, dy, table_grad, accumulate: bool, plan, dtype: str) -> None:
+    """table_grad (+)= the rows of dy scattered by id, by the scatter the "embedding_backward" family picks."""
     rt = _rt()
-    dtype = io_dtype("embedding_backward", dy=dy)
-    check_f32("embedding_backward", table_grad=table_grad, pos_grad=pos_grad)
     pick = lambda name: dtype_variant(name, dtype)  # noqa: E731
-    n, seq = _rows(ids)
+    n, _ = _rows(ids)
     vocab, d = int(table_grad.shape[0]), int(table_grad.shape[1])
     vec = 4 if d % 4 == 0 else 1
     variant = selection.choose("embedding_backward", (n, vocab, d, plan is not None), dtype)
@@ -354,15 +350,91 @@ def embedding_backward(ids, dy, table_grad, pos_grad=None, accumulate=False, pla
         rt.launch(EMBEDDING_BACKWARD_SCAN, [ids, dy, table_grad],
                   push={"n_rows": n, "dv": d // vec, "vocab": vocab, "accumulate": int(accumulate)},
                   grid=EMBEDDING_BACKWARD_SCAN.grid_for((vocab, d), name), variant=name)
-    if pos_grad is not None:
-        n_pos = int(pos_grad.shape[0])
-        if n_pos < seq:
-            raise ValueError(f"pos_grad has {n_pos} rows but the sequences are {seq} long")
-        name = pick("vec4" if vec == 4 else "scalar")
-        rt.launch(EMBEDDING_POS_BACKWARD, [dy, pos_grad],
-                  push={"B": n // seq, "T": seq, "n_pos": n_pos, "dv": d // vec, "accumulate": int(accumulate)},
-                  grid=EMBEDDING_POS_BACKWARD.grid_for((n_pos, d), name), variant=name)
-    return table_grad, pos_grad
 
 
-OPS = declare_ops(__name__, embedding, embedding_backward)  # this file's helios.ops functions
+def _scatter_positions(ids, dy, pos_grad, accumulate: bool, dtype: str) -> None:
+    """pos_grad[t] (+)= sum over the sequences of dy[b*T + t]."""
+    rt = _rt()
+    n, seq = _rows(ids)
+    n_pos, d = int(pos_grad.shape[0]), int(pos_grad.shape[1])
+    if n_pos < seq:
+        raise ValueError(f"the position gradient has {n_pos} rows but the sequences are {seq} long")
+    vec = 4 if d % 4 == 0 else 1
+    name = dtype_variant("vec4" if vec == 4 else "scalar", dtype)
+    rt.launch(EMBEDDING_POS_BACKWARD, [dy, pos_grad],
+              push={"B": n // seq, "T": seq, "n_pos": n_pos, "dv": d // vec, "accumulate": int(accumulate)},
+              grid=EMBEDDING_POS_BACKWARD.grid_for((n_pos, d), name), variant=name)
+
+
+def _grad_out(out, like, accumulate: bool, what: str):
+    """The f32 gradient to write (out, or a fresh tensor shaped as `like`) and whether to add into it (never into
+    a fresh one)."""
+    if out is None:
+        return _rt().empty(tuple(like.shape)), False
+    check_f32("embedding_backward", **{what: out})
+    if tuple(out.shape) != tuple(like.shape):
+        raise ValueError(f"embedding_backward: {what} has shape {tuple(out.shape)}, its table {tuple(like.shape)}")
+    return out, accumulate
+
+
+def embedding_backward(ids, table, pos_table, dy, dtable_out=None, dpos_table_out=None, accumulate=False, *,
+                       has_pos_table=None, plan=None):
+    """(dtable, dpos_table) of embedding(ids, table, pos_table): the rows of dy [N, D] scatter-added by id into
+    dtable [V, D], and by position into dpos_table (None without pos_table). table and pos_table give only the
+    shapes. With *_out tensors and accumulate=True the gradients are added into them (a gradient arena), else
+    they are overwritten; without, fresh ones are returned. Gradients are f32 whatever dy's dtype (f32, bf16 or
+    fp16), summed in f32. `plan` (sorted_segments or FixedScatterPlan.plan) lets the deterministic "sorted"
+    scatter run; the "embedding_backward" selection family picks the scatter (force it with
+    helios.kernels.selection)."""
+    dtype = io_dtype("embedding_backward", dy=dy)
+    with_pos = pos_table is not None if has_pos_table is None else has_pos_table
+    dtable, acc = _grad_out(dtable_out, table, accumulate, "dtable_out")
+    _scatter(ids, dy, dtable, acc, plan, dtype)
+    if not with_pos:
+        return dtable, None
+    dpos, acc = _grad_out(dpos_table_out, pos_table, accumulate, "dpos_table_out")
+    _scatter_positions(ids, dy, dpos, acc, dtype)
+    return dtable, dpos
+
+
+def scatter_plan(host_ids: np.ndarray, vocab: int, fixed: FixedScatterPlan | None = None):
+    """The plan embedding_backward takes for ids the host holds: a captured step's fixed plan where it is sized for
+    this vocabulary (the caller rewrites it per batch), else sorted_segments(host_ids, vocab)."""
+    return fixed.plan if fixed is not None and fixed.vocab == vocab else sorted_segments(host_ids, vocab)
+
+
+# -- op spec: tests, docs/OPS.md and autograd's Embedding Function (the gradients added straight into the wte/wpe
+# gradient sinks) derive from it (helios.kernels.spec) -------------------------------------------------------------
+
+def _reference_backward(ids, table, pos_table, dy):
+    return reference_backward(ids, dy, table.shape[0], None if pos_table is None else pos_table.shape[0])
+
+
+def _inputs(rng: np.random.Generator, shape, **_):
+    """shape = (*ids shape, D): ids int32 in [0, V) with V = N // 3 + 1, so ids repeat, the first id 0 and the
+    last V - 1 (the table's first and last rows); table 2 N(0, 1); T + 2 position rows (the last two get zero
+    gradients)."""
+    ids_shape, d = tuple(shape[:-1]), shape[-1]
+    vocab = math.prod(ids_shape) // 3 + 1
+    ids = rng.integers(0, vocab, size=ids_shape, dtype=np.int32)
+    ids.reshape(-1)[[0, -1]] = 0, vocab - 1
+    table = (rng.standard_normal((vocab, d)) * 2).astype(np.float32)
+    pos_table = rng.standard_normal((ids_shape[-1] + 2, d)).astype(np.float32)
+    return ids, table, pos_table
+
+
+# y: a copy, plus one f32 add with positions, rounded once; gradients: f32 sums of a few rows in scatter order,
+# within 8 f32 roundings of themselves plus 32 of max |gradient| (at least 1).
+_TOLERANCE = {"y": Tolerance(rel=1), "dtable": Tolerance(rel=8, abs=32, floor=1.0),
+              "dpos_table": Tolerance(rel=8, abs=32, floor=1.0)}
+# ids of N = 1, 7, 33, 513, 1026 tokens (1-D or [B, T]) by D = 1, 4, 7, 12, 16, 33, 513 (vec4 where D % 4 == 0)
+_SHAPES = ((1, 1), (7, 7), (1, 7, 12), (3, 11, 33), (1, 33, 513), (513, 4), (1, 513, 7), (2, 513, 16))
+register(OpSpec("embedding", "Rows of table for int32 ids [B, T] as [N, D], plus pos_table[n % T] if given (out-of-"
+                "range ids give zero rows and no gradient).", __name__,
+                (EMBEDDING, EMBEDDING_BACKWARD_SORTED, EMBEDDING_BACKWARD_ATOMIC, EMBEDDING_BACKWARD_SCAN,
+                 EMBEDDING_POS_BACKWARD), embedding, embedding_backward, reference, _reference_backward, _inputs,
+                args=("ids", "table", "pos_table"), outputs=("y",), saves=("ids", "table", "pos_table"),
+                family="embedding_backward", shapes=_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE,
+                f32=("dtable", "dpos_table"), sinks=("dtable", "dpos_table"), optional={"pos_table": "has_pos_table"},
+                indices=("ids",), backward_kwargs=("plan",),
+                host_kwargs=lambda ids, table, pos_table: {"plan": sorted_segments(ids, table.shape[0])}))

@@ -3,15 +3,17 @@ and VJP, input generator, awkward test shapes, tolerances and FLOP/byte counts; 
 helios.ops namespace, bench entries and docs/OPS.md's table are derived from the registry (`specs()`), not
 written again.
 
-An op maps named tensor arguments (`args`: x, or x, w, b) to named results (`outputs`: y, or y, mean, rstd;
-only the first takes a gradient). Its backward takes the tensors named by `saves` (any of args and outputs)
-and dy, and returns one gradient per argument (dx, dw, db); the numpy reference and reference_backward take
-and return the same, on float64 arrays. Scalar arguments (clamp's bounds, the norms' eps) are keyword arguments of
-all four. Tests run every op in every dtype its kernels offer, with tolerances in roundings of the dtype
-(`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place, which
-the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in one
-kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md
-has both worked examples). Kernel discovery (importing every kernel module so that its specs register) is
+An op maps named tensor arguments (`args`: x, or x, w, b) to named results (`outputs`: y, or y, mean, rstd; only the
+first takes a gradient). Its backward takes the tensors named by `saves` (any of args and outputs) and dy, and
+returns one gradient per float argument (dx, dw, db); the numpy reference and reference_backward take and return the
+same, on float64 arrays. Integer inputs (`indices`: token ids, targets) are int32 index arrays: the input generator
+returns them int32, tests pass them unrounded (to the references too), and they take no gradient: backward returns
+none for them and `grads` does not list them. Scalar arguments (clamp's bounds, the norms' eps) are keyword
+arguments of all four. Tests run every op in every dtype its kernels offer, with tolerances in roundings of the
+dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place,
+which the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in
+one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
+both worked examples). Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
 """
 
@@ -111,10 +113,11 @@ class OpSpec:
     module: str                          # the kernel file that declares it
     kernels: tuple[Kernel, ...]          # forward kernel, then backward kernel(s)
     forward: Callable                    # helios op function: forward(*args, **scalars) -> y or (y, *statistics)
-    backward: Callable | None            # backward(*saved, dy, **scalars) -> dx, or (dx, dw, ...): one per arg
+    backward: Callable | None            # backward(*saved, dy, **scalars) -> dx, or (dx, dw, ...): one per float arg
     reference: Callable                  # numpy forward(*args, **scalars), float64-capable, same results
     reference_backward: Callable | None  # numpy backward(*saved, dy, **scalars), same gradients
-    inputs: Callable                     # (rng, shape, **scalars) -> one float32 array per arg, in the op's domain
+    inputs: Callable                     # (rng, shape, **scalars) -> one array per arg, in the op's domain: float32,
+    #                                      int32 for `indices`
     args: tuple[str, ...] = ("x",)       # forward's tensor arguments
     outputs: tuple[str, ...] = ("y",)    # forward's results; the first is the differentiable one
     saves: tuple[str, ...] = ("x",)      # what backward takes before dy, by name (args and outputs)
@@ -135,6 +138,11 @@ class OpSpec:
     sinks: tuple[str, ...] = ()          # gradients backward can add into f32 sinks (dw: `dw_out=`, accumulate=True)
     optional: Mapping[str, str] = field(default_factory=dict, compare=False)
     # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias)
+    indices: tuple[str, ...] = ()        # args that are int32 index arrays (ids, targets): no rounding, no gradient
+    backward_kwargs: tuple[str, ...] = ()  # keyword arguments that only backward takes, computed by its caller on the
+    #                                        host (the embedding scatter's sorted plan): the autograd Function keeps
+    #                                        them from apply for backward
+    host_kwargs: Callable | None = None  # (*host args) -> those keyword arguments, for the tests
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
@@ -143,13 +151,15 @@ class OpSpec:
             raise ValueError(f"op {self.name!r}: dtypes {sorted(set(dtypes) - offered)} have no kernel variants; "
                              f"its kernels offer {sorted(offered)}")
         object.__setattr__(self, "dtypes", dtypes)
+        if stray := set(self.indices) - set(self.args):
+            raise ValueError(f"op {self.name!r}: indices {sorted(stray)} are not among its args {self.args}")
         if missing := (set(self.outputs) | set(self.grads)) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 
     @property
     def grads(self) -> tuple[str, ...]:
-        """The gradients backward returns: d + each argument's name."""
-        return tuple(f"d{a}" for a in self.args)
+        """The gradients backward returns: d + each float argument's name (index arguments take none)."""
+        return tuple(f"d{a}" for a in self.args if a not in self.indices)
 
     def storage(self, name: str, dtype: str) -> str:
         """The dtype tensor `name` (an arg, output or gradient) is stored in when the op runs in `dtype`."""

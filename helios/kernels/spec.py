@@ -13,7 +13,10 @@ arguments of all four. Tests run every op in every dtype its kernels offer, with
 dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place,
 which the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
-both worked examples). Kernel discovery (importing every kernel module so that its specs register) is
+both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: the
+reductions, the column copies) and keeps its hand-written autograd Function (autograd=False); ops taking a list of
+tensors (`packed`), writing into an argument (`result_in`) or choosing through more than one selection family
+(`also_families`) say that too. Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
 """
 

@@ -1,5 +1,6 @@
-"""Row ops over the last axis, forward and backward: every row op spec (softmax, layernorm, rmsnorm, ... from
-helios.kernels.spec), vs numpy doing the same work (and torch on CUDA where there is one).
+"""Row ops over the last axis, forward and backward: every row op spec (softmax, layernorm, rmsnorm, the reductions
+sum, mean and max, which have no backward, ... from helios.kernels.spec), vs numpy doing the same work (and torch on
+CUDA where there is one); the column sums, sumsq and the column copies (forward only) beside them.
 
 The numpy baselines work in float32 into preallocated arrays (no page faults): softmax max, subtract, exp,
 sum, divide, and backward y * dy, row sums, dy - s, y * (.); the norms mean, centre, variance, rstd, scale
@@ -22,6 +23,7 @@ FULL = [(2048, 256), (4096, 768), (4096, 1024), (1024, 4096), (1024, 4097)]
 QUICK = [(1024, 256)]
 GPU_EXTRA = [(65536, 1024), (16384, 4096)]
 EPS = 1e-5  # the norms' default
+FAMILIES = ("rows", "sum_rows", "reduce_all", "layout")  # the spec families benched here (elementwise: the rest)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,20 +156,49 @@ def _records(rows: int, cols: int, rng: np.random.Generator, repeats: int, torch
         host_saved = [s.numpy() for s in saved]
         fast = BASELINES.get(spec.name)
         ref_fwd, ref_bwd = fast(args, host_saved, dy) if fast else (
-            functools.partial(spec.reference, *args), functools.partial(spec.reference_backward, *host_saved, dy))
+            functools.partial(spec.reference, *args),
+            spec.reference_backward and functools.partial(spec.reference_backward, *host_saved, dy))
         fwd = dict(flops=spec.flops(shape), nbytes=spec.bytes(shape), repeats=repeats)
-        bwd = dict(flops=spec.flops(shape, kernel=1), nbytes=spec.bytes(shape, kernel=1), repeats=repeats)
         device_fwd = functools.partial(spec.forward, *targs)
         out.append(compare(spec.name, variant, label, device_fwd, ref_fwd, ref="numpy", **fwd))
-        out.append(compare(f"{spec.name}_backward", variant, label, functools.partial(spec.backward, *saved, tdy),
-                           ref_bwd, ref="numpy", **bwd))
+        if spec.backward is not None:  # the reductions over rows have none
+            bwd = dict(flops=spec.flops(shape, kernel=1), nbytes=spec.bytes(shape, kernel=1), repeats=repeats)
+            out.append(compare(f"{spec.name}_backward", variant, label, functools.partial(spec.backward, *saved, tdy),
+                               ref_bwd, ref="numpy", **bwd))
         torch_fwd = _torch_forward(torch_cuda, spec.name, args) if torch_cuda is not None else None
         if torch_fwd is not None:
             out.append(compare(spec.name, variant, label, device_fwd, torch_fwd, ref="torch-cuda", cuda_ref=True,
                                **fwd))
+    for spec in specs("sum_rows") + specs("reduce_all"):  # column sums and sumsq: forward only, at this shape
+        args = spec.inputs(rng, shape)
+        targs = [rt.from_numpy(a) for a in args]
+        out.append(compare(spec.name, f"{spec.family} rule", label, functools.partial(spec.run_forward, targs),
+                           functools.partial(spec.apply, spec.reference, args), ref="numpy",
+                           flops=spec.flops(shape), nbytes=spec.bytes(shape), repeats=repeats))
+    return out
+
+
+def case_records(rng: np.random.Generator, repeats: int) -> list[dict]:
+    """The column copies (concat, slice_columns, copy_columns: forward only) once each, at their largest test
+    case (their scalars say which columns move, so the sweep's shapes do not fit them)."""
+    import helios.runtime as rt
+    from helios.kernels.spec import specs
+
+    out = []
+    for spec in specs("layout"):
+        k = max(range(len(spec.shapes)), key=lambda i: int(np.prod(spec.shapes[i])))
+        scalars = spec.scalar_cases()[k % len(spec.scalar_cases())]
+        shape = spec.shapes[k]
+        args = spec.inputs(rng, shape, **scalars)
+        targs = [rt.from_numpy(a) for a in args]
+        out.append(compare(spec.name, f"{spec.family} rule", "x".join(map(str, shape)),
+                           functools.partial(spec.run_forward, targs, **scalars),
+                           functools.partial(spec.apply, spec.reference, args, **scalars), ref="numpy",
+                           flops=spec.flops(shape), nbytes=spec.bytes(shape), repeats=repeats))
     return out
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    """Records for every row op spec, forward and backward, at each shape."""
-    return sweep_shapes(args, FULL, QUICK, GPU_EXTRA, _records)
+    """Records for every row op spec (forward and backward where it has one) and the column sums and sumsq at each
+    shape, then the column copies at their largest test cases."""
+    return sweep_shapes(args, FULL, QUICK, GPU_EXTRA, _records) + case_records(np.random.default_rng(0), args.repeats)

@@ -14,7 +14,7 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.dtypes import dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
 from helios.kernels.elementwise import LOCAL, grid_2d
-from helios.ops import declare_ops
+from helios.kernels.spec import OpSpec, Tolerance, register
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant, u32
 
@@ -100,5 +100,59 @@ def slice_columns(x: Tensor, start: int, stop: int) -> Tensor:
     return out
 
 
-# the helios.ops functions this file declares
-OPS = declare_ops(__name__, concat, slice_columns, copy_columns)
+def reference_slice_columns(x: np.ndarray, start: int, stop: int) -> np.ndarray:
+    return x[..., start:stop].copy()
+
+
+def reference_copy_columns(src: np.ndarray, dst: np.ndarray, *, src_off: int, dst_off: int, n: int,
+                           accumulate: bool = False) -> np.ndarray:
+    """dst after copy_columns (a new array)."""
+    out = dst.copy()
+    block = src[..., src_off:src_off + n]
+    out[..., dst_off:dst_off + n] = out[..., dst_off:dst_off + n] + block if accumulate else block
+    return out
+
+
+# -- op specs: tests, bench and docs/OPS.md derive from them (helios.kernels.spec) --------------------------------
+# No backward kernel of their own: concat's VJP is slice_columns of each part (autograd's hand-written Concat).
+def _normal(rng: np.random.Generator, shape) -> np.ndarray:
+    return (rng.standard_normal(shape) * 3).astype(np.float32)
+
+
+def _concat_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, ...]:
+    """Three parts whose widths add up to shape[-1] (at least 3): 1 column, half of the rest, the rest."""
+    *lead, total = shape
+    half = (total - 1) // 2
+    return tuple(_normal(rng, (*lead, w)) for w in (1, half, total - 1 - half))
+
+
+# Slices and copies: (leading shape, columns of the source, of the destination, first source column, first
+# destination column, columns): single columns, a whole row, odd offsets and counts, 4097-column rows, 3-D.
+_CASES = (((1,), 1, 1, 0, 0, 1), ((7,), 33, 40, 5, 7, 28), ((33,), 513, 300, 0, 1, 257),
+          ((1,), 4097, 4097, 4000, 3, 97), ((2, 3), 12, 12, 1, 0, 7), ((3,), 4097, 9, 4088, 0, 9))
+_COLUMN_SPEC = dict(family="layout", autograd=False, tolerance={"y": Tolerance()},
+                    sizes=lambda shape: (int(np.prod(shape[:-1])), shape[-1]))
+register(OpSpec("concat", "Concatenate along the last axis (one float dtype): one dispatch per part.", __name__,
+                (COPY_COLUMNS,), concat, None, reference_concat, None, _concat_inputs, args=("a", "b", "c"), saves=(),
+                shapes=((1, 3), (7, 41), (33, 520), (1, 4099), (2, 3, 12)), packed=True, **_COLUMN_SPEC))
+register(OpSpec("slice_columns", "x[..., start:stop] as a new contiguous tensor.", __name__, (COPY_COLUMNS,),
+                slice_columns, None, reference_slice_columns, None, lambda rng, shape, **_: (_normal(rng, shape),),
+                shapes=tuple((*lead, cols) for lead, cols, _, off, _, n in _CASES),
+                scalars={"start": tuple(c[3] for c in _CASES), "stop": tuple(c[3] + c[5] for c in _CASES)},
+                **_COLUMN_SPEC))
+
+
+def _copy_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.ndarray]:
+    """src of `shape` and a nonzero dst whose width is the matching case's (dst_cols)."""
+    dst_cols = next(c[2] for c in _CASES if (*c[0], c[1]) == tuple(shape))
+    return _normal(rng, shape), _normal(rng, (*shape[:-1], dst_cols))
+
+
+# The "add" variant computes in f32 and rounds once to the dtype: one f32 rounding (none more for a copy).
+register(OpSpec("copy_columns", "dst[..., dst_off:dst_off+n] (+)= src[..., src_off:src_off+n] (accumulate=True "
+                "adds), in place.", __name__, (COPY_COLUMNS,), copy_columns, None, reference_copy_columns, None,
+                _copy_inputs, args=("src", "dst"), outputs=("dst",), saves=(), result_in="dst",
+                shapes=tuple((*lead, cols) for lead, cols, *_ in _CASES),
+                scalars={"src_off": tuple(c[3] for c in _CASES), "dst_off": tuple(c[4] for c in _CASES),
+                         "n": tuple(c[5] for c in _CASES), "accumulate": (False, True)},
+                **(_COLUMN_SPEC | {"tolerance": {"dst": Tolerance(rel=1)}})))

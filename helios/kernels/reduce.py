@@ -31,8 +31,8 @@ from helios.kernels.rows import (
     row_grid,
     rows_of,
 )
+from helios.kernels.spec import OpSpec, Tolerance, register, rows_and_cols
 from helios.kernels.wide import WideView
-from helios.ops import declare_ops
 from helios.runtime import Tensor, empty, fill, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, ceil_div, f32, u32, u64
 
@@ -42,17 +42,22 @@ _max, _min, _sum = max, min, sum  # short names kept so the code below reads as 
 
 
 # -- numpy references (float64-capable) ------------------------------------------------------------
+def _reduced(fn, x: np.ndarray, axis: int | None) -> np.ndarray:
+    """fn over the last axis, or over everything, in the ops' shapes: x.shape[:-1] ((1,) for a 1-D x) or (1,)."""
+    return fn(x).reshape(1) if axis is None else fn(x, axis=-1).reshape(x.shape[:-1] or (1,))
+
+
 def reference_sum(x: np.ndarray, axis: int | None = -1) -> np.ndarray:
     """Sum over the last axis, or over everything as shape (1,)."""
-    return np.sum(x).reshape(1) if axis is None else np.sum(x, axis=-1)
+    return _reduced(np.sum, x, axis)
 
 
 def reference_mean(x: np.ndarray, axis: int | None = -1) -> np.ndarray:
-    return np.mean(x).reshape(1) if axis is None else np.mean(x, axis=-1)
+    return _reduced(np.mean, x, axis)
 
 
 def reference_max(x: np.ndarray, axis: int | None = -1) -> np.ndarray:
-    return np.max(x).reshape(1) if axis is None else np.max(x, axis=-1)
+    return _reduced(np.max, x, axis)
 
 
 def reference_sum_rows(x: np.ndarray) -> np.ndarray:
@@ -405,5 +410,56 @@ def sumsq(tensors: Tensor | Sequence[Tensor]) -> Tensor:
     return out
 
 
-# helios.ops.sum / helios.ops.max are reduce_sum / reduce_max: their names would shadow the builtins here.
-OPS = declare_ops(__name__, mean, sum_rows, sumsq, sum=reduce_sum, max=reduce_max)
+# -- op specs: tests, bench and docs/OPS.md derive from them (helios.kernels.spec) --------------------------------
+# None has a backward kernel: autograd's Sum and Mean Functions broadcast dy with elementwise kernels
+# (autograd/ops/reduce.py), and sum_rows and sumsq are themselves gradients (bias, grad norm).
+def _shifted_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray]:
+    """N(2, 3): mostly positive, so sums grow with n (tolerances relative to them hold), some negative (max)."""
+    return ((rng.standard_normal(shape) * 3 + 2).astype(np.float32),)
+
+
+def _sumsq_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, ...]:
+    """Three tensors: one of `shape`, a 7-element one and one of half as many elements plus 3."""
+    n = int(np.prod(shape))
+    return tuple((rng.standard_normal(s) * 3).astype(np.float32) for s in (shape, (7,), (n // 2 + 3,)))
+
+
+# Shapes over the last axis and over everything, each taken once with axis=-1 and once with axis=None: rows of 1 to
+# 4100 (odd, multiples of 4 for the vec4/u64x2 widths), a 3-D input, and totals past 4096 elements (all_groups > 1:
+# partials, then one workgroup) up to ~10^5.
+_REDUCE_SHAPES = tuple(s for s in ((1,), (1, 1), (7, 8), (33, 33), (7, 513), (1, 4097), (7, 4100), (2, 3, 33),
+                                   (4 * 4096 + 3,), (3, 33_337)) for _ in range(2))
+# Results are f32 in every dtype. Sums: each add rounds the running partial once; the partials' errors largely
+# cancel, so measured sums stay within ~6 f32 roundings of |sum| (the inputs keep sums away from 0): 16 of |sum|
+# plus 2 of the largest result (floor 1); max is exact.
+_SUM_TOLERANCE = {"y": Tolerance(rel=16, abs=2, floor=1.0)}
+_REDUCE_OP = dict(family="rows", also_families=("reduce_all",), shapes=_REDUCE_SHAPES, sizes=rows_and_cols,
+                  f32=("y",), scalars={"axis": (-1, None)}, autograd=False)
+for _name, _doc, _forward, _reference, _tolerance in (
+        ("sum", "Sum over the last axis, or over everything as shape (1,) (axis=None).", reduce_sum, reference_sum,
+         _SUM_TOLERANCE),
+        ("mean", "Mean over the last axis, or over everything as shape (1,) (axis=None).", mean, reference_mean,
+         _SUM_TOLERANCE),
+        ("max", "Maximum over the last axis, or over everything as shape (1,) (axis=None).", reduce_max,
+         reference_max, {"y": Tolerance()})):
+    register(OpSpec(_name, _doc, __name__, (REDUCE_ROWS, REDUCE_ALL), _forward, None, _reference, None,
+                    _shifted_inputs, tolerance=_tolerance, **_REDUCE_OP))
+
+# Column sums: one row, rows up to and past SUM_ROWS_CHUNK (64, 65: one pass, then chunks), past 64 chunks (4097,
+# 4161 rows: the chunks' sum takes two passes itself when two passes are forced), past ONE_PASS_ELEMENTS unforced
+# (4100 x 65), and column counts odd or multiples of 4. One invocation adds up a column's rows in sequence (up to
+# 4100, or 64 per chunk), so rounding errors random-walk over the chain: measured ~40 f32 roundings of |sum| for
+# 3000 rows in one pass; 128 allowed.
+register(OpSpec("sum_rows", "Column sums of a 2-D [M, N] tensor as [N] f32 (bias gradients; out=, accumulate=True "
+                "adds into a parameter gradient).", __name__, (SUM_ROWS,), sum_rows, None, reference_sum_rows, None,
+                _shifted_inputs, family="sum_rows",
+                shapes=((1, 1), (1, 7), (7, 33), (64, 12), (65, 7), (513, 64), (3000, 36), (4097, 5), (4161, 3),
+                        (4100, 65)),
+                sizes=rows_and_cols, f32=("y",), tolerance={"y": Tolerance(rel=128, abs=2, floor=1.0)},
+                autograd=False))
+# Three tensors at once (sizes from 1 to ~10^5: one-workgroup and partial stages), squares summed in f32: positive
+# terms, within 8 f32 roundings of the total.
+register(OpSpec("sumsq", "Sum of squares of every element of a list of tensors, as shape (1,) f32 (gradient "
+                "norms).", __name__, (REDUCE_ALL,), sumsq, None, reference_sumsq, None, _sumsq_inputs,
+                args=("a", "b", "c"), saves=(), family="reduce_all", shapes=((1,), (7, 33), (4097,), (300, 300)),
+                f32=("y",), tolerance={"y": Tolerance(rel=8)}, autograd=False, packed=True))

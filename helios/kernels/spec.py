@@ -13,7 +13,10 @@ arguments of all four. Tests run every op in every dtype its kernels offer, with
 dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place,
 which the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
-both worked examples). Kernel discovery (importing every kernel module so that its specs register) is
+both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: the
+reductions, the column copies) and keeps its hand-written autograd Function (autograd=False); ops taking a list of
+tensors (`packed`), writing into an argument (`result_in`) or choosing through more than one selection family
+(`also_families`) say that too. Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
 """
 
@@ -143,6 +146,12 @@ class OpSpec:
     #                                        host (the embedding scatter's sorted plan): the autograd Function keeps
     #                                        them from apply for backward
     host_kwargs: Callable | None = None  # (*host args) -> those keyword arguments, for the tests
+    also_families: tuple[str, ...] = ()  # other selection families its op functions choose through (sum over
+    #                                      everything: reduce_all); the tests force theirs alongside `family`'s
+    packed: bool = False                 # forward and reference take the tensor args as one list (concat's parts,
+    #                                      sumsq's tensors)
+    result_in: str | None = None         # the arg forward writes its result into (returning None: copy_columns'
+    #                                      dst); the tests read that arg back as the first output
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
@@ -153,7 +162,7 @@ class OpSpec:
         object.__setattr__(self, "dtypes", dtypes)
         if stray := set(self.indices) - set(self.args):
             raise ValueError(f"op {self.name!r}: indices {sorted(stray)} are not among its args {self.args}")
-        if missing := (set(self.outputs) | set(self.grads)) - set(self.tolerance):
+        if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 
     @property
@@ -178,6 +187,15 @@ class OpSpec:
         """What backward takes before dy, picked by name from forward's arguments and results."""
         named = dict(zip(self.args, args, strict=True)) | dict(zip(self.outputs, as_tuple(outputs), strict=True))
         return [named[n] for n in self.saves]
+
+    def apply(self, fn: Callable, args, **kwargs):
+        """fn(*args, **kwargs), or fn(list(args), ...) for a packed op: forward or reference on one case."""
+        return fn(list(args), **kwargs) if self.packed else fn(*args, **kwargs)
+
+    def run_forward(self, args, **scalars):
+        """forward's results on `args` (device tensors); for an op with `result_in`, that argument after the call."""
+        outputs = self.apply(self.forward, args, **scalars)
+        return outputs if self.result_in is None else args[self.args.index(self.result_in)]
 
     def flops(self, shape, kernel: int = 0) -> int:
         """FLOPs of the forward (kernel=1: the backward) on an input of `shape`."""

@@ -1,9 +1,9 @@
 """bfloat16 and float16 row kernels beyond the op specs' derived tests (tests/kernels/test_opspecs.py runs
 LayerNorm, RMSNorm and softmax in every dtype, layout, width and register tier, and RoPE in every dtype and width;
-tests/kernels/test_rope.py runs RoPE in place): norm gradients added into an f32 arena, masked softmax rows,
-reductions, sum_rows and sumsq: the "bf16_*" and "fp16_*" variants against
-float64 numpy references of the same half-rounded inputs, in every row layout and width (scalar, vec4 of halves,
-4 halves per 64-bit word) and register tier, at awkward shapes; and the mixing-dtypes errors.
+tests/kernels/test_rope.py runs RoPE in place; the reductions, sum_rows and sumsq are specs too, and
+tests/kernels/test_reduce.py adds half bias gradients into an f32 arena): norm gradients added into an f32 arena,
+masked softmax rows: the "bf16_*" and "fp16_*" variants against float64 numpy references of the same
+half-rounded inputs; and the mixing-dtypes errors.
 
 Tolerances. A half output is the f32 result rounded once: within ROUNDING[dtype] of it, relative; we allow
 2 * ROUNDING relative plus an absolute term for the f32 arithmetic before the rounding (the f32 tests'
@@ -25,12 +25,9 @@ from helios.kernels import rope as P
 from helios.kernels import rows as RW
 from helios.kernels import softmax as S
 from helios.kernels.dtypes import NUMPY, ROUNDING
-from tests.kernels.row_variants import force_variant, layout_fixture
+from tests.kernels.row_variants import force_variant
 
 EPS = 1e-5
-LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
-           ("sg", "u64x2", 4), ("sg", "vec4", 8), ("sg", "scalar", 8), ("wg", "vec4", 4)]
-layout = layout_fixture(LAYOUTS)
 F = rt.from_numpy
 
 
@@ -100,67 +97,6 @@ def test_softmax_masked_rows(half):
     y = S.softmax(F(_rounded(x, half))).numpy().astype(np.float64)
     assert np.all(y[:, 5:] == 0)
     np.testing.assert_allclose(y.sum(-1), 1.0, rtol=0, atol=5 * ROUNDING[half])
-
-
-SHAPES = [(1,), (7,), (1, 1), (1, 4097), (7, 33), (33, 8), (513, 7), (2, 3, 12), (3, 4100)]
-
-
-@pytest.mark.parametrize("axis", [-1, None], ids=["last", "all"])
-def test_reductions(layout, half, axis, force):
-    """Half inputs reduce in f32 and give f32 results (the f32 tests' tolerances: the inputs are exact)."""
-    force("reduce_all", "scalar" if layout[1] == "scalar" else "vec4")  # axis=None: the reduce_all family
-    rng = np.random.default_rng(0)
-    for shape in SHAPES:
-        x = _rounded(rng.standard_normal(shape), half)
-        t, x64 = F(x), _wide(x)
-        expect_shape = (1,) if axis is None or len(shape) == 1 else shape[:-1]
-        for op, ref in ((R.reduce_sum, R.reference_sum), (R.mean, R.reference_mean)):
-            got = op(t, axis=axis).numpy()
-            assert got.dtype == np.float32
-            np.testing.assert_allclose(got, ref(x64, axis).reshape(expect_shape), rtol=1e-4,
-                                       atol=1e-5 * np.sqrt(x.size), err_msg=f"{op.__name__} {shape}")
-        got = R.reduce_max(t, axis=axis).numpy()
-        np.testing.assert_array_equal(got, R.reference_max(x.astype(np.float32), axis).reshape(expect_shape))
-
-
-@pytest.mark.parametrize("n", [4 * 4096 + 3, 100_003])
-def test_reduce_all_two_stage(half, n):
-    x = _rounded(np.random.default_rng(3).standard_normal(n), half)
-    t, x64 = F(x), _wide(x)
-    np.testing.assert_allclose(R.reduce_sum(t, axis=None).numpy(), [x64.sum()], rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(R.mean(t, axis=None).numpy(), [x64.mean()], rtol=1e-4, atol=1e-6)
-    np.testing.assert_array_equal(R.reduce_max(t, axis=None).numpy(), [x64.max()])
-
-
-@pytest.mark.parametrize("two_stage", [False, True], ids=["one-pass", "two-stage"])
-@pytest.mark.parametrize("width", ["u64x2", "vec4", "scalar"])
-@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (65, 7), (513, 64), (3000, 36), (33, 4100)])
-def test_sum_rows_half_into_f32(shape, width, two_stage, half, force):
-    """Bias gradients: column sums of a half [M, N] into f32, fresh and accumulated into an arena view."""
-    force("sum_rows", R.SumRowsChoice(width, two_stage))
-    x = _rounded(np.random.default_rng(4).standard_normal(shape), half)
-    want = R.reference_sum_rows(_wide(x))
-    atol = 1e-5 * np.sqrt(shape[0])
-    got = R.sum_rows(F(x)).numpy()
-    assert got.dtype == np.float32
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol)
-    cols = shape[1]
-    arena = np.arange(cols + 16, dtype=np.float32)
-    t_arena = F(arena)
-    R.sum_rows(F(x), out=t_arena.view(8, (cols,)), accumulate=True)
-    expect = arena.astype(np.float64)
-    expect[8:8 + cols] += want
-    np.testing.assert_allclose(t_arena.numpy(), expect, rtol=1e-5, atol=1e-4 + atol)
-
-
-def test_sumsq(half):
-    rng = np.random.default_rng(6)
-    arrays = [_rounded(rng.standard_normal(s), half) for s in [(1,), (7, 33), (4097,), (300, 300), (3,)]]
-    got = R.sumsq([F(a) for a in arrays]).numpy()
-    assert got.dtype == np.float32
-    np.testing.assert_allclose(got, R.reference_sumsq(arrays), rtol=1e-5)
-    mixed = [F(arrays[1]), F(arrays[2].astype(np.float32))]  # each tensor's own dtype: f32 and half grads mix
-    np.testing.assert_allclose(R.sumsq(mixed).numpy(), R.reference_sumsq(arrays[1:3]), rtol=1e-5)
 
 
 def test_mixing_dtypes_is_an_error_naming_the_tensors():

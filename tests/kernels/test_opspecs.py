@@ -16,6 +16,8 @@ import helios.runtime as rt
 from helios.kernels import elementwise as E
 from helios.kernels import optable, rope
 from helios.kernels.dtypes import NUMPY
+from helios.kernels.layout import ACCESSES as COLUMN_ACCESSES
+from helios.kernels.reduce import SumRowsChoice
 from helios.kernels.rows import RowChoice
 from helios.kernels.spec import as_tuple, specs
 from tests.kernels.row_variants import LAYOUTS, layout_id
@@ -23,10 +25,13 @@ from tests.kernels.row_variants import LAYOUTS, layout_id
 SPECS = specs()
 # What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers,
 # cross-entropy's row layouts (a workgroup of the default 128 and of 32 invocations, a subgroup per row), every
-# embedding scatter (the spec's host_kwargs bring the sorted one its plan), rope's widths.
+# embedding scatter (the spec's host_kwargs bring the sorted one its plan), rope's widths, the whole-tensor
+# reductions' loads, every sum_rows width in one pass and in two, the column copies' one access.
 FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
           "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"],
-          "embedding_backward": ["sorted", "atomic", "scan"], "rope": rope.WIDTHS}
+          "embedding_backward": ["sorted", "atomic", "scan"], "rope": rope.WIDTHS, "reduce_all": ["scalar", "vec4"],
+          "sum_rows": [SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)],
+          "layout": list(COLUMN_ACCESSES)}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
@@ -119,10 +124,12 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> No
     is tested apart from the forward) against the reference VJP; then, for gradients with sinks, backward again
     into nonzero f32 sinks, which must end as start + gradient."""
     args64 = [_wide(a) for a in host]
-    want = as_tuple(spec.reference(*args64, **scalars))
-    got = as_tuple(spec.forward(*map(_device, host), **scalars))
+    want = as_tuple(spec.apply(spec.reference, args64, **scalars))
+    got = as_tuple(spec.run_forward([_device(a) for a in host], **scalars))
     for name, g, w in zip(spec.outputs, got, want, strict=True):
         _check(spec, name, dtype, g, w, what)
+    if spec.backward is None:  # the spec says it has none
+        return
     dy = _stored(rng.standard_normal(want[0].shape), spec.storage(spec.outputs[0], dtype))
     saved = [_host(spec, n, s, dtype) for n, s in zip(spec.saves, spec.saved(args64, want), strict=True)]
     kw = spec.grad_kwargs(scalars)
@@ -154,6 +161,9 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force):
     if reason := _unavailable(spec.family, choice):
         pytest.skip(reason)
     force(spec.family, choice)
+    for family in spec.also_families:  # the k-th choice of spec.family with the k-th (cycling) of each other one
+        others = FORCED[family]
+        force(family, others[FORCED[spec.family].index(choice) % len(others)])
     rng = np.random.default_rng(0)
     cases = spec.scalar_cases()
     for k, shape in enumerate(spec.shapes):
@@ -169,7 +179,7 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force):
             _run_case(spec, dtype, absent, scalars, rng, f"{spec.name} {shape} {scalars} without {arg}")
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=_id)
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.reference_backward], ids=_id)
 def test_reference_backward_matches_finite_differences(spec):
     """Each gradient of the float64 reference VJP against central differences of <dy, reference(args)>, for every
     scalar case."""
@@ -232,7 +242,10 @@ def test_every_spec_is_complete(spec):
     assert callable(spec.reference) and callable(spec.forward) and callable(spec.inputs)
     assert (spec.backward is None) == (spec.reference_backward is None), "a backward needs its reference and back"
     assert selection._family(spec.family).name == spec.family
-    assert FORCED[spec.family], f"no forced choices for family {spec.family}"
+    for family in (spec.family, *spec.also_families):
+        assert selection._family(family).name == family
+        assert FORCED[family], f"no forced choices for family {family}"
+    assert spec.result_in in (None, *spec.args)
     registered = {k.name: k for k in registry.load_all()}
     validated = {(k.name, v) for k, v in SPIRV_CASES}
     for kernel in spec.kernels:
@@ -256,7 +269,9 @@ def test_helios_ops_exports_every_spec():
     from helios import ops
 
     for s in SPECS:
-        assert getattr(ops, s.name) is s.forward and getattr(ops, f"{s.name}_backward") is s.backward
+        assert getattr(ops, s.name) is s.forward
+        if s.backward is not None:
+            assert getattr(ops, f"{s.name}_backward") is s.backward
         assert s.name in ops.__all__
 
 
@@ -290,6 +305,7 @@ def test_bench_has_every_spec():
 
     names = {r["kernel"] for r in elementwise._records(1 << 10, 1, None)}
     names |= {r["kernel"] for r in rows._records(7, 33, np.random.default_rng(0), 1, None)}
+    names |= {r["kernel"] for r in rows.case_records(np.random.default_rng(0), 1)}
     # specs with integer inputs are not benched from their specs yet (cross_entropy: helios.bench.cross_entropy)
     derived = [s for s in SPECS if not s.indices]
-    assert {n for s in derived for n in (s.name, f"{s.name}_backward")} <= names
+    assert {n for s in derived for n in (s.name, f"{s.name}_backward") if s.backward or n == s.name} <= names

@@ -15,8 +15,10 @@ which the derived test and autograd Function use. A pointwise op with its backwa
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
 both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: the
 reductions, the column copies) and keeps its hand-written autograd Function (autograd=False); ops taking a list of
-tensors (`packed`), writing into an argument (`result_in`) or choosing through more than one selection family
-(`also_families`) say that too. Kernel discovery (importing every kernel module so that its specs register) is
+tensors (`packed`), writing into arguments (`result_in`: copy_columns' dst; adamw_step's params, m and v, in place)
+or choosing through more than one selection family (`also_families`) say that too, as do ops taking tensors by
+keyword (`keyword_args`: adamw_step's clip_coef=, norm=) or a tensor only in a half dtype (`half_only`: AdamW's
+half working copy). Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
 """
 
@@ -86,8 +88,9 @@ class Tolerance:
         infinities and NaN where the reference has NaN pass)."""
         got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
         assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
-        err = np.abs(got - want)
-        ok = (got == want) | (np.isnan(got) & np.isnan(want)) | (err <= self.bound(want, dtype))
+        with np.errstate(invalid="ignore"):  # infinite references (an overflowed norm) pass by equality alone
+            err = np.abs(got - want)
+            ok = (got == want) | (np.isnan(got) & np.isnan(want)) | (err <= self.bound(want, dtype))
         if not ok.all():
             excess = np.where(ok, 0.0, np.nan_to_num(err, nan=np.inf) / self.bound(want, dtype))
             i = tuple(int(k) for k in np.unravel_index(int(np.argmax(excess)), got.shape))
@@ -139,8 +142,9 @@ class OpSpec:
     # ^ scalar keyword arguments -> test values; the k-th test case takes the k-th value of each (cycling shorter)
     grad_scalars: tuple[str, ...] | None = None  # the scalars backward takes (None: all)
     sinks: tuple[str, ...] = ()          # gradients backward can add into f32 sinks (dw: `dw_out=`, accumulate=True)
-    optional: Mapping[str, str] = field(default_factory=dict, compare=False)
-    # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias)
+    optional: Mapping[str, str | None] = field(default_factory=dict, compare=False)
+    # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias; None for an op
+    #   without a backward: adamw_step's decay_mask, clip_coef, norm); the tests run each shape again without each
     indices: tuple[str, ...] = ()        # args that are int32 index arrays (ids, targets): no rounding, no gradient
     backward_kwargs: tuple[str, ...] = ()  # keyword arguments that only backward takes, computed by its caller on the
     #                                        host (the embedding scatter's sorted plan): the autograd Function keeps
@@ -150,8 +154,14 @@ class OpSpec:
     #                                      everything: reduce_all); the tests force theirs alongside `family`'s
     packed: bool = False                 # forward and reference take the tensor args as one list (concat's parts,
     #                                      sumsq's tensors)
-    result_in: str | None = None         # the arg forward writes its result into (returning None: copy_columns'
-    #                                      dst); the tests read that arg back as the first output
+    result_in: str | tuple[str, ...] | None = None
+    # ^ the arg(s) forward writes results into, in place (copy_columns' dst; adamw_step's params, m, v and
+    #   working_copy): the outputs of those names are the args read back after the call, the other outputs are what
+    #   forward returns, in order (loss_scale_update: true_norm and clip_coef returned, state written)
+    keyword_args: tuple[str, ...] = ()   # args that forward and reference take by keyword, after the positional
+    #                                      ones (adamw_step's clip_coef=, norm=, working_copy=)
+    half_only: tuple[str, ...] = ()      # args given only when the op runs in a half dtype (adamw_step's working
+    #                                      copy: a f32 run has none): None in f32 runs, and so are their outputs
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
@@ -162,6 +172,12 @@ class OpSpec:
         object.__setattr__(self, "dtypes", dtypes)
         if stray := set(self.indices) - set(self.args):
             raise ValueError(f"op {self.name!r}: indices {sorted(stray)} are not among its args {self.args}")
+        for what, names, among, where in (
+                ("result_in", self.written, set(self.args) & set(self.outputs), "both its args and its outputs"),
+                ("keyword_args", self.keyword_args, set(self.args), "its args"),
+                ("half_only", self.half_only, set(self.args), "its args")):
+            if stray := set(names) - among:
+                raise ValueError(f"op {self.name!r}: {what} {sorted(stray)} are not among {where}")
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 
@@ -169,6 +185,11 @@ class OpSpec:
     def grads(self) -> tuple[str, ...]:
         """The gradients backward returns: d + each float argument's name (index arguments take none)."""
         return tuple(f"d{a}" for a in self.args if a not in self.indices)
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """The args forward writes results into (`result_in` as a tuple; empty for none)."""
+        return (self.result_in,) if isinstance(self.result_in, str) else tuple(self.result_in or ())
 
     def storage(self, name: str, dtype: str) -> str:
         """The dtype tensor `name` (an arg, output or gradient) is stored in when the op runs in `dtype`."""
@@ -189,13 +210,22 @@ class OpSpec:
         return [named[n] for n in self.saves]
 
     def apply(self, fn: Callable, args, **kwargs):
-        """fn(*args, **kwargs), or fn(list(args), ...) for a packed op: forward or reference on one case."""
-        return fn(list(args), **kwargs) if self.packed else fn(*args, **kwargs)
+        """fn(*args, **kwargs), or fn(list(args), ...) for a packed op, with the `keyword_args` passed by name:
+        forward or reference on one case."""
+        named = dict(zip(self.args, args, strict=True))
+        by_name = {n: named.pop(n) for n in self.keyword_args}
+        positional = list(named.values())
+        return fn(positional, **by_name, **kwargs) if self.packed else fn(*positional, **by_name, **kwargs)
 
     def run_forward(self, args, **scalars):
-        """forward's results on `args` (device tensors); for an op with `result_in`, that argument after the call."""
-        outputs = self.apply(self.forward, args, **scalars)
-        return outputs if self.result_in is None else args[self.args.index(self.result_in)]
+        """forward's results on `args` (device tensors); the outputs named by `result_in` are those arguments after
+        the call."""
+        returned = self.apply(self.forward, args, **scalars)
+        if not self.written:
+            return returned
+        named = dict(zip(self.args, args, strict=True))
+        rest = iter(as_tuple(returned) if len(self.written) < len(self.outputs) else ())
+        return tuple(named[o] if o in self.written else next(rest) for o in self.outputs)
 
     def flops(self, shape, kernel: int = 0) -> int:
         """FLOPs of the forward (kernel=1: the backward) on an input of `shape`."""

@@ -1,13 +1,16 @@
-"""Fused AdamW over a flat arena (one dispatch) and grad_norm (two dispatches) vs numpy doing the same work.
+"""The optimizer ops' specs (adamw_step: one dispatch; grad_norm: one per tensor plus one; loss_scale_update: one
+invocation) timed from their declarations, and grad_norm + adamw_step as a training step runs them, vs numpy.
 
-The numpy reference updates params, m and v in place with preallocated temporaries (clip, masked decay,
-moments, bias-corrected step). Bytes counted: adamw 32 per element (params, m, v read and written, grads
-and the decay mask read); grad_norm 4 per element.
+Each spec runs its first test case's scalars and inputs (helios.kernels.spec) on an arena of n elements; FLOPs and
+bytes are the spec's (adamw 28 bytes per element, 32 with the decay mask; grad_norm 4). numpy runs preallocated
+in-place baselines doing the same work (clip, masked decay, moments, bias-corrected step; f32 dot products) where
+written below, else the spec's float64 reference. loss_scale_update does not grow with the arena: it runs once.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 import numpy as np
@@ -17,7 +20,7 @@ from helios.bench.harness import compare
 FULL = [1_330_000, 5_850_000, 16_000_001]
 QUICK = [1_000_003]
 GPU_EXTRA = [124_000_000]  # GPT-2 small; past lavapipe's 128 MiB binding limit
-HP = {"lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
+FAMILIES = ("adamw", "grad_norm", "loss_scale")  # the spec families benched here (elementwise: the rest)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,75 +28,98 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed samples per figure (median reported)")
 
 
-def numpy_adamw(p, g, m, v, mask, step: int, clip: float = 0.5):
+def numpy_adamw(p, g, m, v, mask, *, lr, beta1, beta2, eps, weight_decay, step, clip: float, **_):
     """A callable doing one masked, clipped AdamW step in place, like the kernel."""
     t1, t2 = np.empty_like(p), np.empty_like(p)
-    bc1, bc2 = 1 - HP["beta1"] ** step, 1 - HP["beta2"] ** step
+    bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
 
     def run():
         np.multiply(g, clip, out=t1)  # clipped gradient
-        np.multiply(mask, -HP["lr"] * HP["weight_decay"], out=t2)
+        np.multiply(mask, -lr * weight_decay, out=t2)
         np.add(t2, 1.0, out=t2)
         np.multiply(p, t2, out=p)  # masked decoupled weight decay
-        np.multiply(m, HP["beta1"], out=m)
-        np.multiply(t1, 1 - HP["beta1"], out=t2)
+        np.multiply(m, beta1, out=m)
+        np.multiply(t1, 1 - beta1, out=t2)
         np.add(m, t2, out=m)
-        np.multiply(v, HP["beta2"], out=v)
+        np.multiply(v, beta2, out=v)
         np.multiply(t1, t1, out=t1)
-        np.multiply(t1, 1 - HP["beta2"], out=t1)
+        np.multiply(t1, 1 - beta2, out=t1)
         np.add(v, t1, out=v)
         np.sqrt(v, out=t1)
         np.multiply(t1, 1 / math.sqrt(bc2), out=t1)
-        np.add(t1, HP["eps"], out=t1)
+        np.add(t1, eps, out=t1)
         np.divide(m, t1, out=t2)
-        np.multiply(t2, HP["lr"] / bc1, out=t2)
+        np.multiply(t2, lr / bc1, out=t2)
         np.subtract(p, t2, out=p)
 
     return run
 
 
-def _records(n: int, rng: np.random.Generator, repeats: int) -> list[dict]:
-    """adamw, grad_norm and grad_norm + adamw records for an arena of n elements."""
+def numpy_grad_norm(grads, max_norm: float):
+    """A callable computing the global norm and clip coefficient with float32 dot products."""
+    return lambda: min(1.0, max_norm / (math.sqrt(sum(float(np.dot(a, a)) for a in grads)) + 1e-6))
+
+
+def _spec_record(spec, n: int, rng: np.random.Generator, repeats: int) -> tuple[dict, list, dict]:
+    """One spec's record on an arena of n elements (its f32 run: half_only arguments absent), with its device
+    arguments and scalars."""
     import helios.runtime as rt
-    from helios.kernels.adamw import ADAMW, adamw_step, grad_norm
+    from helios.kernels import selection
 
-    p, g = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
-    m, v = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    mask = (rng.random(n) < 0.8).astype(np.float32)
-    tp, tg, tm, tv, tk = (rt.from_numpy(a) for a in (p, g, m, v, mask))
+    scalars = spec.scalar_cases()[0]
+    host = [None if name in spec.half_only else a for name, a in zip(spec.args, spec.inputs(rng, (n,), **scalars),
+                                                                     strict=True)]
+    args = [None if a is None else rt.from_numpy(a) for a in host]
+    named = dict(zip(spec.args, host, strict=True))
+    if spec.name == "adamw_step":
+        ref = numpy_adamw(*host[:5], **scalars, clip=float(named["clip_coef"][0]))
+    elif spec.name == "grad_norm":
+        ref = numpy_grad_norm(host, **scalars)
+    else:
+        ref = functools.partial(spec.apply, spec.reference, host, **scalars)
+    shape = (n,) if spec.sizes((n,)) else ()
+    plan = selection.choose(spec.family, shape)
+    record = compare(spec.name, getattr(plan, "variant", plan), str(n) if shape else "-",
+                     functools.partial(spec.run_forward, args, **scalars), ref, ref="numpy",
+                     flops=spec.flops((n,)), nbytes=spec.bytes((n,)), repeats=repeats)
+    return record, args, scalars
 
-    def step_fn():
-        adamw_step(tp, tg, tm, tv, tk, **HP, step=10)
 
-    def norm_fn():
-        grad_norm(tg, 1.0)
+def _records(n: int, rng: np.random.Generator, repeats: int) -> list[dict]:
+    """adamw_step and grad_norm from their specs, then grad_norm + adamw_step, for an arena of n elements."""
+    from helios.kernels.spec import spec_of
+
+    step, norm = spec_of("adamw_step"), spec_of("grad_norm")
+    (step_record, step_args, hp), (norm_record, _, _) = (_spec_record(s, n, rng, repeats) for s in (step, norm))
+    params, grads, m, v, mask, *_ = step_args
+    host_grads = grads.numpy()
+    ref_step = numpy_adamw(params.numpy(), host_grads, m.numpy(), v.numpy(), mask.numpy(), **hp, clip=0.5)
+    ref_norm = numpy_grad_norm([host_grads], 1.0)
 
     def both_fn():
-        norm, clip = grad_norm(tg, 1.0)
-        adamw_step(tp, tg, tm, tv, tk, **HP, step=10, clip_coef=clip, norm=norm, skip_above=1e9)
-
-    ref_step = numpy_adamw(p, g, m, v, mask, step=10)
-
-    def ref_norm():
-        return min(1.0, 1.0 / (math.sqrt(float(np.dot(g, g))) + 1e-6))
+        norm_t, clip_t = norm.forward(grads, 1.0)
+        step.forward(params, grads, m, v, mask, **hp, clip_coef=clip_t, norm=norm_t)
 
     def ref_both():
         ref_norm()
         ref_step()
 
-    shape, variant = str(n), "vec4"
-    return [
-        compare("adamw", variant, shape, step_fn, ref_step, ref="numpy", flops=ADAMW.flops(n),
-                nbytes=ADAMW.bytes(n), repeats=repeats),
-        compare("grad_norm", variant, shape, norm_fn, ref_norm, ref="numpy", flops=2 * n, nbytes=4 * n,
-                repeats=repeats),
-        compare("grad_norm+adamw", variant, shape, both_fn, ref_both, ref="numpy", flops=ADAMW.flops(n) + 2 * n,
-                nbytes=ADAMW.bytes(n) + 4 * n, repeats=repeats),
-    ]
+    return [step_record, norm_record,
+            compare("grad_norm+adamw_step", step_record["variant"], str(n), both_fn, ref_both, ref="numpy",
+                    flops=step.flops((n,)) + norm.flops((n,)), nbytes=step.bytes((n,)) + norm.bytes((n,)),
+                    repeats=repeats)]
+
+
+def once_records(rng: np.random.Generator, repeats: int) -> list[dict]:
+    """The specs of FAMILIES whose work does not grow with the arena (loss_scale_update), once."""
+    from helios.kernels.spec import specs
+
+    return [_spec_record(s, 1, rng, repeats)[0] for f in FAMILIES for s in specs(f) if not s.sizes((1,))]
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    """Records for adamw, grad_norm and grad_norm + adamw (the optimizer step of a training loop)."""
+    """Records for adamw_step, grad_norm and grad_norm + adamw_step (the optimizer step of a training loop) per
+    arena size, then loss_scale_update."""
     import helios.runtime as rt
 
     info = rt.get_runtime().info
@@ -105,4 +131,4 @@ def run(args: argparse.Namespace) -> list[dict]:
     records = []
     for n in sizes:
         records += _records(n, rng, args.repeats)
-    return records
+    return records + once_records(rng, args.repeats)

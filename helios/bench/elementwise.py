@@ -146,9 +146,10 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     # generator's width, labelled with their family (their rule picks the variant). Specs with integer inputs
     # (cross_entropy: helios.bench.cross_entropy; embedding) need inputs of their own and are not run here.
     labels = {}
+    from helios.bench.adamw import FAMILIES as OPTIMIZER_FAMILIES
     from helios.bench.rows import FAMILIES
 
-    for spec in [s for s in specs() if s.family not in FAMILIES and not s.indices]:
+    for spec in [s for s in specs() if s.family not in FAMILIES + OPTIMIZER_FAMILIES and not s.indices]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
         if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask
             kw = next(k for k in spec.scalar_cases() if 0 < k["p"] < 1)

@@ -37,7 +37,7 @@ import numpy as np
 from helios.kernels import selection
 from helios.kernels.cross_entropy import workgroup_sum
 from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, storage
-from helios.ops import declare_ops
+from helios.kernels.spec import OpSpec, Tolerance, register
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, one_workgroup, u32
 
 WG = 256
@@ -47,28 +47,38 @@ CLIP_EPS = 1e-6
 
 # -- numpy references ------------------------------------------------------------------------------
 
-def reference_grad_norm(grads, max_norm: float) -> tuple[float, float]:
-    """(global L2 norm over all arrays, clip coefficient min(1, max_norm / (norm + 1e-6)))."""
+def reference_grad_norm(grads, max_norm: float) -> tuple[np.ndarray, np.ndarray]:
+    """(global L2 norm over all arrays, clip coefficient min(1, max_norm / (norm + 1e-6))), each a (1,) float64
+    array as grad_norm's results."""
     arrays = [grads] if isinstance(grads, np.ndarray) else list(grads)
     norm = math.sqrt(sum(float(np.sum(np.asarray(a, dtype=np.float64) ** 2)) for a in arrays))
-    return norm, min(1.0, max_norm / (norm + CLIP_EPS))
+    return np.array([norm]), np.array([min(1.0, max_norm / (norm + CLIP_EPS))])
 
 
-def reference_adamw(p, g, m, v, mask, *, lr, beta1, beta2, eps, weight_decay, step, clip_coef=1.0,
-                    norm=None, skip_above=math.inf):
-    """One AdamW step in numpy (in the arrays' dtype); returns new (p, m, v). mask None = decay all."""
+def _value(x, default: float) -> float:
+    """A (1,) array's (or a float's) value; `default` for None."""
+    return default if x is None else float(np.ravel(x)[0])
+
+
+def reference_adamw(p, g, m, v, mask=None, *, lr, beta1, beta2, eps, weight_decay, step, clip_coef=None,
+                    norm=None, skip_above=math.inf, working_copy=None):
+    """One AdamW step in numpy (in the arrays' dtype); returns new (p, m, v, working copy). mask None = decay
+    all; clip_coef and norm are floats or (1,) arrays (None: 1, no skip test); the working copy is the new p (None
+    without one). A skipped step returns copies of its inputs. The hyperparameters are taken as the kernel gets
+    them: beta1, beta2 and eps as float32, lr * weight_decay, lr / bc1 and sqrt(bc2) as its float32 step buffer."""
+    norm = None if norm is None else _value(norm, 0.0)
     if norm is not None and (not math.isfinite(norm) or norm > skip_above):
-        return p.copy(), m.copy(), v.copy()
-    dt = p.dtype
-    g = g * dt.type(clip_coef)
-    decay = dt.type(lr * weight_decay) * (np.ones_like(p) if mask is None else mask)
-    p = p * (1 - decay)
-    m = dt.type(beta1) * m + dt.type(1 - beta1) * g
-    v = dt.type(beta2) * v + dt.type(1 - beta2) * g * g
-    bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
-    denom = np.sqrt(v) / dt.type(math.sqrt(bc2)) + dt.type(eps)
-    p = p - dt.type(lr / bc1) * m / denom
-    return p, m, v
+        return p.copy(), m.copy(), v.copy(), None if working_copy is None else working_copy.copy()
+    dt = p.dtype.type
+    wd_lr, step_size, sqrt_bc2, _ = (dt(x) for x in step_scalars(lr=lr, beta1=beta1, beta2=beta2,
+                                                                  weight_decay=weight_decay, step=step))
+    beta1, beta2, eps = (dt(np.float32(x)) for x in (beta1, beta2, eps))
+    g = g * dt(_value(clip_coef, 1.0))
+    p = p * (1 - wd_lr * (np.ones_like(p) if mask is None else mask))
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    p = p - step_size * m / (np.sqrt(v) / sqrt_bc2 + eps)
+    return p, m, v, None if working_copy is None else p.copy()
 
 
 # -- kernels ---------------------------------------------------------------------------------------
@@ -194,7 +204,8 @@ GRAD_NORM_FINISH = Kernel("grad_norm_finish", _build_finish, variants={"scalar":
                           grid=one_workgroup, flops=lambda n: n, bytes=lambda n: 4 * n + 8)
 ADAMW = Kernel(
     "adamw", _build_adamw,
-    variants={**BASE_VARIANTS, **{f"{name}_{dtype}": {**p, "copy": dtype} for dtype in HALF_DTYPES
+    # A working-copy variant's dtype is its copy's (every other tensor is f32): the dtype axis of its op spec.
+    variants={**BASE_VARIANTS, **{f"{name}_{dtype}": {**p, "copy": dtype, "dtype": dtype} for dtype in HALF_DTYPES
                                   for name, p in BASE_VARIANTS.items()}},
     grid=lambda shape, variant: _grid(ceil_div(shape[0], variant.vec), WG),  # the last invocation does the tail
     flops=lambda n: 18 * n,
@@ -339,5 +350,63 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
     rt.launch(ADAMW, buffers, push=push, grid=ADAMW.grid_for((n,), variant), variant=variant)
     return params
 
+# -- op specs: tests, bench and docs/OPS.md derive from them (helios.kernels.spec) --------------------------------
+# Forward-only (an optimizer step has no VJP), in place: adamw_step writes params, m, v (and the working copy).
+# Each test case is one step with its hyperparameters (the scalars) and the (1,) norm and clip coefficient tensors
+# it passes: clipped or not, a norm below skip_above, above it, NaN and Inf (the three skip the step).
+_ADAMW_CASES = (
+    (dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=1, skip_above=math.inf), 3.0, 0.5),
+    (dict(lr=3e-4, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, step=2, skip_above=4.0), 3.0, 1.0),
+    (dict(lr=1e-3, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.01, step=10, skip_above=2.0), 3.0, 0.5),
+    (dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=7, skip_above=math.inf), math.nan, 1.0),
+    (dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=1000, skip_above=1e6), math.inf, 0.0),
+    (dict(lr=5e-2, beta1=0.5, beta2=0.9, eps=1e-3, weight_decay=0.5, step=3, skip_above=10.0), 9.0, 0.25),
+)
+_ADAMW_TENSORS = {tuple(sorted(hp.items())): (norm, clip) for hp, norm, clip in _ADAMW_CASES}
 
-OPS = declare_ops(__name__, grad_norm, adamw_step)  # this file's helios.ops functions
+
+def _adamw_inputs(rng: np.random.Generator, shape, **hp) -> tuple[np.ndarray, ...]:
+    """params, grads, m, v (positive), a 0/1 decay mask, the case's clip coefficient and norm, and a working copy
+    holding the params (what a skipped step leaves in it)."""
+    norm, clip = _ADAMW_TENSORS[tuple(sorted(hp.items()))]
+    p, g, m = ((rng.standard_normal(shape) * s).astype(np.float32) for s in (1.0, 2.0, 0.1))
+    v = (rng.standard_normal(shape) ** 2 * 0.5).astype(np.float32)
+    mask = (rng.random(shape) < 0.7).astype(np.float32)
+    return p, g, m, v, mask, np.array([clip], np.float32), np.array([norm], np.float32), p.copy()
+
+
+# Each result is a few f32 operations deep (the reference takes the hyperparameters as the kernel gets them, in f32):
+# measured within 1.3 f32 roundings of |result| plus the arena's largest; 4 and 4 allowed (the working copy: the
+# params plus the check's one rounding of its dtype).
+_ADAMW_TOLERANCE = Tolerance(rel=4, abs=4, floor=1.0)
+# Arenas of 1, 3 and 6 elements (all tail, or a quad and a tail), odd and 4k + 1 sizes, a 2-D one (flat to the op).
+_ADAMW_SHAPES = ((1,), (3,), (6,), (33, 65), (4097,), (4783,))
+register(OpSpec(
+    "adamw_step", "One fused AdamW step over a flat arena, in place (decoupled weight decay where decay_mask is 1, "
+    "gradients times clip_coef; skipped when norm is NaN/Inf or above skip_above; working_copy: the new params "
+    "rounded to bf16/fp16, the dtypes here; every other tensor is f32).", __name__, (ADAMW,), adamw_step, None,
+    reference_adamw, None, _adamw_inputs,
+    args=("params", "grads", "m", "v", "decay_mask", "clip_coef", "norm", "working_copy"),
+    outputs=("params", "m", "v", "working_copy"), saves=(), family="adamw", shapes=_ADAMW_SHAPES,
+    tolerance=dict.fromkeys(("params", "m", "v", "working_copy"), _ADAMW_TOLERANCE),
+    autograd=False, f32=("params", "grads", "m", "v", "decay_mask", "clip_coef", "norm"),
+    scalars={k: tuple(hp[k] for hp, _, _ in _ADAMW_CASES) for k in _ADAMW_CASES[0][0]},
+    optional={"decay_mask": None, "clip_coef": None, "norm": None}, result_in=("params", "m", "v", "working_copy"),
+    keyword_args=("clip_coef", "norm", "working_copy"), half_only=("working_copy",)))
+
+
+def _grad_norm_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, ...]:
+    """Three gradient tensors: one of `shape`, a 1-element one and a 1030-element one (scalar and vec4 loads)."""
+    return tuple((rng.standard_normal(s) * 3).astype(np.float32) for s in (shape, (1,), (1030,)))
+
+
+# Sizes below 4 (scalar loads), 4 and 7 (a quad and a tail), 4097, a 2-D one, and ~10^5 (several workgroups and
+# grid strides); max_norm clips (1, 50), or does not (1e4, inf). Squares are positive terms: the norm within 8 f32
+# roundings (as sumsq; measured under 1), the clip coefficient's division and add on top of it.
+register(OpSpec(
+    "grad_norm", "Global L2 norm of a list of f32 gradient tensors and clip_coef = min(1, max_norm / (norm + 1e-6)), "
+    "each (1,), on the device.", __name__, (GRAD_NORM_PARTIAL, GRAD_NORM_FINISH), grad_norm, None,
+    reference_grad_norm, None, _grad_norm_inputs, args=("a", "b", "c"), outputs=("norm", "clip_coef"), saves=(),
+    family="grad_norm", shapes=((1,), (3,), (4,), (7,), (4097,), (33, 513), (70_001,), (100_003,)),
+    tolerance={"norm": Tolerance(rel=8), "clip_coef": Tolerance(rel=8)}, autograd=False, packed=True,
+    scalars={"max_norm": (1.0, 1e4, math.inf, 50.0)}))

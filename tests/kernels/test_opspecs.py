@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import helios.runtime as rt
+from helios.kernels import adamw, optable, rope
 from helios.kernels import elementwise as E
-from helios.kernels import optable, rope
 from helios.kernels.dtypes import NUMPY
 from helios.kernels.layout import ACCESSES as COLUMN_ACCESSES
 from helios.kernels.reduce import SumRowsChoice
@@ -26,12 +26,15 @@ SPECS = specs()
 # What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers,
 # cross-entropy's row layouts (a workgroup of the default 128 and of 32 invocations, a subgroup per row), every
 # embedding scatter (the spec's host_kwargs bring the sorted one its plan), rope's widths, the whole-tensor
-# reductions' loads, every sum_rows width in one pass and in two, the column copies' one access.
+# reductions' loads, every sum_rows width in one pass and in two, the column copies' one access, AdamW's loads
+# (bound or through device addresses), the grad norm's first stage (a partial per invocation or per workgroup, as
+# the rule plans them or over a forced number of workgroups).
 FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
           "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"],
           "embedding_backward": ["sorted", "atomic", "scan"], "rope": rope.WIDTHS, "reduce_all": ["scalar", "vec4"],
           "sum_rows": [SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)],
-          "layout": list(COLUMN_ACCESSES)}
+          "layout": list(COLUMN_ACCESSES), "adamw": list(adamw.BASE_VARIANTS),
+          "grad_norm": ["lanes", "shared", ("lanes", 3), ("shared", 5)]}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
@@ -50,7 +53,8 @@ def _id(x) -> str:
 
 def _subgroup(spec, choice, dtype) -> bool:
     row = spec.family == "rows" and (choice in SUBGROUP_CHOICES or (spec.name, choice) == SUBGROUP_WG)
-    return (row or spec.family == "cross_entropy" and choice in ("workgroup", "subgroup")) and dtype == "f32"
+    merged = spec.family in ("cross_entropy", "grad_norm") and choice in ("workgroup", "subgroup", "lanes", "shared")
+    return (row or merged) and dtype == "f32"
 
 
 def _unavailable(family: str, choice) -> str | None:
@@ -63,6 +67,8 @@ def _unavailable(family: str, choice) -> str | None:
         return "the subgroup layout needs a fixed subgroup size"
     if (family, choice) == ("embedding_backward", "atomic") and not info.float_atomic_add_buffer:
         return "this device has no float atomic add on buffers"
+    if family == "adamw" and choice.endswith("_addr") and not info.buffer_device_address:
+        return "this device does not enable buffer device addresses"
     return None
 
 
@@ -306,11 +312,14 @@ def test_ops_table_is_current():
 
 
 def test_bench_has_every_spec():
+    from helios.bench import adamw as optimizer
     from helios.bench import elementwise, rows
 
     names = {r["kernel"] for r in elementwise._records(1 << 10, 1, None)}
     names |= {r["kernel"] for r in rows._records(7, 33, np.random.default_rng(0), 1, None)}
     names |= {r["kernel"] for r in rows.case_records(np.random.default_rng(0), 1)}
+    names |= {r["kernel"] for r in optimizer._records(1 << 10, np.random.default_rng(0), 1)}
+    names |= {r["kernel"] for r in optimizer.once_records(np.random.default_rng(0), 1)}
     # specs with integer inputs are not benched from their specs yet (cross_entropy: helios.bench.cross_entropy)
     derived = [s for s in SPECS if not s.indices]
     assert {n for s in derived for n in (s.name, f"{s.name}_backward") if s.backward or n == s.name} <= names

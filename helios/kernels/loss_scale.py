@@ -22,8 +22,9 @@ import math
 
 import numpy as np
 
+from helios.kernels import selection
 from helios.kernels.adamw import CLIP_EPS
-from helios.ops import declare_ops
+from helios.kernels.spec import OpSpec, Tolerance, register
 from helios.spirv import Kernel, KernelBuilder, Variant, f32, one_workgroup, u32
 
 INITIAL_SCALE = 2.0 ** 15  # fp16's largest power of two is 2^15: a scale that one fp16 value can also hold
@@ -36,22 +37,24 @@ def initial_state(scale: float = INITIAL_SCALE) -> np.ndarray:
     return np.array([scale, 0.0, 0.0, 0.0], np.float32)
 
 
-def reference_update(norm: float, state: np.ndarray, max_norm: float, growth_interval: int = GROWTH_INTERVAL,
+def reference_update(norm, state: np.ndarray, max_norm: float, growth_interval: int = GROWTH_INTERVAL,
                      max_scale: float = MAX_SCALE, min_scale: float = MIN_SCALE):
-    """(true_norm, clip_coef, new state) in float32, as the kernel computes them."""
-    s = np.asarray(state, np.float32).copy()
-    scale = np.float32(s[0])
-    with np.errstate(invalid="ignore", over="ignore"):
-        true = np.float32(norm) / scale
-        coef = np.float32(min(np.float32(1.0), np.float32(max_norm) / (true + np.float32(CLIP_EPS)))) / scale
-    if math.isfinite(float(norm)):
+    """(true_norm (1,), clip_coef (1,), new state (4,)) for a norm given as a float or (1,) array, computed in the
+    state's float dtype (float32 as the kernel; float64 in the op-spec tests)."""
+    s = np.array(state, np.result_type(np.asarray(state).dtype, np.float32))  # a copy, float32 or wider
+    dt = s.dtype.type
+    value, scale = dt(np.ravel(norm)[0]), s[0]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        true = value / scale
+        coef = dt(min(dt(1.0), dt(max_norm) / (true + dt(CLIP_EPS)))) / scale
+    if math.isfinite(float(value)):
         s[1] += 1
         if s[1] >= growth_interval:
             s[0], s[1] = min(scale * 2, max_scale), 0
         s[3] = 0
     else:
-        s[0], s[1], s[2], s[3] = max(scale * np.float32(0.5), min_scale), 0, s[2] + 1, 1
-    return true, coef, s
+        s[0], s[1], s[2], s[3] = max(scale * dt(0.5), min_scale), 0, s[2] + 1, 1
+    return np.array([true]), np.array([coef]), s
 
 
 def _build(b: KernelBuilder, v: Variant) -> None:
@@ -80,6 +83,13 @@ def _build(b: KernelBuilder, v: Variant) -> None:
 
 LOSS_SCALE_UPDATE = Kernel("loss_scale_update", _build, variants={"scalar": {}}, grid=one_workgroup,  # shape ()
                            flops=lambda: 8, bytes=lambda: 40)
+CHOICES = tuple(LOSS_SCALE_UPDATE.variants)  # one invocation: the only form
+
+
+@selection.rule("loss_scale", choices=CHOICES)
+def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
+    """shape = (): the one-invocation kernel, whatever the device."""
+    return "scalar"
 
 
 def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWTH_INTERVAL,
@@ -93,7 +103,9 @@ def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWT
     if growth_interval < 1:
         raise ValueError(f"loss_scale_update: growth_interval must be >= 1, got {growth_interval}")
     true, coef = rt.empty((1,)), rt.empty((1,))
-    rt.launch(LOSS_SCALE_UPDATE, [norm, state, true, coef], grid=LOSS_SCALE_UPDATE.grid_for(()),
+    variant = selection.choose("loss_scale", ())
+    rt.launch(LOSS_SCALE_UPDATE, [norm, state, true, coef], grid=LOSS_SCALE_UPDATE.grid_for((), variant),
+              variant=variant,
               push={"max_norm": float(max_norm), "growth_interval": int(growth_interval),
                     "max_scale": float(max_scale), "min_scale": float(min_scale)})
     return true, coef
@@ -102,4 +114,34 @@ def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWT
 __all__ = ["loss_scale_update", "initial_state", "reference_update", "INITIAL_SCALE", "GROWTH_INTERVAL"]
 
 
-OPS = declare_ops(__name__, loss_scale_update)  # this file's helios.ops functions
+# -- op spec: tests, bench and docs/OPS.md derive from it (helios.kernels.spec) -----------------------------------
+# Forward-only, writing `state` in place. Each test case is one step: its scalars (max_norm, growth_interval,
+# max_scale, min_scale), the true norm (the kernel sees it times the scale; Inf: the scaled gradients overflowed)
+# and the state before it, [scale, clean steps, overflows, last overflowed].
+_STEPS = (
+    ((1.0, 3, 4096.0, 256.0), 3.0, (1024.0, 0.0, 0.0, 0.0)),     # clipped; one clean step more, no growth
+    ((10.0, 4, 4096.0, 256.0), 3.0, (1024.0, 3.0, 1.0, 1.0)),    # not clipped; the interval's last clean step: x2
+    ((1.0, 5, 2048.0, 256.0), 0.5, (2048.0, 4.0, 0.0, 0.0)),     # growth capped at max_scale
+    ((1.0, 6, 4096.0, 256.0), math.inf, (1024.0, 2.0, 3.0, 0.0)),  # overflow: halved, counted, clean steps reset
+    ((1.0, 7, 4096.0, 512.0), math.inf, (512.0, 0.0, 1.0, 1.0)),   # overflow at min_scale: the floor holds
+    ((math.inf, 1000, MAX_SCALE, MIN_SCALE), 0.0, tuple(initial_state())),  # the defaults' start, a zero norm
+)
+_SCALARS = ("max_norm", "growth_interval", "max_scale", "min_scale")
+_STEP_OF = {scalars: (true, state) for scalars, true, state in _STEPS}
+
+
+def _step_inputs(rng: np.random.Generator, shape, **scalars) -> tuple[np.ndarray, np.ndarray]:
+    """The case's norm of the scaled gradients (its true norm times the state's scale) and its state."""
+    true, state = _STEP_OF[tuple(scalars[k] for k in _SCALARS)]
+    return np.array([true * state[0]], np.float32), np.array(state, np.float32)
+
+
+# The norm divides by a power of two (exact), the clip coefficient costs two roundings; the state is exact.
+register(OpSpec(
+    "loss_scale_update", "fp16 dynamic loss scaling in one invocation: the true norm and clip coefficient from the "
+    "scaled gradients' norm; the state [scale, clean steps, overflows, last overflowed] updated in place.",
+    __name__, (LOSS_SCALE_UPDATE,), loss_scale_update, None, reference_update, None, _step_inputs,
+    args=("norm", "state"), outputs=("true_norm", "clip_coef", "state"), saves=(), family="loss_scale",
+    shapes=((1,),) * len(_STEPS), sizes=lambda shape: (), autograd=False, result_in="state",
+    tolerance={"true_norm": Tolerance(), "clip_coef": Tolerance(rel=2), "state": Tolerance()},
+    scalars={k: tuple(scalars[i] for scalars, _, _ in _STEPS) for i, k in enumerate(_SCALARS)}))

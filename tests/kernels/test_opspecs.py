@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import helios.runtime as rt
-from helios.kernels import adamw, optable, rope
+from helios.kernels import adamw, loss_scale, optable, rope
 from helios.kernels import elementwise as E
 from helios.kernels.dtypes import NUMPY
 from helios.kernels.layout import ACCESSES as COLUMN_ACCESSES
@@ -28,13 +28,13 @@ SPECS = specs()
 # embedding scatter (the spec's host_kwargs bring the sorted one its plan), rope's widths, the whole-tensor
 # reductions' loads, every sum_rows width in one pass and in two, the column copies' one access, AdamW's loads
 # (bound or through device addresses), the grad norm's first stage (a partial per invocation or per workgroup, as
-# the rule plans them or over a forced number of workgroups).
+# the rule plans them or over a forced number of workgroups), the loss scale's one invocation.
 FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
           "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"],
           "embedding_backward": ["sorted", "atomic", "scan"], "rope": rope.WIDTHS, "reduce_all": ["scalar", "vec4"],
           "sum_rows": [SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)],
           "layout": list(COLUMN_ACCESSES), "adamw": list(adamw.BASE_VARIANTS),
-          "grad_norm": ["lanes", "shared", ("lanes", 3), ("shared", 5)]}
+          "grad_norm": ["lanes", "shared", ("lanes", 3), ("shared", 5)], "loss_scale": list(loss_scale.CHOICES)}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,

@@ -361,11 +361,11 @@ OPS = declare_ops(__name__, clone)
 
 
 # -- op specs: forward-only (their autograd Functions, autograd/ops/elementwise.py, broadcast and stay hand-written)
-# Binary ops also run with b broadcast: a row of a 4-wide length (row_vec4, row_u64x2), columns of an odd and a
-# 4-wide length (col_scalar, col_* 4-wide), and a 3-D column.
-BINARY_SHAPES = AWKWARD_SHAPES + (BroadcastShape((33, 12), "row"), BroadcastShape((7, 33), "row"),
-                                  BroadcastShape((33, 12), "col"), BroadcastShape((7, 33), "col"),
-                                  BroadcastShape((3, 5, 8), "col"))
+# Binary ops also run with b a row and a column of rows of 4-wide lengths (the row_/col_ 4-wide variants) and of odd
+# lengths (their scalar fallback), 3-D included.
+BINARY_SHAPES = AWKWARD_SHAPES + tuple(BroadcastShape(shape, form) for shape in ((33, 12), (3, 5, 8), (7, 33),
+                                                                                 (33, 513), (1, 4097))
+                                       for form in ("row", "col"))
 # One f32 rounding of the exact result, then one of the dtype (nothing more for f32); division too (OpFDiv is
 # correctly rounded on lavapipe), with two more f32 roundings for drivers whose division is 2.5 ulp.
 ONE_ROUNDING = {"y": Tolerance(rel=1)}

@@ -13,11 +13,13 @@ arguments of all four. Tests run every op in every dtype its kernels offer, with
 dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place,
 which the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
-both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: the
-reductions, the column copies) and keeps its hand-written autograd Function (autograd=False); ops taking a list of
-tensors (`packed`), writing into an argument (`result_in`) or choosing through more than one selection family
-(`also_families`) say that too. Kernel discovery (importing every kernel module so that its specs register) is
-helios.kernels.discover, not the SPIR-V layer's.
+both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
+the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
+(autograd=False); ops taking a list of tensors (`packed`), writing into an argument and returning nothing
+(`result_in`) or returning the argument they wrote (`inplace`), storing results in the dtype a scalar names
+(`dtype_scalar`) or choosing through more than one selection family (`also_families`) say that too; test shapes
+may be `BroadcastShape`s (a row or column operand). Kernel discovery (importing every kernel module so that its
+specs register) is helios.kernels.discover, not the SPIR-V layer's.
 """
 
 from __future__ import annotations
@@ -41,6 +43,33 @@ AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12), (4096,))
 # 4-wide forms, 4100 streams in them), and a 3-D input.
 ROW_SHAPES = tuple((r, c) for r in (1, 7, 33) for c in (1, 7, 8, 33, 513, 4097, 4100) if r * c <= 40_000) + (
     (2, 3, 33),)
+
+
+class BroadcastShape(tuple):
+    """A test shape whose last argument broadcasts over the first ones: `form` "row" (a row vector, shape[-1:]) or
+    "col" (a column, shape[:-1] + (1,)). It is the full shape everywhere else (element counts, FLOPs, bytes); only
+    the spec's input generator reads `operand` (broadcast_operand does, for any shape)."""
+
+    form: str
+
+    def __new__(cls, shape, form: str):
+        if form not in ("row", "col"):
+            raise ValueError(f"broadcast form must be 'row' or 'col', got {form!r}")
+        self = super().__new__(cls, shape)
+        self.form = form
+        return self
+
+    @property
+    def operand(self) -> tuple:
+        return self[-1:] if self.form == "row" else self[:-1] + (1,)
+
+    def __repr__(self) -> str:
+        return f"{tuple(self)!r} ({self.form} operand)"
+
+
+def broadcast_operand(shape) -> tuple:
+    """The broadcast operand's shape for a test shape: a BroadcastShape's operand, else the shape itself."""
+    return shape.operand if isinstance(shape, BroadcastShape) else tuple(shape)
 
 
 def normal_inputs(rng: np.random.Generator, shape, **_) -> np.ndarray:
@@ -152,6 +181,11 @@ class OpSpec:
     #                                      sumsq's tensors)
     result_in: str | None = None         # the arg forward writes its result into (returning None: copy_columns'
     #                                      dst); the tests read that arg back as the first output
+    inplace: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # ^ output -> the arg it is written into (add_inplace's y is a): forward returns that argument's tensor itself,
+    #   which the derived test checks; forward-only ops (backward=None) alone, as a gradient would need the input
+    dtype_scalar: str | None = None      # the scalar naming the dtype outputs are stored in (cast's `dtype`); None:
+    #                                      outputs are stored in the dtype the op runs in (see result_storage)
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
@@ -162,6 +196,13 @@ class OpSpec:
         object.__setattr__(self, "dtypes", dtypes)
         if stray := set(self.indices) - set(self.args):
             raise ValueError(f"op {self.name!r}: indices {sorted(stray)} are not among its args {self.args}")
+        if stray := (set(self.inplace) - set(self.outputs)) | (set(self.inplace.values()) - set(self.args)):
+            raise ValueError(f"op {self.name!r}: inplace names {sorted(stray)}, not among its outputs and args")
+        if self.inplace and self.backward is not None:
+            raise ValueError(f"op {self.name!r}: an in-place op cannot have a backward (its input is overwritten)")
+        if self.dtype_scalar is not None and self.dtype_scalar not in self.scalars:
+            raise ValueError(f"op {self.name!r}: dtype_scalar {self.dtype_scalar!r} is not among its scalars")
+        # a forward-only op (backward None) has no gradients to hold to a tolerance
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 
@@ -173,6 +214,13 @@ class OpSpec:
     def storage(self, name: str, dtype: str) -> str:
         """The dtype tensor `name` (an arg, output or gradient) is stored in when the op runs in `dtype`."""
         return "f32" if name in self.f32 else dtype
+
+    def result_storage(self, name: str, dtype: str, scalars: Mapping) -> str:
+        """The dtype tensor `name` is stored in when the op runs in `dtype` with `scalars`: an output of an op with a
+        dtype_scalar is stored in that scalar's dtype, anything else as `storage` says."""
+        if self.dtype_scalar is not None and name in self.outputs:
+            return scalars[self.dtype_scalar]
+        return self.storage(name, dtype)
 
     def scalar_cases(self) -> list[dict]:
         """The scalar keyword arguments of each test case (one empty case for an op without scalars)."""

@@ -20,7 +20,7 @@ def table() -> str:
     for s in specs():
         scalars = "".join(f", {k}" for k in s.scalars)
         args = f"[{', '.join(s.args)}]" if s.packed else ", ".join(s.args)  # a packed op takes one list
-        results = f"{s.result_in} (written in place)" if s.result_in else ", ".join(s.outputs)
+        results = ", ".join(f"{o} (written into {s.inplace[o]})" if o in s.inplace else o for o in s.outputs)
         forward = f"{args}{scalars} → {results}"
         grad_scalars = "".join(f", {k}" for k in s.grad_kwargs(s.scalars))
         sunk = f" (+= into sinks: {', '.join(s.sinks)})" if s.sinks else ""

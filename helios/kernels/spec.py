@@ -15,11 +15,10 @@ which the derived test and autograd Function use. A pointwise op with its backwa
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
 both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
 the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
-(autograd=False); ops taking a list of tensors (`packed`), writing into an argument and returning nothing
-(`result_in`) or returning the argument they wrote (`inplace`), storing results in the dtype a scalar names
-(`dtype_scalar`) or choosing through more than one selection family (`also_families`) say that too; test shapes
-may be `BroadcastShape`s (a row or column operand). Kernel discovery (importing every kernel module so that its
-specs register) is helios.kernels.discover, not the SPIR-V layer's.
+(autograd=False); ops taking a list of tensors (`packed`), writing into an argument they return (`inplace`),
+storing results in the dtype a scalar names (`dtype_scalar`) or choosing through more than one selection family
+(`also_families`) say that too; test shapes may be `BroadcastShape`s (a row or column operand). Kernel discovery
+(importing every kernel module so that its specs register) is helios.kernels.discover, not the SPIR-V layer's.
 """
 
 from __future__ import annotations
@@ -179,8 +178,6 @@ class OpSpec:
     #                                      everything: reduce_all); the tests force theirs alongside `family`'s
     packed: bool = False                 # forward and reference take the tensor args as one list (concat's parts,
     #                                      sumsq's tensors)
-    result_in: str | None = None         # the arg forward writes its result into (returning None: copy_columns'
-    #                                      dst); the tests read that arg back as the first output
     inplace: Mapping[str, str] = field(default_factory=dict, compare=False)
     # ^ output -> the arg it is written into (add_inplace's y is a): forward returns that argument's tensor itself,
     #   which the derived test checks; forward-only ops (backward=None) alone, as a gradient would need the input
@@ -239,11 +236,6 @@ class OpSpec:
     def apply(self, fn: Callable, args, **kwargs):
         """fn(*args, **kwargs), or fn(list(args), ...) for a packed op: forward or reference on one case."""
         return fn(list(args), **kwargs) if self.packed else fn(*args, **kwargs)
-
-    def run_forward(self, args, **scalars):
-        """forward's results on `args` (device tensors); for an op with `result_in`, that argument after the call."""
-        outputs = self.apply(self.forward, args, **scalars)
-        return outputs if self.result_in is None else args[self.args.index(self.result_in)]
 
     def flops(self, shape, kernel: int = 0) -> int:
         """FLOPs of the forward (kernel=1: the backward) on an input of `shape`."""

@@ -80,7 +80,7 @@ class AdamW:
         with no_grad():
             norm, coef = ops.grad_norm(self.arena.grads, max_norm)
             if self.loss_scale_state is not None:  # the gradients are scaled: unscale norm and clip, adapt
-                norm, coef = ops.loss_scale_update(norm, self.loss_scale_state, max_norm, self.growth_interval)
+                norm, coef, _ = ops.loss_scale_update(norm, self.loss_scale_state, max_norm, self.growth_interval)
             check = ops.add(norm, skip_extra) if skip_extra is not None else norm
             ops.adamw_step(
                 self.arena.data, self.arena.grads, self.m, self.v, self.arena.decay_mask,

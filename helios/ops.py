@@ -1,7 +1,7 @@
 """Every op function of docs/OPS.md in one namespace: `from helios import ops; ops.gelu(x)`.
 
 Nothing is listed here. A kernel file declares its op functions at import, next to their definitions
-(`OPS = declare_ops(__name__, cast, scale_by)`), or declares them as op specs (helios.kernels.spec, whose
+(elementwise.py's `OPS = declare_ops(__name__, clone)`), or declares them as op specs (helios.kernels.spec, whose
 `register` declares the spec's forward and backward here). The first lookup of an op not declared yet imports
 every kernel module (helios.kernels.discover); importing helios or helios.ops imports none of them.
 """

@@ -80,7 +80,7 @@ def _spec_record(spec, n: int, rng: np.random.Generator, repeats: int) -> tuple[
     shape = (n,) if spec.sizes((n,)) else ()
     plan = selection.choose(spec.family, shape)
     record = compare(spec.name, getattr(plan, "variant", plan), str(n) if shape else "-",
-                     functools.partial(spec.run_forward, args, **scalars), ref, ref="numpy",
+                     functools.partial(spec.apply, spec.forward, args, **scalars), ref, ref="numpy",
                      flops=spec.flops((n,)), nbytes=spec.bytes((n,)), repeats=repeats)
     return record, args, scalars
 

@@ -149,7 +149,9 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     from helios.bench.adamw import FAMILIES as OPTIMIZER_FAMILIES
     from helios.bench.rows import FAMILIES
 
-    for spec in [s for s in specs() if s.family not in FAMILIES + OPTIMIZER_FAMILIES and not s.indices]:
+    hand = {case[0] for case in cases}  # add and add_inplace have preallocated numpy baselines above
+    benched_elsewhere = FAMILIES + OPTIMIZER_FAMILIES
+    for spec in [s for s in specs() if s.family not in benched_elsewhere and not s.indices and s.name not in hand]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
         if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask
             kw = next(k for k in spec.scalar_cases() if 0 < k["p"] < 1)
@@ -160,14 +162,17 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
             labels[spec.name] = labels[f"{spec.name}_backward"] = f"{spec.family} rule"
         count = host[0].size
         targs = [rt.from_numpy(x) for x in host]
+        fwd_kernel = spec.kernels[0]
+        cases.append((spec.name, fwd_kernel, count, functools.partial(spec.forward, *targs, **kw),
+                      fast.get(spec.name, functools.partial(spec.reference, *host, **kw))))
+        if spec.backward is None:  # a forward-only op (sub, cast, ...)
+            continue
         saved = spec.saved(targs, spec.forward(*targs, **kw))
         host_saved = [s.numpy() for s in saved]
         grad_kw = spec.grad_kwargs(kw)
         dy = b if count == n else rng.standard_normal(host[0].shape, dtype=np.float32)
         tdy = tb if count == n else rt.from_numpy(dy)
-        fwd_kernel, bwd_kernel = spec.kernels[:2]
-        cases.append((spec.name, fwd_kernel, count, functools.partial(spec.forward, *targs, **kw),
-                      fast.get(spec.name, functools.partial(spec.reference, *host, **kw))))
+        bwd_kernel = spec.kernels[1]
         backward = functools.partial(spec.backward, *saved, tdy, **grad_kw)
         cases.append((f"{spec.name}_backward", bwd_kernel, count, backward,
                       fast.get(f"{spec.name}_backward",

@@ -172,7 +172,7 @@ def _records(rows: int, cols: int, rng: np.random.Generator, repeats: int, torch
     for spec in specs("sum_rows") + specs("reduce_all"):  # column sums and sumsq: forward only, at this shape
         args = spec.inputs(rng, shape)
         targs = [rt.from_numpy(a) for a in args]
-        out.append(compare(spec.name, f"{spec.family} rule", label, functools.partial(spec.run_forward, targs),
+        out.append(compare(spec.name, f"{spec.family} rule", label, functools.partial(spec.apply, spec.forward, targs),
                            functools.partial(spec.apply, spec.reference, args), ref="numpy",
                            flops=spec.flops(shape), nbytes=spec.bytes(shape), repeats=repeats))
     return out
@@ -192,7 +192,7 @@ def case_records(rng: np.random.Generator, repeats: int) -> list[dict]:
         args = spec.inputs(rng, shape, **scalars)
         targs = [rt.from_numpy(a) for a in args]
         out.append(compare(spec.name, f"{spec.family} rule", "x".join(map(str, shape)),
-                           functools.partial(spec.run_forward, targs, **scalars),
+                           functools.partial(spec.apply, spec.forward, targs, **scalars),
                            functools.partial(spec.apply, spec.reference, args, **scalars), ref="numpy",
                            flops=spec.flops(shape), nbytes=spec.bytes(shape), repeats=repeats))
     return out

@@ -321,7 +321,8 @@ def step_scalars(*, lr: float, beta1: float, beta2: float, weight_decay: float, 
 def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta2: float, eps: float,
                weight_decay: float, step: int, clip_coef=None, norm=None, skip_above: float = math.inf,
                step_buffer=None, working_copy=None):
-    """One fused AdamW step over a flat arena (one dispatch); returns params. See the module docstring.
+    """One fused AdamW step over a flat arena (one dispatch); returns (params, m, v, working_copy), the tensors it
+    updated in place (working_copy None without one). See the module docstring.
 
     `step_buffer`: a 4-float device tensor that already holds `step_scalars(...)` (a captured step's fixed
     input); by default a fresh one is uploaded from lr and step. `working_copy`: a bfloat16 or float16 tensor
@@ -348,7 +349,7 @@ def adamw_step(params, grads, m, v, decay_mask, *, lr: float, beta1: float, beta
         buffers.append(working_copy)
         variant += f"_{copy_dtype}"
     rt.launch(ADAMW, buffers, push=push, grid=ADAMW.grid_for((n,), variant), variant=variant)
-    return params
+    return params, m, v, working_copy
 
 # -- op specs: tests, bench and docs/OPS.md derive from them (helios.kernels.spec) --------------------------------
 # Forward-only (an optimizer step has no VJP), in place: adamw_step writes params, m, v (and the working copy).
@@ -391,7 +392,8 @@ register(OpSpec(
     tolerance=dict.fromkeys(("params", "m", "v", "working_copy"), _ADAMW_TOLERANCE),
     autograd=False, f32=("params", "grads", "m", "v", "decay_mask", "clip_coef", "norm"),
     scalars={k: tuple(hp[k] for hp, _, _ in _ADAMW_CASES) for k in _ADAMW_CASES[0][0]},
-    optional={"decay_mask": None, "clip_coef": None, "norm": None}, result_in=("params", "m", "v", "working_copy"),
+    optional={"decay_mask": None, "clip_coef": None, "norm": None},
+    inplace={name: name for name in ("params", "m", "v", "working_copy")},
     keyword_args=("clip_coef", "norm", "working_copy"), half_only=("working_copy",)))
 
 

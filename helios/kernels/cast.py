@@ -7,15 +7,17 @@ half; `cast_to_f32` reads half and stores the f32's bits; `scale_by` reads its s
 broadcast to every element (a "col" broadcast whose one column spans the whole tensor).
 Their access (scalar, vec4, u64x2) is the "elementwise" selection family's choice, made in run_map: force
 it there (helios.kernels.selection). Which kernel runs follows from the dtypes, which is no choice.
+Both are forward-only op specs (helios.kernels.spec; cast's target dtype is a scalar that names the output's dtype):
+their tests, bench entries and docs/OPS.md rows derive from the `register(OpSpec(...))` calls at the bottom.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from helios.kernels.dtypes import FLOAT_DTYPES, NUMPY, check_float
+from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, check_float
 from helios.kernels.elementwise import map_kernel, run_map
-from helios.ops import declare_ops
+from helios.kernels.spec import OpSpec, Tolerance, normal_inputs, register
 from helios.runtime import Tensor, copy, empty
 from helios.spirv import f32, u32
 
@@ -64,7 +66,29 @@ def scale_by(x: Tensor, s: Tensor, out: Tensor | None = None) -> Tensor:
     return out
 
 
-__all__ = ["cast", "scale_by", "reference_cast"]
+def reference_scale_by(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    return x * s[0]
 
 
-OPS = declare_ops(__name__, cast, scale_by)  # this file's helios.ops functions
+__all__ = ["cast", "scale_by", "reference_cast", "reference_scale_by"]
+
+
+# -- op specs (forward-only; tests, bench and docs/OPS.md derive from them) --------------------------------------
+# cast: the reference rounds too, so only the one correctly rounded result passes (the bound is one rounding of the
+# target dtype). The round trips, NaN, Inf and overflow are tests/kernels/test_cast.py's.
+register(OpSpec("cast", "x converted to dtype (f32, bf16 or fp16), rounded to nearest even; the same dtype copies.",
+                __name__, (CAST_TO_HALF, CAST_TO_F32), cast, None, reference_cast, None,
+                lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(),
+                scalars={"dtype": HALF_DTYPES + ("f32",)}, dtype_scalar="dtype",
+                tolerance={"y": Tolerance()}, autograd=False))
+
+
+def _scale_by_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.ndarray]:
+    # a factor no half dtype holds exactly, so rounding it to x's dtype would show (test_cast checks bit-exactly)
+    return normal_inputs(rng, shape), np.array([rng.uniform(0.1, 3.0)], np.float32)
+
+
+# x * s in f32 (one rounding), then the dtype's.
+register(OpSpec("scale_by", "x * s[0] for x of any float dtype and s a (1,) float32 device tensor (never rounded to "
+                "x's dtype).", __name__, (SCALE_BY,), scale_by, None, reference_scale_by, None, _scale_by_inputs,
+                args=("x", "s"), f32=("s",), saves=(), tolerance={"y": Tolerance(rel=1)}, autograd=False))

@@ -18,16 +18,30 @@ dtype; run_map picks the variant from it.
 Work items are laid out over a 2-D grid of workgroups (x up to the device limit, then y), so any size works
 on devices limited to 65535 groups per dimension. FLOP and byte counts are `kernel.flops(n)` and
 `kernel.bytes(n)` for n output elements.
+
+The arithmetic ops are forward-only op specs (helios.kernels.spec, at the bottom): tests, bench entries and
+docs/OPS.md rows derive from them; their autograd Functions (autograd/ops/elementwise.py) broadcast and stay
+hand-written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
 from helios.kernels import selection
 from helios.kernels.dtypes import check_float, dtype_variant, float_dtype, storage, with_dtypes
+from helios.kernels.spec import (
+    AWKWARD_SHAPES,
+    BroadcastShape,
+    OpSpec,
+    Tolerance,
+    broadcast_operand,
+    normal_inputs,
+    register,
+)
 from helios.kernels.wide import WideView
 from helios.ops import declare_ops
 from helios.runtime import Tensor, copy, empty, launch
@@ -342,5 +356,58 @@ def reference_masked_fill(x: np.ndarray, mask: np.ndarray, value: float) -> np.n
     return np.where(mask != 0, np.asarray(value, dtype=x.dtype), x)
 
 
-# the helios.ops functions this file declares
-OPS = declare_ops(__name__, add, sub, mul, div, scale, neg, clone, masked_fill, add_inplace)
+# the helios.ops functions this file declares beside its op specs (clone is a copy command, no kernel to spec)
+OPS = declare_ops(__name__, clone)
+
+
+# -- op specs: forward-only (their autograd Functions, autograd/ops/elementwise.py, broadcast and stay hand-written)
+# Binary ops also run with b a row and a column of rows of 4-wide lengths (the row_/col_ 4-wide variants) and of odd
+# lengths (their scalar fallback), 3-D included.
+BINARY_SHAPES = AWKWARD_SHAPES + tuple(BroadcastShape(shape, form) for shape in ((33, 12), (3, 5, 8), (7, 33),
+                                                                                 (33, 513), (1, 4097))
+                                       for form in ("row", "col"))
+# One f32 rounding of the exact result, then one of the dtype (nothing more for f32); division too (OpFDiv is
+# correctly rounded on lavapipe), with two more f32 roundings for drivers whose division is 2.5 ulp.
+ONE_ROUNDING = {"y": Tolerance(rel=1)}
+EXACT = {"y": Tolerance()}  # the result is an input or a given value, rounded to the dtype at most
+
+
+def _binary_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.ndarray]:
+    return normal_inputs(rng, shape), normal_inputs(rng, broadcast_operand(shape))
+
+
+def _divisor_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _binary_inputs(rng, shape)
+    return a, (b + np.sign(b)).astype(np.float32)  # |b| >= 1: quotients stay in fp16's range
+
+
+def _binary_spec(fn: Callable, kernel: Kernel, doc: str, inputs=_binary_inputs, tolerance=ONE_ROUNDING) -> OpSpec:
+    name = fn.__name__
+    return register(OpSpec(name, doc, __name__, (kernel,), fn, None, partial(reference_binary, name), None, inputs,
+                           args=("a", "b"), saves=(), shapes=BINARY_SHAPES, tolerance=tolerance, autograd=False))
+
+
+_binary_spec(add, ADD, "a + b; b of a's shape, a row vector [N] or a column [..., 1].")
+_binary_spec(sub, SUB, "a - b, broadcasting b like add.")
+_binary_spec(mul, MUL, "a * b, broadcasting b like add.")
+_binary_spec(div, DIV, "a / b, broadcasting b like add.", _divisor_inputs, {"y": Tolerance(rel=3)})
+register(OpSpec("scale", "x * s for a Python scalar s.", __name__, (SCALE,), scale, None,
+                lambda x, s: x * s, None, lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(),
+                scalars={"s": (-2.5, 0.37, 1.0)}, tolerance={"y": Tolerance(rel=2)},
+                autograd=False))  # s rounded to f32, then the product
+register(OpSpec("neg", "-x.", __name__, (NEG,), neg, None, np.negative, None,
+                lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(), tolerance=EXACT, autograd=False))
+
+
+def _mask_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.ndarray]:
+    return normal_inputs(rng, shape), (rng.random(shape) < 0.4).astype(np.int32)
+
+
+register(OpSpec("masked_fill", "x with value where mask (same shape; float32, int32 or uint32) is nonzero.", __name__,
+                (MASKED_FILL,), masked_fill, None, reference_masked_fill, None, _mask_inputs, args=("x", "mask"),
+                indices=("mask",), saves=(), scalars={"value": (-1e4, 0.0, 2.5)}, tolerance=EXACT, autograd=False))
+register(OpSpec("add_inplace", "a += alpha * b in place; returns a.", __name__, (ADD_INPLACE,), add_inplace, None,
+                lambda a, b, alpha: a + alpha * b, None, _binary_inputs, args=("a", "b"), saves=(),
+                inplace={"y": "a"}, scalars={"alpha": (1.0, -0.5, 1e-3)},
+                tolerance={"y": Tolerance(rel=2, abs=1)}, autograd=False))
+# ^ alpha rounded to f32, x * alpha and the sum: roundings of alpha * b too, which a cancelling a can exceed

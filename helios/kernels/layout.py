@@ -60,8 +60,9 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     return dtype_variant("add" if shape[2] else "copy", dtype)
 
 
-def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int, accumulate: bool = False) -> None:
-    """dst[:, dst_off:dst_off+n] (+)= src[:, src_off:src_off+n] over the last axis of both (one float dtype)."""
+def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int, accumulate: bool = False) -> Tensor:
+    """dst[:, dst_off:dst_off+n] (+)= src[:, src_off:src_off+n] over the last axis of both (one float dtype); returns
+    dst."""
     dtype = io_dtype("copy_columns", src=src, dst=dst)
     src_cols, dst_cols = src.shape[-1], dst.shape[-1]
     rows = src.numel // src_cols
@@ -70,11 +71,12 @@ def copy_columns(src: Tensor, dst: Tensor, *, src_off: int, dst_off: int, n: int
     if src_off + n > src_cols or dst_off + n > dst_cols:
         raise ValueError(f"copy_columns: columns {src_off}+{n} of {src_cols} -> {dst_off}+{n} of {dst_cols} overflow")
     if rows * n == 0:
-        return
+        return dst
     variant = selection.choose("layout", (rows, n, accumulate), dtype)
     launch(COPY_COLUMNS, [src, dst], variant=variant, grid=COPY_COLUMNS.grid_for((rows, n), variant),
            push={"rows": rows, "n": n, "src_cols": src_cols, "src_off": src_off, "dst_cols": dst_cols,
                  "dst_off": dst_off})
+    return dst
 
 
 def concat(parts: list[Tensor]) -> Tensor:
@@ -151,7 +153,7 @@ def _copy_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.n
 # The "add" variant computes in f32 and rounds once to the dtype: one f32 rounding (none more for a copy).
 register(OpSpec("copy_columns", "dst[..., dst_off:dst_off+n] (+)= src[..., src_off:src_off+n] (accumulate=True "
                 "adds), in place.", __name__, (COPY_COLUMNS,), copy_columns, None, reference_copy_columns, None,
-                _copy_inputs, args=("src", "dst"), outputs=("dst",), saves=(), result_in="dst",
+                _copy_inputs, args=("src", "dst"), outputs=("dst",), saves=(), inplace={"dst": "dst"},
                 shapes=tuple((*lead, cols) for lead, cols, *_ in _CASES),
                 scalars={"src_off": tuple(c[3] for c in _CASES), "dst_off": tuple(c[4] for c in _CASES),
                          "n": tuple(c[5] for c in _CASES), "accumulate": (False, True)},

@@ -94,7 +94,7 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
 
 def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWTH_INTERVAL,
                       max_scale: float = MAX_SCALE, min_scale: float = MIN_SCALE):
-    """(true_norm (1,), clip_coef (1,)) from the norm of the scaled gradients; updates `state` in place
+    """(true_norm (1,), clip_coef (1,), state) from the norm of the scaled gradients; updates `state` in place
     (see the module docstring). One dispatch, one invocation."""
     import helios.runtime as rt
 
@@ -108,7 +108,7 @@ def loss_scale_update(norm, state, max_norm: float, growth_interval: int = GROWT
               variant=variant,
               push={"max_norm": float(max_norm), "growth_interval": int(growth_interval),
                     "max_scale": float(max_scale), "min_scale": float(min_scale)})
-    return true, coef
+    return true, coef, state
 
 
 __all__ = ["loss_scale_update", "initial_state", "reference_update", "INITIAL_SCALE", "GROWTH_INTERVAL"]
@@ -142,6 +142,6 @@ register(OpSpec(
     "scaled gradients' norm; the state [scale, clean steps, overflows, last overflowed] updated in place.",
     __name__, (LOSS_SCALE_UPDATE,), loss_scale_update, None, reference_update, None, _step_inputs,
     args=("norm", "state"), outputs=("true_norm", "clip_coef", "state"), saves=(), family="loss_scale",
-    shapes=((1,),) * len(_STEPS), sizes=lambda shape: (), autograd=False, result_in="state",
+    shapes=((1,),) * len(_STEPS), sizes=lambda shape: (), autograd=False, inplace={"state": "state"},
     tolerance={"true_norm": Tolerance(), "clip_coef": Tolerance(rel=2), "state": Tolerance()},
     scalars={k: tuple(scalars[i] for scalars, _, _ in _STEPS) for i, k in enumerate(_SCALARS)}))

@@ -19,7 +19,9 @@ def table() -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in specs():
         scalars = "".join(f", {k}" for k in s.scalars)
-        forward = f"{', '.join(s.args)}{scalars} → {', '.join(s.outputs)}"
+        args = f"[{', '.join(s.args)}]" if s.packed else ", ".join(s.args)  # a packed op takes one list
+        results = ", ".join(f"{o} (written into {s.inplace[o]})" if o in s.inplace else o for o in s.outputs)
+        forward = f"{args}{scalars} → {results}"
         grad_scalars = "".join(f", {k}" for k in s.grad_kwargs(s.scalars))
         sunk = f" (+= into sinks: {', '.join(s.sinks)})" if s.sinks else ""
         back = f"`{s.name}_backward({', '.join((*s.saves, 'dy'))}{grad_scalars})` → {', '.join(s.grads)}{sunk}" \

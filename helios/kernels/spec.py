@@ -13,12 +13,13 @@ arguments of all four. Tests run every op in every dtype its kernels offer, with
 dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place,
 which the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
-both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: the
-reductions, the column copies) and keeps its hand-written autograd Function (autograd=False); ops taking a list of
-tensors (`packed`), writing into arguments (`result_in`: copy_columns' dst; adamw_step's params, m and v, in place)
-or choosing through more than one selection family (`also_families`) say that too, as do ops taking tensors by
-keyword (`keyword_args`: adamw_step's clip_coef=, norm=) or a tensor only in a half dtype (`half_only`: AdamW's
-half working copy). Kernel discovery (importing every kernel module so that its specs register) is
+both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
+the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
+(autograd=False); ops taking a list of tensors (`packed`), writing into an argument they return (`inplace`),
+storing results in the dtype a scalar names (`dtype_scalar`), choosing through more than one selection family
+(`also_families`), taking tensors by keyword (`keyword_args`: adamw_step's clip_coef=, norm=) or a tensor only in a
+half dtype (`half_only`: AdamW's half working copy) say that too; test shapes may be `BroadcastShape`s (a row or
+column operand). Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
 """
 
@@ -43,6 +44,33 @@ AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12), (4096,))
 # 4-wide forms, 4100 streams in them), and a 3-D input.
 ROW_SHAPES = tuple((r, c) for r in (1, 7, 33) for c in (1, 7, 8, 33, 513, 4097, 4100) if r * c <= 40_000) + (
     (2, 3, 33),)
+
+
+class BroadcastShape(tuple):
+    """A test shape whose last argument broadcasts over the first ones: `form` "row" (a row vector, shape[-1:]) or
+    "col" (a column, shape[:-1] + (1,)). It is the full shape everywhere else (element counts, FLOPs, bytes); only
+    the spec's input generator reads `operand` (broadcast_operand does, for any shape)."""
+
+    form: str
+
+    def __new__(cls, shape, form: str):
+        if form not in ("row", "col"):
+            raise ValueError(f"broadcast form must be 'row' or 'col', got {form!r}")
+        self = super().__new__(cls, shape)
+        self.form = form
+        return self
+
+    @property
+    def operand(self) -> tuple:
+        return self[-1:] if self.form == "row" else self[:-1] + (1,)
+
+    def __repr__(self) -> str:
+        return f"{tuple(self)!r} ({self.form} operand)"
+
+
+def broadcast_operand(shape) -> tuple:
+    """The broadcast operand's shape for a test shape: a BroadcastShape's operand, else the shape itself."""
+    return shape.operand if isinstance(shape, BroadcastShape) else tuple(shape)
 
 
 def normal_inputs(rng: np.random.Generator, shape, **_) -> np.ndarray:
@@ -154,10 +182,11 @@ class OpSpec:
     #                                      everything: reduce_all); the tests force theirs alongside `family`'s
     packed: bool = False                 # forward and reference take the tensor args as one list (concat's parts,
     #                                      sumsq's tensors)
-    result_in: str | tuple[str, ...] | None = None
-    # ^ the arg(s) forward writes results into, in place (copy_columns' dst; adamw_step's params, m, v and
-    #   working_copy): the outputs of those names are the args read back after the call, the other outputs are what
-    #   forward returns, in order (loss_scale_update: true_norm and clip_coef returned, state written)
+    inplace: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # ^ output -> the arg it is written into (add_inplace's y is a): forward returns that argument's tensor itself,
+    #   which the derived test checks; forward-only ops (backward=None) alone, as a gradient would need the input
+    dtype_scalar: str | None = None      # the scalar naming the dtype outputs are stored in (cast's `dtype`); None:
+    #                                      outputs are stored in the dtype the op runs in (see result_storage)
     keyword_args: tuple[str, ...] = ()   # args that forward and reference take by keyword, after the positional
     #                                      ones (adamw_step's clip_coef=, norm=, working_copy=)
     half_only: tuple[str, ...] = ()      # args given only when the op runs in a half dtype (adamw_step's working
@@ -172,12 +201,15 @@ class OpSpec:
         object.__setattr__(self, "dtypes", dtypes)
         if stray := set(self.indices) - set(self.args):
             raise ValueError(f"op {self.name!r}: indices {sorted(stray)} are not among its args {self.args}")
-        for what, names, among, where in (
-                ("result_in", self.written, set(self.args) & set(self.outputs), "both its args and its outputs"),
-                ("keyword_args", self.keyword_args, set(self.args), "its args"),
-                ("half_only", self.half_only, set(self.args), "its args")):
-            if stray := set(names) - among:
-                raise ValueError(f"op {self.name!r}: {what} {sorted(stray)} are not among {where}")
+        if stray := (set(self.inplace) - set(self.outputs)) | (set(self.inplace.values()) - set(self.args)):
+            raise ValueError(f"op {self.name!r}: inplace names {sorted(stray)}, not among its outputs and args")
+        if self.inplace and self.backward is not None:
+            raise ValueError(f"op {self.name!r}: an in-place op cannot have a backward (its input is overwritten)")
+        if self.dtype_scalar is not None and self.dtype_scalar not in self.scalars:
+            raise ValueError(f"op {self.name!r}: dtype_scalar {self.dtype_scalar!r} is not among its scalars")
+        if stray := (set(self.keyword_args) | set(self.half_only)) - set(self.args):
+            raise ValueError(f"op {self.name!r}: keyword_args or half_only name {sorted(stray)}, not among its args")
+        # a forward-only op (backward None) has no gradients to hold to a tolerance
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 
@@ -186,14 +218,16 @@ class OpSpec:
         """The gradients backward returns: d + each float argument's name (index arguments take none)."""
         return tuple(f"d{a}" for a in self.args if a not in self.indices)
 
-    @property
-    def written(self) -> tuple[str, ...]:
-        """The args forward writes results into (`result_in` as a tuple; empty for none)."""
-        return (self.result_in,) if isinstance(self.result_in, str) else tuple(self.result_in or ())
-
     def storage(self, name: str, dtype: str) -> str:
         """The dtype tensor `name` (an arg, output or gradient) is stored in when the op runs in `dtype`."""
         return "f32" if name in self.f32 else dtype
+
+    def result_storage(self, name: str, dtype: str, scalars: Mapping) -> str:
+        """The dtype tensor `name` is stored in when the op runs in `dtype` with `scalars`: an output of an op with a
+        dtype_scalar is stored in that scalar's dtype, anything else as `storage` says."""
+        if self.dtype_scalar is not None and name in self.outputs:
+            return scalars[self.dtype_scalar]
+        return self.storage(name, dtype)
 
     def scalar_cases(self) -> list[dict]:
         """The scalar keyword arguments of each test case (one empty case for an op without scalars)."""
@@ -216,16 +250,6 @@ class OpSpec:
         by_name = {n: named.pop(n) for n in self.keyword_args}
         positional = list(named.values())
         return fn(positional, **by_name, **kwargs) if self.packed else fn(*positional, **by_name, **kwargs)
-
-    def run_forward(self, args, **scalars):
-        """forward's results on `args` (device tensors); the outputs named by `result_in` are those arguments after
-        the call."""
-        returned = self.apply(self.forward, args, **scalars)
-        if not self.written:
-            return returned
-        named = dict(zip(self.args, args, strict=True))
-        rest = iter(as_tuple(returned) if len(self.written) < len(self.outputs) else ())
-        return tuple(named[o] if o in self.written else next(rest) for o in self.outputs)
 
     def flops(self, shape, kernel: int = 0) -> int:
         """FLOPs of the forward (kernel=1: the backward) on an input of `shape`."""

@@ -20,7 +20,7 @@ def test_a_run_of_steps_matches_the_reference():
     want = initial_state(1024.0)
     for norm in norms:
         scaled = np.float32(norm * float(want[0])) if math.isfinite(norm) else np.float32(norm)
-        true, coef = ops.loss_scale_update(rt.from_numpy(np.array([scaled], np.float32)), state, max_norm=1.0,
+        true, coef, _ = ops.loss_scale_update(rt.from_numpy(np.array([scaled], np.float32)), state, max_norm=1.0,
                                            growth_interval=3, max_scale=4096.0, min_scale=256.0)
         w_true, w_coef, want = reference_update(scaled, want, 1.0, 3, 4096.0, 256.0)
         got_true, got_coef = float(true.numpy()[0]), float(coef.numpy()[0])

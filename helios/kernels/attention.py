@@ -230,8 +230,8 @@ _MATRIX_TOLERANCE = {"o": Tolerance(abs=64, floor=0.0, io=8.0), "dqkv": Toleranc
 
 register(OpSpec(
     "flash_attention", "Causal (or full) multi-head attention softmax(q k^T / sqrt(D)) v on a fused qkv [B, T, "
-    "(H + 2*Hkv) * D] (GQA, softcap, dropout), B, T, n_head, n_kv_head, head_dim given after qkv; lse [B, H, T] "
-    "f32.", __name__, (ATTENTION_FORWARD, ATTENTION_BACKWARD_PRE, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV),
+    "(H + 2*Hkv) * D] (GQA, softcap, dropout); o [B, T, H*D], lse [B, H, T] f32.", __name__,
+    (ATTENTION_FORWARD, ATTENTION_BACKWARD_PRE, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV),
     flash_attention, flash_attention_backward, reference, _reference_backward, _inputs, args=("qkv",),
     outputs=("o", "lse"), saves=("qkv", "o", "lse"), family="attention", shapes=tuple(c[:5] for c in _CASES),
     sizes=_sizes, tolerance=_TOLERANCE, autograd=False, f32=("lse",), shape_scalars=_shape_scalars,

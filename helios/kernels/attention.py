@@ -16,6 +16,10 @@ Mixed precision: qkv, o, do and dqkv share one io dtype (float32, bfloat16 or fl
 "bf16_"/"fp16_" prefix, taken from qkv); lse (and the backward's Delta) are float32 whatever it is, and scores,
 softmax statistics and all dot products accumulate in f32. A half output is rounded once, from the f32 value
 the f32 variant would have stored.
+
+The op spec at the bottom (helios.kernels.spec) declares flash_attention and its backward: the tests of every
+variant and dtype (tests/kernels/test_opspecs.py) and docs/OPS.md's row derive from it. Its autograd Function stays
+hand-written (autograd/ops/nn.py: it hands a captured step's RNG counter tensor to both passes).
 """
 
 from __future__ import annotations
@@ -222,13 +226,12 @@ def _reference_backward(qkv, o, lse, do, **kw):
     return reference_backward(qkv, do, o=o, **kw)
 
 
-# Tolerances in f32 roundings of max |reference| (measured worst, f32 and the rounded half outputs: o ~8, lse ~20
-# relative, dqkv ~100); the matrix units round P (and dS, dP Z) to the io dtype before their products, each
-# off by half an ulp of it: o by at most u max|v| (~4 max|o| with these inputs), a gradient by under 4 u of its
-# scale (attention_coopmat's docstring).
-_TOLERANCE = {"o": Tolerance(abs=64, floor=0.0), "lse": Tolerance(rel=64, abs=64),
-              "dqkv": Tolerance(abs=512, floor=0.0)}
-_MATRIX_TOLERANCE = {"o": Tolerance(abs=64, floor=0.0, io=8.0), "dqkv": Tolerance(abs=512, floor=0.0, io=4.0)}
+# Tolerances in f32 roundings of max |reference| (worst measured in f32, rowwise and tiled: o 8, lse 5 of |lse| + 1,
+# dqkv 9); a half result adds its one rounding. The matrix units round P (and dS, dP Z) to the io dtype u before
+# their products, each off by half an ulp of it: o by at most u max|v| / (1 - p) (under 8 u max|o| with these
+# inputs), a gradient by under 4 u of its scale (measured under 1.3 u of each of dq, dk, dv's).
+_TOLERANCE = {"o": Tolerance(abs=32, floor=0.0), "lse": Tolerance(rel=16, abs=16), "dqkv": Tolerance(abs=64, floor=0.0)}
+_MATRIX_TOLERANCE = {"o": Tolerance(abs=32, floor=0.0, io=8.0), "dqkv": Tolerance(abs=64, floor=0.0, io=4.0)}
 
 register(OpSpec(
     "flash_attention", "Causal (or full) multi-head attention softmax(q k^T / sqrt(D)) v on a fused qkv [B, T, "

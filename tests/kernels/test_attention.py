@@ -1,7 +1,7 @@
 """Flash attention beyond its op spec's derived tests (tests/kernels/test_opspecs.py runs forward and backward of
 every variant in every dtype against the numpy reference, the reference VJP against finite differences, and
 spirv-val of every kernel variant): the reference VJP against torch autograd, q/k/v read from a view at an offset,
-deterministic backward, dropout statistics, argument errors and the variant rule.
+head dim 256 in f32, deterministic backward, dropout statistics, argument errors and the variant rule.
 
 The kept launches use head dims and flags of the spec's cases (64 causal; 48 full, softcapped, dropout), so they
 compile no pipelines of their own.
@@ -17,6 +17,7 @@ import pytest
 import helios.runtime as rt
 from helios.kernels import attention as A
 from helios.kernels import selection
+from helios.kernels.spec import spec_of
 
 VARIANTS = list(A.VARIANTS)  # the base variants; the matrix-unit ones: test_attention_coopmat.py
 
@@ -82,6 +83,24 @@ def test_reads_qkv_in_place_from_a_view(variant):
     assert _rel(o.numpy(), ro) < 1e-5
     dqkv = A.flash_attention_backward(view, o, lse, rt.from_numpy(do), B, T, H, Hkv, D)
     assert _rel(dqkv.numpy(), A.reference_backward(qkv.astype(np.float64), do, B, T, H, Hkv, D)) < 1e-4
+
+
+def test_largest_head_dim_runs_rowwise_whatever_is_forced(variant):
+    """Head dim 256 (past the tiled variant's limit: rowwise runs, forced or not) against the reference within the
+    op spec's tolerances, f32 only (its pipelines are the slowest to compile; the half variants run the same code
+    on other storage, which the derived tests check at the other head dims)."""
+    spec = spec_of("flash_attention")
+    B, T, H, Hkv, D = 1, 33, 2, 1, 256
+    assert selection.choose("attention", (D,)) == "rowwise"
+    qkv, do = _inputs(B, T, H, Hkv, D, seed=5)
+    q = rt.from_numpy(qkv)
+    o, lse = A.flash_attention(q, B, T, H, Hkv, D)
+    ro, rl = A.reference(qkv.astype(np.float64), B, T, H, Hkv, D)
+    spec.tolerance["o"].check(o.numpy(), ro, "f32", "o")
+    spec.tolerance["lse"].check(lse.numpy(), rl, "f32", "lse")
+    dqkv = A.flash_attention_backward(q, o, lse, rt.from_numpy(do), B, T, H, Hkv, D)
+    want = A.reference_backward(qkv.astype(np.float64), do.astype(np.float64), B, T, H, Hkv, D, o=o.numpy())
+    spec.tolerance["dqkv"].check(dqkv.numpy(), want, "f32", "dqkv")
 
 
 def test_backward_is_deterministic(variant):

@@ -73,7 +73,9 @@ class Linear(Function):
 
 
 class FlashAttention(Function):
-    """Causal attention read in place from fused QKV; the T x T matrix never exists."""
+    """Causal attention read in place from fused QKV; the T x T matrix never exists. Hand-written, not derived
+    from the flash_attention op spec: `counter` (a captured step's RNG counter tensor) is neither a differentiable
+    argument nor a scalar, and both passes take it."""
 
     @staticmethod
     def forward(ctx, qkv, B, T, n_head, n_kv_head, head_dim, softcap=0.0, dropout_p=0.0, seed=0, offset=0,

@@ -16,6 +16,10 @@ Mixed precision: qkv, o, do and dqkv share one io dtype (float32, bfloat16 or fl
 "bf16_"/"fp16_" prefix, taken from qkv); lse (and the backward's Delta) are float32 whatever it is, and scores,
 softmax statistics and all dot products accumulate in f32. A half output is rounded once, from the f32 value
 the f32 variant would have stored.
+
+The op spec at the bottom (helios.kernels.spec) declares flash_attention and its backward: the tests of every
+variant and dtype (tests/kernels/test_opspecs.py) and docs/OPS.md's row derive from it. Its autograd Function stays
+hand-written (autograd/ops/nn.py: it hands a captured step's RNG counter tensor to both passes).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops
 from helios.kernels.attention_reference import reference, reference_backward
 from helios.kernels.dtypes import FLOAT_DTYPES, check_float, dtype_variant, variant_dtype
 from helios.kernels.rng import counter_or_zero, seed_words
-from helios.ops import declare_ops
+from helios.kernels.spec import OpSpec, Tolerance, register
 from helios.runtime import Tensor, empty, launch
 
 
@@ -178,5 +182,64 @@ __all__ = [
 ]
 
 
-# the helios.ops functions this file declares
-OPS = declare_ops(__name__, flash_attention, flash_attention_backward)
+# -- op spec: tests, bench and docs/OPS.md derive from it (helios.kernels.spec) ---------------------------------
+# Test cases (B, T, H, Hkv, D, causal, softcap, dropout_p). A pipeline is keyed by the head dim and the three flags
+# (attention_common.spec_values), so the cases share three sets of them that every variant runs (head dims 64, 48
+# and 128: multiples of 16, which the matrix units take) and one that only "rowwise" and "tiled" run (4: one vec4,
+# most tiled lanes idle; the matrix-unit variants fall back to rowwise's pipelines there). Head dim 256, past the
+# tiled limit and the slowest to compile, is tested in f32 only (tests/kernels/test_attention.py). T = 1, 7, 33, 65,
+# 129: off every row and key block (RQ 8, KB 8, 64-row workgroups, 32-key tiles); GQA and multi-query heads.
+_CASES = (
+    (2, 1, 2, 2, 64, True, 0.0, 0.0),
+    (1, 7, 2, 1, 64, True, 0.0, 0.0),
+    (1, 33, 4, 2, 64, True, 0.0, 0.0),
+    (1, 129, 2, 2, 64, True, 0.0, 0.0),
+    (2, 7, 2, 1, 48, False, 3.0, 0.25),
+    (1, 65, 4, 2, 48, False, 3.0, 0.25),
+    (3, 33, 2, 2, 48, False, 3.0, 0.25),
+    (1, 65, 6, 2, 128, True, 2.0, 0.1),
+    (1, 7, 3, 3, 4, False, 0.0, 0.0),
+    (2, 65, 2, 1, 4, False, 0.0, 0.0),
+)
+
+
+def _shape_scalars(shape) -> dict:
+    """The op's size arguments of a test shape (B, T, H, Hkv, D)."""
+    return dict(zip(("B", "T", "n_head", "n_kv_head", "head_dim"), shape, strict=True))
+
+
+def _inputs(rng: np.random.Generator, shape, **_) -> tuple:
+    """A unit-normal fused qkv [B, T, (H + 2*Hkv) * D] for a test shape (B, T, H, Hkv, D)."""
+    B, T, H, Hkv, D = shape
+    return (rng.standard_normal((B, T, (H + 2 * Hkv) * D)).astype(np.float32),)
+
+
+def _sizes(shape) -> tuple:
+    """(B, T, H, Hkv, D) of a test shape; a shorter one gives its trailing sizes, the rest 1 (the op table's
+    per-element counts take (1,): every size 1)."""
+    return (1,) * (5 - len(shape)) + tuple(shape)
+
+
+def _reference_backward(qkv, o, lse, do, **kw):
+    """reference_backward in the spec's form: saved tensors, then dy (Delta = rowsum(dO * O) of the o given, as
+    the kernels compute it)."""
+    return reference_backward(qkv, do, o=o, **kw)
+
+
+# Tolerances in f32 roundings of max |reference| (worst measured in f32, rowwise and tiled: o 8, lse 5 of |lse| + 1,
+# dqkv 9); a half result adds its one rounding. The matrix units round P (and dS, dP Z) to the io dtype u before
+# their products, each off by half an ulp of it: o by at most u max|v| / (1 - p) (under 8 u max|o| with these
+# inputs), a gradient by under 4 u of its scale (measured under 1.3 u of each of dq, dk, dv's).
+_TOLERANCE = {"o": Tolerance(abs=32, floor=0.0), "lse": Tolerance(rel=16, abs=16), "dqkv": Tolerance(abs=64, floor=0.0)}
+_MATRIX_TOLERANCE = {"o": Tolerance(abs=32, floor=0.0, io=8.0), "dqkv": Tolerance(abs=64, floor=0.0, io=4.0)}
+
+register(OpSpec(
+    "flash_attention", "Causal (or full) multi-head attention softmax(q k^T / sqrt(D)) v on a fused qkv [B, T, "
+    "(H + 2*Hkv) * D] (GQA, softcap, dropout); o [B, T, H*D], lse [B, H, T] f32.", __name__,
+    (ATTENTION_FORWARD, ATTENTION_BACKWARD_PRE, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV),
+    flash_attention, flash_attention_backward, reference, _reference_backward, _inputs, args=("qkv",),
+    outputs=("o", "lse"), saves=("qkv", "o", "lse"), family="attention", shapes=tuple(c[:5] for c in _CASES),
+    sizes=_sizes, tolerance=_TOLERANCE, autograd=False, f32=("lse",), shape_scalars=_shape_scalars,
+    fd_shape=(1, 5, 4, 2, 4), choice_tolerance={c: _MATRIX_TOLERANCE for c in COOPMAT_VARIANTS},
+    scalars={"causal": tuple(c[5] for c in _CASES), "softcap": tuple(c[6] for c in _CASES),
+             "dropout_p": tuple(c[7] for c in _CASES), "seed": (11, 5), "offset": (3, 9, 0)}))

@@ -118,7 +118,7 @@ def forward_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, in
 
 ATTENTION_FORWARD = Kernel(
     "attention_forward", build_forward, variants=common.KERNEL_VARIANTS, grid=forward_grid,
-    flops=attention_flops,
+    flops=lambda B, T, H, Hkv, D: attention_flops(B, T, H, D),  # the sizes bytes takes (op spec: B, T, H, Hkv, D)
     bytes=lambda B, T, H, Hkv, D: 4 * B * T * D * (H + 2 * Hkv + H) + 4 * B * H * T,
     requires=(),
 )

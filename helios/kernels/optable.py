@@ -18,11 +18,12 @@ def table() -> str:
     rows = ["| op | forward | backward | FLOPs/elem | bytes/elem | variants | dtypes | declared in |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in specs():
-        scalars = "".join(f", {k}" for k in s.scalars)
+        sized = s.shape_scalars(s.shapes[0]) if s.shape_scalars else {}  # sizes the shape fixes (attention's B, T)
+        scalars = "".join(f", {k}" for k in (*sized, *s.scalars))
         args = f"[{', '.join(s.args)}]" if s.packed else ", ".join(s.args)  # a packed op takes one list
         results = ", ".join(f"{o} (written into {s.inplace[o]})" if o in s.inplace else o for o in s.outputs)
         forward = f"{args}{scalars} → {results}"
-        grad_scalars = "".join(f", {k}" for k in s.grad_kwargs(s.scalars))
+        grad_scalars = "".join(f", {k}" for k in s.grad_kwargs({**sized, **s.scalars}))
         sunk = f" (+= into sinks: {', '.join(s.sinks)})" if s.sinks else ""
         back = f"`{s.name}_backward({', '.join((*s.saves, 'dy'))}{grad_scalars})` → {', '.join(s.grads)}{sunk}" \
             if s.backward else "-"

@@ -97,11 +97,13 @@ class Tolerance:
     off by `rel` f32 roundings of |reference|, plus `abs` f32 roundings of the result's scale (1; with `floor`,
     max |reference|, never below floor, for results whose scale grows with the shape: sums over rows,
     gradients), plus one rounding of d (nothing more for f32), plus half of d's smallest subnormal (fp16
-    underflows at 6e-8). The bound is per element."""
+    underflows at 6e-8). The bound is per element. Kernels that round intermediates to d itself (matrix units
+    take their operands in d: attention's P and dS) may be off by `io` roundings of d of the scale more."""
 
     rel: float = 0.0
     abs: float = 0.0
     floor: float | None = None
+    io: float = 0.0
 
     def bound(self, want: np.ndarray, dtype: str = "f32") -> np.ndarray:
         """The largest allowed |got - want| per element, for a result stored in `dtype`."""
@@ -109,7 +111,8 @@ class Tolerance:
         scale = 1.0 if self.floor is None else max(self.floor, float(np.nanmax(size[np.isfinite(size)], initial=0)))
         f32 = ROUNDING["f32"] * (self.rel * size + self.abs * scale)
         d = ROUNDING[dtype]
-        return f32 * (1 + d) + d * size + float(ml_dtypes.finfo(NUMPY[dtype]).smallest_subnormal) / 2
+        subnormal = float(ml_dtypes.finfo(NUMPY[dtype]).smallest_subnormal)
+        return f32 * (1 + d) + d * (size + self.io * scale) + subnormal / 2
 
     def check(self, got: np.ndarray, want: np.ndarray, dtype: str = "f32", what: str = "") -> None:
         """Raise AssertionError naming the worst element, in roundings of `dtype`, if any is out of bounds (equal
@@ -191,6 +194,11 @@ class OpSpec:
     #                                      ones (adamw_step's clip_coef=, norm=, working_copy=)
     half_only: tuple[str, ...] = ()      # args given only when the op runs in a half dtype (adamw_step's working
     #                                      copy: a f32 run has none): None in f32 runs, and so are their outputs
+    shape_scalars: Callable | None = None  # shape -> the scalar keyword arguments a test shape fixes (attention's
+    #                                        shapes are (B, T, H, Hkv, D): B, T, head counts, head dim)
+    fd_shape: tuple = (3, 7)             # the small shape of the finite-difference test
+    choice_tolerance: Mapping[object, Mapping[str, Tolerance]] = field(default_factory=dict, compare=False)
+    # ^ forced choice -> tolerances replacing `tolerance`'s under it (attention's matrix units round P to the dtype)
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
@@ -233,6 +241,15 @@ class OpSpec:
         """The scalar keyword arguments of each test case (one empty case for an op without scalars)."""
         count = max((len(v) for v in self.scalars.values()), default=1)
         return [{k: v[i % len(v)] for k, v in self.scalars.items()} for i in range(count)]
+
+    def shape_case(self, scalars: Mapping, shape) -> dict:
+        """A test case's scalars with those its shape fixes (shape_scalars)."""
+        return {**scalars, **(self.shape_scalars(shape) if self.shape_scalars else {})}
+
+    def tolerance_of(self, name: str, choice=None) -> Tolerance:
+        """The tolerance of output or gradient `name` under forced choice `choice` (None: the spec's own)."""
+        own = self.choice_tolerance.get(choice, {}) if self.choice_tolerance else {}  # choices may be unhashable
+        return own.get(name, self.tolerance[name])
 
     def grad_kwargs(self, scalars: Mapping) -> dict:
         """Those of `scalars` that backward and reference_backward take."""

@@ -15,6 +15,8 @@ import pytest
 import helios.runtime as rt
 from helios.kernels import adamw, loss_scale, optable, rope
 from helios.kernels import elementwise as E
+from helios.kernels.attention import COOPMAT_VARIANTS as ATTENTION_MATRIX_VARIANTS
+from helios.kernels.attention import VARIANTS as ATTENTION_VARIANTS
 from helios.kernels.dtypes import NUMPY
 from helios.kernels.layout import ACCESSES as COLUMN_ACCESSES
 from helios.kernels.reduce import SumRowsChoice
@@ -28,13 +30,15 @@ SPECS = specs()
 # embedding scatter (the spec's host_kwargs bring the sorted one its plan), rope's widths, the whole-tensor
 # reductions' loads, every sum_rows width in one pass and in two, the column copies' one access, AdamW's loads
 # (bound or through device addresses), the grad norm's first stage (a partial per invocation or per workgroup, as
-# the rule plans them or over a forced number of workgroups), the loss scale's one invocation.
+# the rule plans them or over a forced number of workgroups), the loss scale's one invocation, every attention
+# variant the rule can return (the matrix-unit ones where the device runs them: _unavailable).
 FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
           "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"],
           "embedding_backward": ["sorted", "atomic", "scan"], "rope": rope.WIDTHS, "reduce_all": ["scalar", "vec4"],
           "sum_rows": [SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)],
           "layout": list(COLUMN_ACCESSES), "adamw": list(adamw.BASE_VARIANTS),
-          "grad_norm": ["lanes", "shared", ("lanes", 3), ("shared", 5)], "loss_scale": list(loss_scale.CHOICES)}
+          "grad_norm": ["lanes", "shared", ("lanes", 3), ("shared", 5)], "loss_scale": list(loss_scale.CHOICES),
+          "attention": [*ATTENTION_VARIANTS, *ATTENTION_MATRIX_VARIANTS]}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
@@ -43,6 +47,11 @@ FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in L
 # row op) for softmax, whose pipelines JIT fastest.
 SUBGROUP_CHOICES = [RowChoice("sg", "u64x2", 4), RowChoice("sg", "scalar", 0)]
 SUBGROUP_WG = ("softmax", RowChoice("wg", "vec4", 4))
+# Attention cases CI runs again at subgroup sizes 4 and 16: rowwise broadcasts and tiled shuffles in f32, and the
+# emulated matrix units' lanes-per-tile split in fp16 (their kernels: the matrix-unit forward, dQ and dK/dV).
+SUBGROUP_ATTENTION = {("rowwise", "f32"): (), ("tiled", "f32"): (),
+                      ("coopmat_emulated", "fp16"): ("attention_forward_coopmat", "attention_backward_dq_coopmat",
+                                                     "attention_backward_dkv_coopmat")}
 
 
 def _id(x) -> str:
@@ -53,13 +62,23 @@ def _id(x) -> str:
 
 def _subgroup(spec, choice, dtype) -> bool:
     row = spec.family == "rows" and (choice in SUBGROUP_CHOICES or (spec.name, choice) == SUBGROUP_WG)
+    if spec.family == "attention":
+        return (choice, dtype) in SUBGROUP_ATTENTION
     merged = spec.family in ("cross_entropy", "grad_norm") and choice in ("workgroup", "subgroup", "lanes", "shared")
     return (row or merged) and dtype == "f32"
 
 
-def _unavailable(family: str, choice) -> str | None:
-    """Why this device cannot run a forced choice (the rule refuses it), or None."""
+def _subgroup_kernels(spec, choice, dtype) -> tuple[str, ...]:
+    """The kernels a subgroup-marked case runs: the spec's, or for a matrix-unit attention variant its own."""
+    if spec.family == "attention" and SUBGROUP_ATTENTION[choice, dtype]:
+        return SUBGROUP_ATTENTION[choice, dtype]
+    return tuple(k.name for k in spec.kernels)
+
+
+def _unavailable(family: str, choice, dtype: str = "f32") -> str | None:
+    """Why this device cannot run a forced choice in `dtype` (the rule refuses it), or None."""
     from helios.device import get_device
+    from helios.kernels import selection
 
     info = get_device().info
     if (family, choice) == ("cross_entropy", "subgroup") and \
@@ -69,13 +88,17 @@ def _unavailable(family: str, choice) -> str | None:
         return "this device has no float atomic add on buffers"
     if family == "adamw" and choice.endswith("_addr") and not info.buffer_device_address:
         return "this device does not enable buffer device addresses"
+    if family == "attention":
+        with selection.forcing("attention", choice):
+            if (chosen := selection.choose("attention", (64,), dtype)) != choice:
+                return f"the rule runs {chosen} where {choice} is forced in {dtype} on this device"
     return None
 
 
 def _forced_cases() -> list:
     """(spec, forced choice, dtype) triples, one test each (every shape inside it, so each variant compiles once);
     the row ops' f32 SUBGROUP_CHOICES carry the subgroup mark."""
-    return [pytest.param(s, c, d, marks=pytest.mark.subgroup(*(k.name for k in s.kernels)))
+    return [pytest.param(s, c, d, marks=pytest.mark.subgroup(*_subgroup_kernels(s, c, d)))
             if _subgroup(s, c, d) else (s, c, d)
             for s in SPECS for c in FORCED[s.family] for d in s.dtypes]
 
@@ -119,13 +142,13 @@ def _floats(spec, values) -> list:
     return [v for n, v in zip(spec.args, values, strict=True) if n not in spec.indices]
 
 
-def _check(spec, name: str, dtype: str, got, want, what: str, scalars=None) -> None:
+def _check(spec, name: str, dtype: str, got, want, what: str, scalars=None, choice=None) -> None:
     stored = spec.result_storage(name, dtype, scalars or {})
     assert got.dtype == NUMPY[stored], f"{what} {name}: {got.dtype}, expected {stored}"
-    spec.tolerance[name].check(got.numpy(), want, stored, f"{what} {name}")
+    spec.tolerance_of(name, choice).check(got.numpy(), want, stored, f"{what} {name}")
 
 
-def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> None:
+def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str, choice=None) -> None:
     """Forward against the reference; backward (from the reference's saved tensors rounded to their dtypes, so it
     is tested apart from the forward) against the reference VJP; then, for gradients with sinks, backward again
     into nonzero f32 sinks, which must end as start + gradient."""
@@ -137,7 +160,7 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> No
         if w is None:  # the output of an argument this run does not pass (a half_only one in f32)
             assert g is None, f"{what} {name}: a result for an argument that was None"
             continue
-        _check(spec, name, dtype, g, w, what, scalars)
+        _check(spec, name, dtype, g, w, what, scalars, choice)
     for name, arg in spec.inplace.items():  # written into its argument, not a new tensor
         assert got[spec.outputs.index(name)] is given[spec.args.index(arg)], f"{what} {name}: not written into {arg}"
     if spec.backward is None:  # the spec says it has none
@@ -152,7 +175,7 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> No
     present = _floats(spec, [a is not None for a in host])
     for name, given, g, w in zip(spec.grads, present, grads, want_grads, strict=True):
         if given:
-            _check(spec, name, dtype, g, w, what)
+            _check(spec, name, dtype, g, w, what, choice=choice)
         else:
             assert g is None, f"{what} {name}: a gradient for an argument that was None"
     sunk = [g for g, given in zip(spec.grads, present, strict=True) if given and g in spec.sinks]
@@ -165,12 +188,12 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str) -> No
     for name, g, w in zip(spec.grads, grads, want_grads, strict=True):
         if name in sinks:
             assert g is sinks[name], f"{what} {name}: not returned in its sink"
-            _check(spec, name, dtype, g, w + start[name], f"{what} (added into a sink)")
+            _check(spec, name, dtype, g, w + start[name], f"{what} (added into a sink)", choice=choice)
 
 
 @pytest.mark.parametrize("spec,choice,dtype", _forced_cases(), ids=_id)
 def test_forward_and_backward_against_reference(spec, choice, dtype, force):
-    if reason := _unavailable(spec.family, choice):
+    if reason := _unavailable(spec.family, choice, dtype):
         pytest.skip(reason)
     force(spec.family, choice)
     for family in spec.also_families:  # the k-th choice of spec.family with the k-th (cycling) of each other one
@@ -179,17 +202,17 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force):
     rng = np.random.default_rng(0)
     cases = spec.scalar_cases()
     for k, shape in enumerate(spec.shapes):
-        scalars = cases[k % len(cases)]  # every scalar case at some shape, each shape once
+        scalars = spec.shape_case(cases[k % len(cases)], shape)  # every scalar case at some shape, each shape once
         args = spec.inputs(rng, shape, **scalars)
         if dtype in spec.input_bound:
             bound = spec.input_bound[dtype]
             args = [a if n in spec.indices else np.clip(a, -bound, bound) for n, a in zip(spec.args, args, strict=True)]
         host = [None if n in spec.half_only and dtype == "f32" else _host(spec, n, a, dtype)
                 for n, a in zip(spec.args, args, strict=True)]
-        _run_case(spec, dtype, host, scalars, rng, f"{spec.name} {shape} {scalars}")
+        _run_case(spec, dtype, host, scalars, rng, f"{spec.name} {shape} {scalars}", choice)
         for arg in spec.optional:  # again without each optional argument
             absent = [None if n == arg else a for n, a in zip(spec.args, host, strict=True)]
-            _run_case(spec, dtype, absent, scalars, rng, f"{spec.name} {shape} {scalars} without {arg}")
+            _run_case(spec, dtype, absent, scalars, rng, f"{spec.name} {shape} {scalars} without {arg}", choice)
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.backward is not None], ids=_id)
@@ -197,8 +220,9 @@ def test_reference_backward_matches_finite_differences(spec):
     """Each gradient of the float64 reference VJP against central differences of <dy, reference(args)>, for every
     scalar case."""
     rng = np.random.default_rng(1)
-    for scalars in spec.scalar_cases():
-        args = [_wide(a) for a in spec.inputs(rng, (3, 7), **scalars)]
+    for case in spec.scalar_cases():
+        scalars = spec.shape_case(case, spec.fd_shape)
+        args = [_wide(a) for a in spec.inputs(rng, spec.fd_shape, **scalars)]
         want = spec.reference(*args, **scalars)
         dy = rng.standard_normal(as_tuple(want)[0].shape)
         grads = as_tuple(spec.reference_backward(*spec.saved(args, want), dy, **spec.grad_kwargs(scalars)))
@@ -324,6 +348,7 @@ def test_bench_has_every_spec():
     names |= {r["kernel"] for r in rows.case_records(np.random.default_rng(0), 1)}
     names |= {r["kernel"] for r in optimizer._records(1 << 10, np.random.default_rng(0), 1)}
     names |= {r["kernel"] for r in optimizer.once_records(np.random.default_rng(0), 1)}
-    # specs with integer inputs are not benched from their specs yet (cross_entropy: helios.bench.cross_entropy)
-    derived = [s for s in SPECS if not s.indices]
+    # specs with integer inputs are not benched from their specs yet (cross_entropy: helios.bench.cross_entropy), nor
+    # attention (helios.bench.attention benches it at model shapes against torch)
+    derived = [s for s in SPECS if not s.indices and s.family != "attention"]
     assert {n for s in derived for n in (s.name, f"{s.name}_backward") if s.backward or n == s.name} <= names

@@ -52,6 +52,10 @@ SUBGROUP_WG = ("softmax", RowChoice("wg", "vec4", 4))
 SUBGROUP_ATTENTION = {("rowwise", "f32"): (), ("tiled", "f32"): (),
                       ("coopmat_emulated", "fp16"): ("attention_forward_coopmat", "attention_backward_dq_coopmat",
                                                      "attention_backward_dkv_coopmat")}
+# Cross-entropy's and the grad norm's layouts that merge subgroup partials, run again in f32 (their forced counts of
+# workgroups change no subgroup code).
+SUBGROUP_MERGES = (("cross_entropy", "workgroup"), ("cross_entropy", "subgroup"), ("grad_norm", "lanes"),
+                   ("grad_norm", "shared"))
 
 
 def _id(x) -> str:
@@ -61,11 +65,10 @@ def _id(x) -> str:
 
 
 def _subgroup(spec, choice, dtype) -> bool:
-    row = spec.family == "rows" and (choice in SUBGROUP_CHOICES or (spec.name, choice) == SUBGROUP_WG)
     if spec.family == "attention":
         return (choice, dtype) in SUBGROUP_ATTENTION
-    merged = spec.family in ("cross_entropy", "grad_norm") and choice in ("workgroup", "subgroup", "lanes", "shared")
-    return (row or merged) and dtype == "f32"
+    row = spec.family == "rows" and (choice in SUBGROUP_CHOICES or (spec.name, choice) == SUBGROUP_WG)
+    return (row or (spec.family, choice) in SUBGROUP_MERGES) and dtype == "f32"
 
 
 def _subgroup_kernels(spec, choice, dtype) -> tuple[str, ...]:

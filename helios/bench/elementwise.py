@@ -16,7 +16,9 @@ import functools
 
 import numpy as np
 
+from helios.bench.adamw import FAMILIES as OPTIMIZER_FAMILIES
 from helios.bench.harness import compare
+from helios.bench.rows import FAMILIES as ROW_FAMILIES
 
 FULL = [1 << 20, 1 << 22, 1 << 24]
 QUICK = [1 << 20]
@@ -147,11 +149,8 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     # (cross_entropy: helios.bench.cross_entropy; embedding) need inputs of their own and are not run here, nor is
     # attention, whose sizes are scalars (helios.bench.attention benches it at model shapes).
     labels = {}
-    from helios.bench.adamw import FAMILIES as OPTIMIZER_FAMILIES
-    from helios.bench.rows import FAMILIES
-
     hand = {case[0] for case in cases}  # add and add_inplace have preallocated numpy baselines above
-    benched_elsewhere = (*FAMILIES, *OPTIMIZER_FAMILIES, "attention")  # attention: helios.bench.attention
+    benched_elsewhere = (*ROW_FAMILIES, *OPTIMIZER_FAMILIES, "attention")
     for spec in [s for s in specs() if s.family not in benched_elsewhere and not s.indices and s.name not in hand]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
         if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask

@@ -122,7 +122,7 @@ def build(b: KernelBuilder, v: Variant) -> None:
     def multiply(slot) -> None:
         """This subgroup's tiles += its rows of A's slot x its columns of B's slot."""
         a_at, b_at = slot * a_size, slot * b_size
-        for kk in range(bk // TILE):
+        for kk in _k_tiles(b, bk // TILE, acc.unrolled):
             if acc.unrolled:  # A's fragments stay in registers across the row of B tiles
                 a_frags = [b.coopmat_load(A, a_tiles, a_at + (sg_m * sub_m + i) * TILE * bk + kk * TILE, bk)
                            for i in range(sub_m)]
@@ -161,6 +161,16 @@ def build(b: KernelBuilder, v: Variant) -> None:
                 with b.if_((row < o.M) & (col < o.N)):
                     epilogue(b, o, scratch[base + e], row, col, cbase)
         b.barrier()
+
+
+def _k_tiles(b: KernelBuilder, count: int, unrolled: bool) -> Iterator:
+    """The 16-wide K tiles of a slice: unrolled with the native accumulators, else a run-time loop (one copy of the
+    emulated loads and MulAdd, not one per tile: cm64's two K tiles doubled its compile time on lavapipe)."""
+    if unrolled:
+        yield from range(count)
+    else:
+        with b.for_range(0, count) as kk:
+            yield kk
 
 
 class _Accumulators:

@@ -15,7 +15,9 @@ def _rows(t):
 
 
 class MatMul(Function):
-    """C = op(a) @ op(b) for 2-D or batched 3-D operands, with transposes read in place."""
+    """C = op(a) @ op(b) for 2-D or batched 3-D operands, with transposes read in place. Hand-written around the
+    matmul spec's op functions rather than derived: it computes only the gradients its inputs need (a product of
+    an activation and a constant runs one backward matmul, not two)."""
 
     @staticmethod
     def forward(ctx, a, b, trans_a: bool = False, trans_b: bool = False):
@@ -26,12 +28,7 @@ class MatMul(Function):
     @staticmethod
     def backward(ctx, dc):
         a, b = ctx.saved_tensors
-        ta, tb = ctx.trans
-        da = db = None
-        if ctx.needs_input_grad[0]:  # dA = dC op(B)^T, laid out as A is
-            da = ops.matmul(b, dc, trans_a=tb, trans_b=True) if ta else ops.matmul(dc, b, trans_b=not tb)
-        if ctx.needs_input_grad[1]:  # dB = op(A)^T dC, laid out as B is
-            db = ops.matmul(dc, a, trans_a=True, trans_b=ta) if tb else ops.matmul(a, dc, trans_a=not ta)
+        da, db = ops.matmul_backward(a, b, dc, *ctx.trans, needs=tuple(ctx.needs_input_grad[:2]))
         return da, db, None, None
 
 

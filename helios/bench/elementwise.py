@@ -146,11 +146,12 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
             "swiglu": _numpy_swiglu(a, b, out, t)}
     # Specs of other families without a bench of their own (rope) run here too, on n // 1024 rows of their input
     # generator's width, labelled with their family (their rule picks the variant). Specs with integer inputs
-    # (cross_entropy: helios.bench.cross_entropy; embedding) need inputs of their own and are not run here, nor is
-    # attention, whose sizes are scalars (helios.bench.attention benches it at model shapes).
+    # (cross_entropy: helios.bench.cross_entropy; embedding) need inputs of their own and are not run here, nor are
+    # attention, whose sizes are scalars (helios.bench.attention benches it at model shapes), and matmul
+    # (helios.bench.matmul: every dtype against torch).
     labels = {}
     hand = {case[0] for case in cases}  # add and add_inplace have preallocated numpy baselines above
-    benched_elsewhere = (*ROW_FAMILIES, *OPTIMIZER_FAMILIES, "attention")
+    benched_elsewhere = (*ROW_FAMILIES, *OPTIMIZER_FAMILIES, "attention", "matmul")
     for spec in [s for s in specs() if s.family not in benched_elsewhere and not s.indices and s.name not in hand]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
         if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask

@@ -28,19 +28,18 @@ f32 a and b with a half C is not offered (round the product with helios.ops.cast
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from helios.kernels import matmul_coopmat as coopmat
-from helios.kernels import (
-    matmul_select,  # noqa: F401  (declares the "matmul" selection rule)
-    selection,
-)
+from helios.kernels import matmul_select, selection  # matmul_select declares the "matmul" selection rule
 from helios.kernels.activations import reference_gelu
 from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, dtype_variant, with_dtypes
 from helios.kernels.matmul_common import LAYOUTS, launch_params
 from helios.kernels.matmul_reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul_tiled import TILED_TILINGS, build_tiled, tiled_grid
-from helios.ops import declare_ops
+from helios.kernels.spec import OpSpec, Tolerance, register
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant
 
@@ -223,4 +222,102 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     return c
 
 
-OPS = declare_ops(__name__, matmul)  # this file's helios.ops functions
+def _batch_sum(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """A batched gradient [batch, ...] summed over the batch into `shape`: the gradient of a 2-D operand shared by
+    every batch entry (column sums of [batch, rest], in f32, then back to g's dtype)."""
+    from helios.kernels.cast import cast
+    from helios.kernels.reduce import sum_rows
+
+    total = sum_rows(g.reshape(g.shape[0], -1)).reshape(shape)
+    return total if g.dtype == total.dtype else cast(total, FLOAT_DTYPES[g.dtype])
+
+
+def matmul_backward(a: Tensor, b: Tensor, dc: Tensor, trans_a: bool = False, trans_b: bool = False,
+                    alpha: float = 1.0, needs: tuple[bool, bool] = (True, True)) -> tuple:
+    """(dA, dB) of C = alpha * op(a) @ op(b), each laid out as its operand: one matmul each, the transposes read in
+    place (dA = alpha dC op(b)^T, stored transposed where a is; dB likewise). A 2-D operand shared by a batched
+    one gets its gradient summed over the batch. `needs`: which of the two to compute (None for the other)."""
+    ta, tb = trans_a, trans_b
+    da = db = None
+    if needs[0]:
+        da = matmul(b, dc, trans_a=tb, trans_b=True, alpha=alpha) if ta else matmul(dc, b, trans_b=not tb,
+                                                                                  alpha=alpha)
+        if da.ndim > a.ndim:
+            da = _batch_sum(da, a.shape)
+    if needs[1]:
+        db = matmul(dc, a, trans_a=True, trans_b=ta, alpha=alpha) if tb else matmul(a, dc, trans_a=not ta,
+                                                                                 alpha=alpha)
+        if db.ndim > b.ndim:
+            db = _batch_sum(db, b.shape)
+    return da, db
+
+
+# -- op spec: the derived tests run every tiling forced, in every dtype, forward and backward ---------------------
+def _op(x: np.ndarray, trans: bool) -> np.ndarray:
+    return np.swapaxes(x, -1, -2) if trans else x
+
+
+def _spec_reference(a, b, trans_a=False, trans_b=False, alpha=1.0):
+    return reference(a, b, trans_a, trans_b, alpha=alpha)[0]
+
+
+def _spec_reference_backward(a, b, dc, trans_a=False, trans_b=False, alpha=1.0):
+    d_opa = alpha * np.matmul(dc, np.swapaxes(_op(b, trans_b), -1, -2))  # dL/d op(a)
+    d_opb = alpha * np.matmul(np.swapaxes(_op(a, trans_a), -1, -2), dc)  # dL/d op(b)
+    # an operand shared by a batch (2-D beside a 3-D one) gets the sum over the batch
+    da, db = _op(d_opa, trans_a), _op(d_opb, trans_b)
+    return (da.sum(0) if da.ndim > a.ndim else da), (db.sum(0) if db.ndim > b.ndim else db)
+
+
+def _spec_inputs(rng: np.random.Generator, shape, trans_a=False, trans_b=False, **_) -> tuple:
+    """a and b of shape (M, N, K), or (batch, M, N, K) with both batched, laid out as the transposes say."""
+    *lead, M, N, K = shape
+    a = rng.standard_normal((*lead, *((K, M) if trans_a else (M, K))))
+    b = rng.standard_normal((*lead, *((N, K) if trans_b else (K, N))))
+    return a.astype(np.float32), b.astype(np.float32)
+
+
+def _spec_sizes(shape) -> tuple[int, int, int, int]:
+    """(M, N, K, batch) of a test shape; a 1-D shape (n,) is n outputs of a K = 1 product (docs/OPS.md's
+    per-element columns)."""
+    if len(shape) == 1:
+        return shape[0], 1, 1, 1
+    *lead, M, N, K = shape
+    return M, N, K, math.prod(lead)
+
+
+# (M, N, K) (or (batch, M, N, K)) with the layout each runs: every layout once with a shape of 1s, 7s, 33s, 65s and
+# 129s (the scalar loads; K of 1, K not a multiple of 4, M or N of 1) and once with every contiguous dimension a
+# multiple of 4 but of no block or K slice (the vec4 loads); K = 513 crosses every K slice with a tail; one shape
+# batched. Each layout's backward products run the other layouts (dA of nn is an nt product, dB a tn one).
+_CASES = (  # shape, trans_a, trans_b, alpha
+    ((33, 65, 7), False, False, 1.0), ((1, 129, 33), False, True, 1.0), ((65, 1, 513), True, False, 0.5),
+    ((7, 33, 1), True, True, 1.0), ((36, 68, 12), False, False, -2.0), ((4, 132, 36), False, True, 1.0),
+    ((68, 4, 132), True, False, 1.0), ((20, 8, 516), True, True, 1.0), ((3, 33, 7, 65), False, True, 1.0),
+)
+# Per-shape choice restrictions (what each forced tiling runs), where the same builder code runs every case at the
+# smallest tiling of its kind (reg8x8, tiled32): reg32x16's shader JITs for ~10 s per layout and width on a cold
+# lavapipe, so it runs the forward layer's layout (nt, vec4: and its backward's products, nn and tn); the other
+# larger blocks run every layout but tt, which no training step runs (its products are all tt again).
+_REG32 = tuple(k for k, c in enumerate(_CASES) if c[1:3] == (False, True) and c[0][-1] % 4 == 0)
+_NOT_TT = tuple(k for k, c in enumerate(_CASES) if c[1:3] != (True, True))
+# A half dtype changes only the loads and stores, which every register tiling shares (matmul_reg) and every
+# shared-memory one shares (matmul_tiled): half runs the smallest of each, lavapipe's own (reg12x8a) and the
+# matrix units' (emulated here; native on a GPU); f32 runs every register and tiled tiling, never a cm one.
+_HALF_TILINGS = ("reg8x8", "reg12x8a", "tiled32", *coopmat.CHOICES)
+_SPEC_DTYPES = {t: (("bf16", "fp16") if t in coopmat.CHOICES else ("f32", "bf16", "fp16") if t in _HALF_TILINGS
+                    else ("f32",)) for t in matmul_select.BLOCKS}
+# Each product sums K terms in f32 in its own order: off by up to 256 f32 roundings of the largest |C| (1 at
+# least), which a gradient scaled by 1.0002 or a dropped edge row or K tail exceeds many times over.
+_PRODUCT = Tolerance(abs=256, floor=1.0)
+
+register(OpSpec(
+    "matmul", "C = alpha * op(a) @ op(b), transposes read in place, 2-D or batched (epilogues: bias, GELU, "
+    "residual, beta * C fused; tested in test_matmul.py). FLOPs and bytes per output element of a K = 1 "
+    "product.", __name__, tuple(KERNELS.values()), matmul,
+    matmul_backward, _spec_reference, _spec_reference_backward, _spec_inputs, args=("a", "b"), outputs=("c",),
+    saves=("a", "b"), family="matmul", shapes=tuple(c[0] for c in _CASES), sizes=_spec_sizes,
+    tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, autograd=False,
+    scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),
+             "alpha": tuple(c[3] for c in _CASES)},
+    fd_shape=(3, 4, 5), choice_shapes={"reg32x16": _REG32, **dict.fromkeys(("reg16x16", "tiled64", "tiled128"), _NOT_TT)}, choice_dtypes=_SPEC_DTYPES))

@@ -19,7 +19,8 @@ the reductions, the column copies), is tested forward only and keeps its hand-wr
 storing results in the dtype a scalar names (`dtype_scalar`), choosing through more than one selection family
 (`also_families`), taking tensors by keyword (`keyword_args`: adamw_step's clip_coef=, norm=) or a tensor only in a
 half dtype (`half_only`: AdamW's half working copy) say that too; test shapes may be `BroadcastShape`s (a row or
-column operand). Kernel discovery (importing every kernel module so that its specs register) is
+column operand). A forced choice may run only some shapes (`choice_shapes`) or dtypes (`choice_dtypes`), where its
+compile cost or what it shares with other choices says so (matmul's tilings). Kernel discovery (importing every kernel module so that its specs register) is
 helios.kernels.discover, not the SPIR-V layer's.
 """
 
@@ -199,6 +200,12 @@ class OpSpec:
     fd_shape: tuple = (3, 7)             # the small shape of the finite-difference test
     choice_tolerance: Mapping[object, Mapping[str, Tolerance]] = field(default_factory=dict, compare=False)
     # ^ forced choice -> tolerances replacing `tolerance`'s under it (attention's matrix units round P to the dtype)
+    choice_shapes: Mapping[object, tuple[int, ...]] = field(default_factory=dict, compare=False)
+    # ^ forced choice -> the indices of the `shapes` (with their scalar cases) it runs, where not all (a matmul
+    #   tiling whose shader takes long to compile runs the layout training uses)
+    choice_dtypes: Mapping[object, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    # ^ forced choice -> the dtypes it is tested in, where not all of `dtypes` (matmul: the matrix units' tilings
+    #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder)
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
@@ -218,6 +225,14 @@ class OpSpec:
         if stray := (set(self.keyword_args) | set(self.half_only)) - set(self.args):
             raise ValueError(f"op {self.name!r}: keyword_args or half_only name {sorted(stray)}, not among its args")
         # a forward-only op (backward None) has no gradients to hold to a tolerance
+        for choice, dts in self.choice_dtypes.items():
+            if stray := set(dts) - set(dtypes):
+                raise ValueError(f"op {self.name!r}: choice {choice!r} is tested in {sorted(stray)}, not among "
+                                 f"its dtypes {dtypes}")
+        for choice, picked in self.choice_shapes.items():
+            if not picked or not set(picked) <= set(range(len(self.shapes))):
+                raise ValueError(f"op {self.name!r}: choice {choice!r} runs shapes {picked}, not indices of its "
+                                 f"{len(self.shapes)} shapes")
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 
@@ -250,6 +265,15 @@ class OpSpec:
         """The tolerance of output or gradient `name` under forced choice `choice` (None: the spec's own)."""
         own = self.choice_tolerance.get(choice, {}) if self.choice_tolerance else {}  # choices may be unhashable
         return own.get(name, self.tolerance[name])
+
+    def tested_dtypes(self, choice) -> tuple[str, ...]:
+        """The dtypes forced choice `choice` is tested in."""
+        return self.choice_dtypes.get(choice, self.dtypes) if self.choice_dtypes else self.dtypes
+
+    def tested_shapes(self, choice) -> list[tuple[int, object]]:
+        """(k, shape) of the shapes forced choice `choice` runs: k picks the shape's scalar case."""
+        picked = self.choice_shapes.get(choice) if self.choice_shapes else None
+        return [(k, s) for k, s in enumerate(self.shapes) if picked is None or k in picked]
 
     def grad_kwargs(self, scalars: Mapping) -> dict:
         """Those of `scalars` that backward and reference_backward take."""

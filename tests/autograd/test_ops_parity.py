@@ -127,6 +127,7 @@ def test_matmul(ta, tb):
 
 def test_batched_matmul():
     _check(F.matmul, torch.matmul, [_rand((3, 7, 9), 19), _rand((3, 9, 5), 20)])
+    _check(F.matmul, torch.matmul, [_rand((3, 7, 9), 19), _rand((9, 5), 20)])  # b shared: dB summed over the batch
 
 
 @pytest.mark.parametrize("bias,gelu,residual", [(True, False, False), (False, False, False), (True, True, False),

@@ -1,10 +1,11 @@
-"""bfloat16 and float16 matmul: the "bf16_*"/"fp16_*" variants (half a, b and C) and "bf16_out32_*"/"fp16_out32_*"
-(half a and b, f32 C: parameter gradients into the fp32 grad arena) against float64 numpy of the same half-rounded
-inputs, for every layout and load width, the fused epilogues and batching, at awkward shapes (1, 7, 33, 65; nothing a
-multiple of a tile). Each (dtype, tiling, width) meets all four layouts across the two C dtypes, so every load path
-(vec4 as one u64 word or as 4 u16s, scalar; operand contiguous along K or not) runs for both half dtypes. Mixing
-dtypes against the rule is a TypeError that says what to do. spirv-val of every variant, the new ones included,
-is test_matmul.py's test_spirv_valid (it iterates each kernel's variants; test_variant_table checks they are there).
+"""bfloat16 and float16 matmul beyond the op spec's derived tests (tests/kernels/test_opspecs.py runs the "bf16_*"/
+"fp16_*" variants, half a, b and C, of the register, tiled and matrix-unit tilings in every layout and load width,
+forward and backward): "bf16_out32_*"/"fp16_out32_*" (half a and b, f32 C: parameter gradients into the fp32 grad
+arena) in every layout and load width, the fused epilogues and batching in both C dtypes, against float64 numpy of
+the same half-rounded inputs at awkward shapes (1, 7, 33, 65; nothing a multiple of a tile). Each (dtype, width)
+meets all four layouts at both tilings, so every load path (vec4 as one u64 word or as 4 u16s, scalar; operand
+contiguous along K or not) runs for both half dtypes. Mixing dtypes against the rule is a TypeError that says what
+to do. spirv-val of every variant is test_opspecs.py's test_spirv_valid (test_variant_table checks they are there).
 
 Tolerance, elementwise: |C - C_ref| <= 1e-5 * B + ROUNDING[C dtype] * |C_ref| + atol, where
 - B = |alpha| * (|op(a)| @ |op(b)|) (x2 with GELU, whose slope is < 1.13) + |bias| + |residual| + |beta * C_old|: the
@@ -73,12 +74,12 @@ def _tiling(*indices: int) -> str:
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-@pytest.mark.parametrize("c_dtype", ["half", "f32"])
 @pytest.mark.parametrize("width", ["vec4", "scalar"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_layouts(dtype, c_dtype, width, layout, force):
-    c_dtype = dtype if c_dtype == "half" else "f32"
-    force("matmul", _tiling(LAYOUTS.index(layout), width == "scalar", c_dtype == "f32"))
+def test_f32_c_in_every_layout(dtype, width, layout, force):
+    """The `_out32` variants (a half C: the op spec's derived tests, which run every layout in every dtype)."""
+    c_dtype = "f32"
+    force("matmul", _tiling(LAYOUTS.index(layout), width == "scalar", dtype == "fp16"))
     trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
     for M, N, K in SHAPES_VEC4 if width == "vec4" else SHAPES_ANY:
         name = mm.variant_name(layout, M, N, K, 1, dtype=dtype, out=c_dtype)

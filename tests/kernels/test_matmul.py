@@ -1,10 +1,9 @@
-"""Matmul: every layout x tiling x load width against a float64 numpy reference at awkward shapes, the fused
-epilogues (bias, GELU with pre-activation, residual, alpha, beta accumulation), batching (b batched or shared),
-variant selection (table and stored tuning winners), gradients of a linear layer against PyTorch, and
-spirv-val for every variant.
+"""Matmul beyond what its op spec derives (tests/kernels/test_opspecs.py runs every tiling forced, every layout and
+load width, forward and backward, at awkward shapes in every dtype, and spirv-val of every variant): the fused
+epilogues (bias, GELU with pre-activation, residual, alpha, beta accumulation), a 2-D operand shared by a batch
+and its summed gradient, variant selection (table and stored tuning winners), errors, gradients of a linear layer
+against PyTorch, and the limits kernels.
 
-The large register tiling (reg32x16) is run for vec4 nt only (a linear layer's forward): its shader JITs for
-~10 s on a cold lavapipe, and the same builder code is run for every layout and width at reg8x8 and reg16x16.
 Each epilogue runs once per layout, alternating the register and the tiled kernel.
 
 Tolerance: |C - C_ref| <= 1e-5 * (|op(a)| @ |op(b)|) + 1e-6 elementwise, i.e. relative to the sum of the
@@ -26,32 +25,13 @@ from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
 from helios.kernels import selection
 
-TILINGS = [t for t in sel.BLOCKS if t not in sel.COOPMAT]  # f32 ones (test_matmul_coopmat.py: the rest)
-# Register tilings share loads by subgroup broadcasts (and give way to tiled ones on subgroups under 8): CI runs
-# them again at subgroup sizes 4 and 16 (`-m subgroup`): the smallest (as many loads as lanes) and the addressed
-# one (lavapipe's default: 12 rows dealt round 8 lanes), each with A along K (nn), in vec4 quads along M (tn, vec4)
-# and element by element (tn, scalar). The larger blocks run the same sharing code and JIT for much longer.
-# (tt, whose A is shared like tn's, once: its kernel is a module of its own.)
-SUBGROUP_CASES = {(tiling, layout, width) for tiling in ("reg8x8", "reg12x8a")
-                  for layout, width in (("nn", "vec4"), ("tn", "vec4"), ("tn", "scalar"))} | {("reg8x8", "tt", "vec4")}
-VARIANT_CASES = [pytest.param(layout, tiling, width, id=f"{width}-{tiling}-{layout}",
-                              marks=[pytest.mark.subgroup(f"matmul_{layout}")]
-                              if (tiling, layout, width) in SUBGROUP_CASES else [])
-                 for width in ("scalar", "vec4") for tiling in TILINGS for layout in ("nn", "nt", "tn", "tt")]
-# (M, N, K) mixes of 1, 7, 33, 65, 129: nothing a multiple of a tile, K of 1 and K not a multiple of 4.
-SHAPES_ANY = [(33, 65, 7), (1, 129, 33), (65, 1, 129), (7, 33, 1)]
-# Shapes where every dimension is a multiple of 4 (the vec4 variants) but not of any block.
-SHAPES_VEC4 = [(36, 68, 12), (4, 132, 36), (68, 4, 132)]
-
-
 @pytest.fixture(autouse=True)
 def _restore_choice():
     yield
     selection.force("matmul", None)
 
 
-@pytest.mark.parametrize("kernel,variant", [(k, v) for k in [*mm.KERNELS.values(), L.LIMITS_FMA, L.LIMITS_COPY]
-                                            for v in k.variants],
+@pytest.mark.parametrize("kernel,variant", [(k, v) for k in (L.LIMITS_FMA, L.LIMITS_COPY) for v in k.variants],
                          ids=lambda x: getattr(x, "name", x))
 def test_spirv_valid(kernel, variant, spirv_val):
     spirv_val.check(kernel, variant)
@@ -85,28 +65,6 @@ def _check(got, ref, bound, extra=0.0):
     tol = 1e-5 * bound + 1e-6 + extra * np.abs(ref)
     assert got.shape == ref.shape
     assert np.all(err <= tol), f"max error {err.max():.3g} (worst excess {(err - tol).max():.3g})"
-
-
-@pytest.mark.parametrize("layout,tiling,width", VARIANT_CASES)
-def test_variant_against_reference(layout, tiling, width, force):
-    info = rt.get_runtime().info
-    if not sel.reg_ok(info) and tiling not in sel.TILED:
-        pytest.skip(f"{tiling} needs subgroups of {sel.REG_LANES} lanes, this device's are {info.min_subgroup_size}"
-                    " (the rule gives tiled ones: test_register_tilings_need_subgroups_of_their_workgroup)")
-    if not sel.runnable(info, tiling):
-        pytest.skip(f"{tiling} needs device addresses, which this driver does not enable")
-    if layout == "tt" and tiling not in ("reg8x8", "tiled32"):
-        pytest.skip("tt (not used by training) is covered by the small tilings")
-    if tiling == "reg32x16" and (width, layout) != ("vec4", "nt"):
-        # Its shader takes ~10 s to JIT on a cold lavapipe; the same builder code runs at reg8x8/reg16x16 for
-        # every layout and width, so only the forward layer's combination (vec4 nt) is compiled here.
-        pytest.skip("reg32x16 is run for vec4 nt only")
-    force("matmul", tiling)
-    for M, N, K in SHAPES_ANY if width == "scalar" else SHAPES_VEC4:
-        assert mm.variant_name(layout, M, N, K, 1).endswith("_scalar") == (width == "scalar")
-        a, b = _operands(layout, M, N, K)
-        ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), layout[0] == "t", layout[1] == "t")
-        _check(_run(layout, a, b), ref, _bound(a, b, layout))
 
 
 EPILOGUES = [
@@ -146,17 +104,27 @@ def test_epilogues(layout, M, N, K, epi, force):
         _check(preact.numpy(), pre_ref, bound)
 
 
-@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 @pytest.mark.parametrize("tiling", ["reg8x8", "tiled32"])
-@pytest.mark.parametrize("b_batched", [True, False])
-def test_batched(layout, tiling, b_batched, force):
+def test_a_shared_2d_operand_batched_and_its_gradient(layout, tiling, force):
+    """b 2-D, shared by every entry of a batched a (the op spec's batched shape has both batched): C per entry, and
+    matmul_backward's dB summed over the batch (dA batched like a)."""
     force("matmul", tiling)
     for M, N, K, batch in [(33, 7, 65, 3), (36, 68, 12, 2)]:
-        a, b = _operands(layout, M, N, K, batch=batch, b_batched=b_batched)
-        ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), layout[0] == "t", layout[1] == "t")
+        a, b = _operands(layout, M, N, K, batch=batch, b_batched=False)
+        ta, tb = layout[0] == "t", layout[1] == "t"
+        ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), ta, tb)
         got = _run(layout, a, b)
         assert got.shape == (batch, M, N)
         _check(got, ref, _bound(a, b, layout))
+        dc = np.random.default_rng(5).standard_normal((batch, M, N)).astype(np.float32)
+        da, db = mm.matmul_backward(rt.from_numpy(a), rt.from_numpy(b), rt.from_numpy(dc), ta, tb)
+        want_da, want_db = mm._spec_reference_backward(a.astype(np.float64), b.astype(np.float64),
+                                                      dc.astype(np.float64), ta, tb)
+        assert da.shape == a.shape and db.shape == b.shape
+        scale = 1e-5 * np.abs(want_db).max() * batch
+        np.testing.assert_allclose(da.numpy(), want_da, rtol=0, atol=1e-5 * np.abs(want_da).max())
+        np.testing.assert_allclose(db.numpy(), want_db, rtol=0, atol=scale)
 
 
 def test_table_choice_by_device_type():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import helios.runtime as rt
-from helios.kernels import adamw, loss_scale, optable, rope
+from helios.kernels import adamw, loss_scale, matmul_select, optable, rope
 from helios.kernels import elementwise as E
 from helios.kernels.attention import COOPMAT_VARIANTS as ATTENTION_MATRIX_VARIANTS
 from helios.kernels.attention import VARIANTS as ATTENTION_VARIANTS
@@ -38,7 +38,7 @@ FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in L
           "sum_rows": [SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)],
           "layout": list(COLUMN_ACCESSES), "adamw": list(adamw.BASE_VARIANTS),
           "grad_norm": ["lanes", "shared", ("lanes", 3), ("shared", 5)], "loss_scale": list(loss_scale.CHOICES),
-          "attention": [*ATTENTION_VARIANTS, *ATTENTION_MATRIX_VARIANTS]}
+          "attention": [*ATTENTION_VARIANTS, *ATTENTION_MATRIX_VARIANTS], "matmul": list(matmul_select.BLOCKS)}
 
 
 # Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
@@ -52,6 +52,11 @@ SUBGROUP_WG = ("softmax", RowChoice("wg", "vec4", 4))
 SUBGROUP_ATTENTION = {("rowwise", "f32"): (), ("tiled", "f32"): (),
                       ("coopmat_emulated", "fp16"): ("attention_forward_coopmat", "attention_backward_dq_coopmat",
                                                      "attention_backward_dkv_coopmat")}
+# Matmul tilings CI runs again at subgroup sizes 4 and 16: the register tilings pass loads round their workgroup by
+# subgroup broadcasts (the smallest, and lavapipe's own: 12 rows dealt round 8 lanes; at 4 lanes the rule gives
+# tiled ones instead) in f32, and the emulated matrix units' lanes in fp16 (both tilings: their subgroup counts
+# differ).
+SUBGROUP_MATMUL = {("reg8x8", "f32"), ("reg12x8a", "f32"), ("cm64_emulated", "fp16"), ("cm128_emulated", "fp16")}
 # Cross-entropy's and the grad norm's layouts that merge subgroup partials, run again in f32 (their forced counts of
 # workgroups change no subgroup code).
 SUBGROUP_MERGES = (("cross_entropy", "workgroup"), ("cross_entropy", "subgroup"), ("grad_norm", "lanes"),
@@ -67,6 +72,8 @@ def _id(x) -> str:
 def _subgroup(spec, choice, dtype) -> bool:
     if spec.family == "attention":
         return (choice, dtype) in SUBGROUP_ATTENTION
+    if spec.family == "matmul":
+        return (choice, dtype) in SUBGROUP_MATMUL
     row = spec.family == "rows" and (choice in SUBGROUP_CHOICES or (spec.name, choice) == SUBGROUP_WG)
     return (row or (spec.family, choice) in SUBGROUP_MERGES) and dtype == "f32"
 
@@ -95,6 +102,8 @@ def _unavailable(family: str, choice, dtype: str = "f32") -> str | None:
         with selection.forcing("attention", choice):
             if (chosen := selection.choose("attention", (64,), dtype)) != choice:
                 return f"the rule runs {chosen} where {choice} is forced in {dtype} on this device"
+    if family == "matmul" and not matmul_select.runnable(info, choice, dtype):
+        return f"this device cannot run the matmul tiling {choice} in {dtype} (the rule gives way to its table)"
     return None
 
 
@@ -103,7 +112,7 @@ def _forced_cases() -> list:
     the row ops' f32 SUBGROUP_CHOICES carry the subgroup mark."""
     return [pytest.param(s, c, d, marks=pytest.mark.subgroup(*_subgroup_kernels(s, c, d)))
             if _subgroup(s, c, d) else (s, c, d)
-            for s in SPECS for c in FORCED[s.family] for d in s.dtypes]
+            for s in SPECS for c in FORCED[s.family] for d in s.tested_dtypes(c)]
 
 
 # Each (kernel, variant) once: a kernel may serve more than one spec or both directions (dropout's backward is
@@ -204,7 +213,7 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force):
         force(family, others[FORCED[spec.family].index(choice) % len(others)])
     rng = np.random.default_rng(0)
     cases = spec.scalar_cases()
-    for k, shape in enumerate(spec.shapes):
+    for k, shape in spec.tested_shapes(choice):
         scalars = spec.shape_case(cases[k % len(cases)], shape)  # every scalar case at some shape, each shape once
         args = spec.inputs(rng, shape, **scalars)
         if dtype in spec.input_bound:
@@ -352,6 +361,6 @@ def test_bench_has_every_spec():
     names |= {r["kernel"] for r in optimizer._records(1 << 10, np.random.default_rng(0), 1)}
     names |= {r["kernel"] for r in optimizer.once_records(np.random.default_rng(0), 1)}
     # specs with integer inputs are not benched from their specs yet (cross_entropy: helios.bench.cross_entropy), nor
-    # attention (helios.bench.attention benches it at model shapes against torch)
-    derived = [s for s in SPECS if not s.indices and s.family != "attention"]
+    # attention and matmul (helios.bench.attention and helios.bench.matmul bench them at model shapes against torch)
+    derived = [s for s in SPECS if not s.indices and s.family not in ("attention", "matmul")]
     assert {n for s in derived for n in (s.name, f"{s.name}_backward") if s.backward or n == s.name} <= names

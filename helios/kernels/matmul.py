@@ -320,4 +320,5 @@ register(OpSpec(
     tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, autograd=False,
     scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),
              "alpha": tuple(c[3] for c in _CASES)},
-    fd_shape=(3, 4, 5), choice_shapes={"reg32x16": _REG32, **dict.fromkeys(("reg16x16", "tiled64", "tiled128"), _NOT_TT)}, choice_dtypes=_SPEC_DTYPES))
+    fd_shape=(3, 4, 5), choice_dtypes=_SPEC_DTYPES,
+    choice_shapes={"reg32x16": _REG32, **dict.fromkeys(("reg16x16", "tiled64", "tiled128"), _NOT_TT)}))

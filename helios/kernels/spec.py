@@ -20,8 +20,8 @@ storing results in the dtype a scalar names (`dtype_scalar`), choosing through m
 (`also_families`), taking tensors by keyword (`keyword_args`: adamw_step's clip_coef=, norm=) or a tensor only in a
 half dtype (`half_only`: AdamW's half working copy) say that too; test shapes may be `BroadcastShape`s (a row or
 column operand). A forced choice may run only some shapes (`choice_shapes`) or dtypes (`choice_dtypes`), where its
-compile cost or what it shares with other choices says so (matmul's tilings). Kernel discovery (importing every kernel module so that its specs register) is
-helios.kernels.discover, not the SPIR-V layer's.
+compile cost or what it shares with other choices says so (matmul's tilings). Kernel discovery (importing every
+kernel module so that its specs register) is helios.kernels.discover, not the SPIR-V layer's.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
 from helios.kernels import selection
 
+
 @pytest.fixture(autouse=True)
 def _restore_choice():
     yield

@@ -43,7 +43,7 @@ from helios.kernels.attention_coopmat import spec as coopmat_spec
 from helios.kernels.attention_coopmat_backward import ATTENTION_BACKWARD_DKV_COOPMAT, ATTENTION_BACKWARD_DQ_COOPMAT
 from helios.kernels.attention_forward import ATTENTION_FORWARD, attention_flops
 from helios.kernels.attention_reference import reference, reference_backward
-from helios.kernels.dtypes import FLOAT_DTYPES, check_float, dtype_variant, variant_dtype
+from helios.kernels.dtypes import FLOAT_DTYPES, HALF_DTYPES, check_float, dtype_variant, variant_dtype
 from helios.kernels.rng import counter_or_zero, seed_words
 from helios.kernels.spec import OpSpec, Tolerance, register
 from helios.runtime import Tensor, empty, launch
@@ -202,6 +202,11 @@ _CASES = (
     (2, 65, 2, 1, 4, False, 0.0, 0.0),
 )
 
+# rowwise and tiled in bf16/fp16: a half dtype changes only their loads and stores (converted to f32 at once), not
+# the head-dim-dependent unrolling, which f32 runs at every head dim: half runs the GPT's causal head dim 64 and the
+# non-causal softcap + dropout one (48). The matrix-unit variants, half-only, run every case.
+_HALF_CASES = tuple(k for k, c in enumerate(_CASES) if c[4] in (64, 48))
+
 
 def _shape_scalars(shape) -> dict:
     """The op's size arguments of a test shape (B, T, H, Hkv, D)."""
@@ -241,5 +246,6 @@ register(OpSpec(
     outputs=("o", "lse"), saves=("qkv", "o", "lse"), family="attention", shapes=tuple(c[:5] for c in _CASES),
     sizes=_sizes, tolerance=_TOLERANCE, autograd=False, f32=("lse",), shape_scalars=_shape_scalars,
     fd_shape=(1, 5, 4, 2, 4), choice_tolerance={c: _MATRIX_TOLERANCE for c in COOPMAT_VARIANTS},
+    choice_shapes={(v, d): _HALF_CASES for v in VARIANTS for d in HALF_DTYPES},
     scalars={"causal": tuple(c[5] for c in _CASES), "softcap": tuple(c[6] for c in _CASES),
              "dropout_p": tuple(c[7] for c in _CASES), "seed": (11, 5), "offset": (3, 9, 0)}))

@@ -201,8 +201,9 @@ class OpSpec:
     choice_tolerance: Mapping[object, Mapping[str, Tolerance]] = field(default_factory=dict, compare=False)
     # ^ forced choice -> tolerances replacing `tolerance`'s under it (attention's matrix units round P to the dtype)
     choice_shapes: Mapping[object, tuple[int, ...]] = field(default_factory=dict, compare=False)
-    # ^ forced choice -> the indices of the `shapes` (with their scalar cases) it runs, where not all (a matmul
-    #   tiling whose shader takes long to compile runs the layout training uses)
+    # ^ forced choice, or (choice, dtype) -> the indices of the `shapes` (with their scalar cases) it runs, where not
+    #   all (a matmul tiling whose shader takes long to compile runs the layout training uses; attention's half
+    #   dtypes, which change only loads and stores, skip the head dims that only unroll differently)
     choice_dtypes: Mapping[object, tuple[str, ...]] = field(default_factory=dict, compare=False)
     # ^ forced choice -> the dtypes it is tested in, where not all of `dtypes` (matmul: the matrix units' tilings
     #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder)
@@ -270,9 +271,11 @@ class OpSpec:
         """The dtypes forced choice `choice` is tested in."""
         return self.choice_dtypes.get(choice, self.dtypes) if self.choice_dtypes else self.dtypes
 
-    def tested_shapes(self, choice) -> list[tuple[int, object]]:
-        """(k, shape) of the shapes forced choice `choice` runs: k picks the shape's scalar case."""
-        picked = self.choice_shapes.get(choice) if self.choice_shapes else None
+    def tested_shapes(self, choice, dtype: str = "f32") -> list[tuple[int, object]]:
+        """(k, shape) of the shapes forced choice `choice` runs in `dtype`: k picks the shape's scalar case."""
+        picked = None
+        if self.choice_shapes:  # choices may be unhashable: only looked up where some are narrowed
+            picked = self.choice_shapes.get((choice, dtype), self.choice_shapes.get(choice))
         return [(k, s) for k, s in enumerate(self.shapes) if picked is None or k in picked]
 
     def grad_kwargs(self, scalars: Mapping) -> dict:

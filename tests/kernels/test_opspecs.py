@@ -213,7 +213,7 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force):
         force(family, others[FORCED[spec.family].index(choice) % len(others)])
     rng = np.random.default_rng(0)
     cases = spec.scalar_cases()
-    for k, shape in spec.tested_shapes(choice):
+    for k, shape in spec.tested_shapes(choice, dtype):
         scalars = spec.shape_case(cases[k % len(cases)], shape)  # every scalar case at some shape, each shape once
         args = spec.inputs(rng, shape, **scalars)
         if dtype in spec.input_bound:

@@ -57,6 +57,12 @@ SUBGROUP_ATTENTION = {("rowwise", "f32"): (), ("tiled", "f32"): (),
 # lanes the rule gives tiled ones instead), in f32. The emulated matrix units' lanes are test_matmul_coopmat.py's
 # marked cases (every layout and dtype, both tilings).
 SUBGROUP_MATMUL = {("reg8x8", "f32"), ("reg12x8a", "f32")}
+# At CI's extra subgroup sizes (the `-m subgroup` runs) attention's marked cases skip head dim 128: what differs
+# between sizes is each lane's share of a key block (SLOTS = key block x D/4 / lanes, rowwise's broadcasts; the
+# emulated matrix units' l + S*j elements), which head dims 4 (a partial share at 16 lanes), 48 and 64 cover; 128
+# adds only more slots of the same arithmetic and is the slowest to compile (about 3x at 16 lanes). Every shape
+# runs at the default size.
+SUBGROUP_STAGE_SKIPS = {"flash_attention": lambda shape: shape[4] == 128}
 # Cross-entropy's and the grad norm's layouts that merge subgroup partials, run again in f32 (their forced counts of
 # workgroups change no subgroup code).
 SUBGROUP_MERGES = (("cross_entropy", "workgroup"), ("cross_entropy", "subgroup"), ("grad_norm", "lanes"),
@@ -204,9 +210,11 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str, choic
 
 
 @pytest.mark.parametrize("spec,choice,dtype", _forced_cases(), ids=_id)
-def test_forward_and_backward_against_reference(spec, choice, dtype, force):
+def test_forward_and_backward_against_reference(spec, choice, dtype, force, request):
     if reason := _unavailable(spec.family, choice, dtype):
         pytest.skip(reason)
+    subgroup_stage = request.config.option.markexpr.strip() == "subgroup"
+    skip = SUBGROUP_STAGE_SKIPS.get(spec.name) if subgroup_stage else None
     force(spec.family, choice)
     for family in spec.also_families:  # the k-th choice of spec.family with the k-th (cycling) of each other one
         others = FORCED[family]
@@ -214,6 +222,8 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force):
     rng = np.random.default_rng(0)
     cases = spec.scalar_cases()
     for k, shape in spec.tested_shapes(choice, dtype):
+        if skip is not None and skip(shape):
+            continue
         scalars = spec.shape_case(cases[k % len(cases)], shape)  # every scalar case at some shape, each shape once
         args = spec.inputs(rng, shape, **scalars)
         if dtype in spec.input_bound:

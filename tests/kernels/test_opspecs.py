@@ -57,12 +57,12 @@ SUBGROUP_ATTENTION = {("rowwise", "f32"): (), ("tiled", "f32"): (),
 # lanes the rule gives tiled ones instead), in f32. The emulated matrix units' lanes are test_matmul_coopmat.py's
 # marked cases (every layout and dtype, both tilings).
 SUBGROUP_MATMUL = {("reg8x8", "f32"), ("reg12x8a", "f32")}
-# At CI's extra subgroup sizes (the `-m subgroup` runs) attention's marked cases skip head dim 128: what differs
-# between sizes is each lane's share of a key block (SLOTS = key block x D/4 / lanes, rowwise's broadcasts; the
-# emulated matrix units' l + S*j elements), which head dims 4 (a partial share at 16 lanes), 48 and 64 cover; 128
-# adds only more slots of the same arithmetic and is the slowest to compile (about 3x at 16 lanes). Every shape
-# runs at the default size.
-SUBGROUP_STAGE_SKIPS = {"flash_attention": lambda shape: shape[4] == 128}
+# At CI's extra subgroup sizes (the `-m subgroup` runs) attention's marked cases run head dims 64 and 4 only: what
+# differs between sizes is each lane's share of a key block (SLOTS = key block x D/4 / lanes, rowwise's broadcasts),
+# whole at 64 and partial at 4 (8 values over 16 lanes), and the emulated matrix units' l + S*j elements, which do not
+# depend on the head dim; 48 and 128 add only more slots of the same arithmetic (and flags no subgroup code reads)
+# and are the slowest to compile (about 3x at 16 lanes). Every shape runs at the default size.
+SUBGROUP_STAGE_SKIPS = {"flash_attention": lambda shape: shape[4] not in (64, 4)}
 # Cross-entropy's and the grad norm's layouts that merge subgroup partials, run again in f32 (their forced counts of
 # workgroups change no subgroup code).
 SUBGROUP_MERGES = (("cross_entropy", "workgroup"), ("cross_entropy", "subgroup"), ("grad_norm", "lanes"),

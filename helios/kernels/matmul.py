@@ -45,12 +45,15 @@ from helios.spirv import Kernel, KernelBuilder, Variant
 
 
 # -- numpy reference --------------------------------------------------------------------------------
+def _op(x: np.ndarray, trans: bool) -> np.ndarray:
+    """op(x): x or its transpose over the last two axes."""
+    return np.swapaxes(x, -1, -2) if trans else x
+
+
 def reference(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False, bias=None,
               gelu: bool = False, residual=None, out=None, beta: float = 0.0, alpha: float = 1.0):
     """(C, preact) in a's dtype (float64 in, float64 out): the op's definition, preact None unless gelu."""
-    at = np.swapaxes(a, -1, -2) if trans_a else a
-    bt = np.swapaxes(b, -1, -2) if trans_b else b
-    c = alpha * np.matmul(at, bt)
+    c = alpha * np.matmul(_op(a, trans_a), _op(b, trans_b))
     if bias is not None:
         c = c + bias
     preact = None
@@ -253,15 +256,12 @@ def matmul_backward(a: Tensor, b: Tensor, dc: Tensor, trans_a: bool = False, tra
 
 
 # -- op spec: the derived tests run every tiling forced, in every dtype, forward and backward ---------------------
-def _op(x: np.ndarray, trans: bool) -> np.ndarray:
-    return np.swapaxes(x, -1, -2) if trans else x
-
-
 def _spec_reference(a, b, trans_a=False, trans_b=False, alpha=1.0):
     return reference(a, b, trans_a, trans_b, alpha=alpha)[0]
 
 
-def _spec_reference_backward(a, b, dc, trans_a=False, trans_b=False, alpha=1.0):
+def reference_backward(a, b, dc, trans_a=False, trans_b=False, alpha=1.0):
+    """(dA, dB) of reference's C (no epilogue), laid out as a and b."""
     d_opa = alpha * np.matmul(dc, np.swapaxes(_op(b, trans_b), -1, -2))  # dL/d op(a)
     d_opb = alpha * np.matmul(np.swapaxes(_op(a, trans_a), -1, -2), dc)  # dL/d op(b)
     # an operand shared by a batch (2-D beside a 3-D one) gets the sum over the batch
@@ -315,7 +315,7 @@ register(OpSpec(
     "matmul", "C = alpha * op(a) @ op(b), transposes read in place, 2-D or batched (epilogues: bias, GELU, "
     "residual, beta * C fused; tested in test_matmul.py). FLOPs and bytes per output element of a K = 1 "
     "product.", __name__, tuple(KERNELS.values()), matmul,
-    matmul_backward, _spec_reference, _spec_reference_backward, _spec_inputs, args=("a", "b"), outputs=("c",),
+    matmul_backward, _spec_reference, reference_backward, _spec_inputs, args=("a", "b"), outputs=("c",),
     saves=("a", "b"), family="matmul", shapes=tuple(c[0] for c in _CASES), sizes=_spec_sizes,
     tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, autograd=False,
     scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),

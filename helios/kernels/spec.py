@@ -225,7 +225,6 @@ class OpSpec:
             raise ValueError(f"op {self.name!r}: dtype_scalar {self.dtype_scalar!r} is not among its scalars")
         if stray := (set(self.keyword_args) | set(self.half_only)) - set(self.args):
             raise ValueError(f"op {self.name!r}: keyword_args or half_only name {sorted(stray)}, not among its args")
-        # a forward-only op (backward None) has no gradients to hold to a tolerance
         for choice, dts in self.choice_dtypes.items():
             if stray := set(dts) - set(dtypes):
                 raise ValueError(f"op {self.name!r}: choice {choice!r} is tested in {sorted(stray)}, not among "
@@ -234,6 +233,7 @@ class OpSpec:
             if not picked or not set(picked) <= set(range(len(self.shapes))):
                 raise ValueError(f"op {self.name!r}: choice {choice!r} runs shapes {picked}, not indices of its "
                                  f"{len(self.shapes)} shapes")
+        # a forward-only op (backward None) has no gradients to hold to a tolerance
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
 

@@ -38,8 +38,18 @@ train: $(VENV)/.installed
 # profile (tiled kernels, GPU row layouts, staging memory, emulated cooperative matrices), and the tests whose
 # kernels use subgroup operations at lavapipe's other honest subgroup sizes, 4 and 16, with a short training
 # parity at 16. helios keys its caches per vector width, so each width compiles its own kernels once.
+#
+# The kernel-level tests (every variant and dtype of every op at awkward shapes, fed small tensors) compile with
+# lavapipe's LLVM optimization passes off (GALLIVM_PERF=nopt): the same SPIR-V and the same IEEE arithmetic in
+# about half the compile time, which is most of a cold run. Everything that trains (tests/trainer, the other
+# reliability tests, the loss parity) runs the optimized code users get. Mesa keys its shader cache on the flag,
+# so neither half reuses the other's binaries. PYTEST_ARGS holds options (-k, -x, ...), not paths.
+KERNEL_TESTS := tests/kernels tests/autograd tests/spirv tests/reliability/test_fuzz_kernels.py
+NOPT := GALLIVM_PERF=nopt
+
 test: $(VENV)/.installed
-	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(NOPT) $(PY) -m pytest $(XDIST) $(KERNEL_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(addprefix --ignore=,$(KERNEL_TESTS)) $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-gpu-profile test-subgroups
 
 # Cases that run the same whatever the profile are left out: module validity, tests that force a variant (marked
@@ -47,13 +57,13 @@ test: $(VENV)/.installed
 # still reads through staging), the benchmarks' test, and the cooperative-matrix tests, which force their emulated
 # variants in the default run already.
 test-gpu-profile: $(VENV)/.installed
-	$(PY) -m pytest -q $(XDIST) --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" -m "not forced" \
+	$(NOPT) $(PY) -m pytest -q $(XDIST) --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" -m "not forced" \
 	  --ignore=tests/kernels/test_matmul_coopmat.py --ignore=tests/kernels/test_attention_coopmat.py \
 	  --ignore=tests/kernels/test_bench_half.py $(PYTEST_ARGS)
 
 test-subgroups: $(VENV)/.installed
-	LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
-	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
+	$(NOPT) LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
+	$(NOPT) LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
 	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q tests/trainer/test_loss_parity.py $(PYTEST_ARGS)
 
 info: $(VENV)/.installed

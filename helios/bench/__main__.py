@@ -29,7 +29,7 @@ BENCHMARKS: dict[str, str] = {
 
 
 # Run when no name is given: every kernel benchmark, in a readable order (`tune` writes files: ask for it).
-DEFAULT_ORDER = ("limits", "dispatch", "elementwise", "rows", "cross_entropy", "adamw", "matmul",
+DEFAULT_ORDER = ("limits", "dispatch", "elementwise", "rows", "cross_entropy", "embedding", "adamw", "matmul",
                  "attention")
 
 

@@ -145,14 +145,15 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     fast = {"gelu": _numpy_gelu(a, out, t), "gelu_backward": _numpy_gelu_backward(a, b, out, t, u),
             "swiglu": _numpy_swiglu(a, b, out, t)}
     # Specs of other families without a bench of their own (rope) run here too, on n // 1024 rows of their input
-    # generator's width, labelled with their family (their rule picks the variant). Specs with integer inputs
-    # (cross_entropy: helios.bench.cross_entropy; embedding) need inputs of their own and are not run here, nor are
-    # attention, whose sizes are scalars (helios.bench.attention benches it at model shapes), and matmul
-    # (helios.bench.matmul: every dtype against torch).
+    # generator's width, labelled with their family (their rule picks the variant). Not here: cross_entropy
+    # (helios.bench.cross_entropy), embedding (helios.bench.embedding: ids and tables at model shapes), attention,
+    # whose sizes are scalars (helios.bench.attention benches it at model shapes), and matmul (helios.bench.matmul:
+    # every dtype against torch). masked_fill's int mask comes from its spec's input generator like any input.
     labels = {}
     hand = {case[0] for case in cases}  # add and add_inplace have preallocated numpy baselines above
-    benched_elsewhere = (*ROW_FAMILIES, *OPTIMIZER_FAMILIES, "attention", "matmul")
-    for spec in [s for s in specs() if s.family not in benched_elsewhere and not s.indices and s.name not in hand]:
+    benched_elsewhere = (*ROW_FAMILIES, *OPTIMIZER_FAMILIES, "cross_entropy", "embedding_backward", "attention",
+                         "matmul")
+    for spec in [s for s in specs() if s.family not in benched_elsewhere and s.name not in hand]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
         if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask
             kw = next(k for k in spec.scalar_cases() if 0 < k["p"] < 1)

@@ -46,9 +46,11 @@ train: $(VENV)/.installed
 #
 # The kernel-level tests (every variant and dtype of every op at awkward shapes, fed small tensors) compile with
 # lavapipe's LLVM optimization passes off (GALLIVM_PERF=nopt): the same SPIR-V and the same IEEE arithmetic in
-# about half the compile time, which is most of a cold run. Everything that trains (tests/trainer, the other
-# reliability tests, the loss parity) runs the optimized code users get. Mesa keys its shader cache on the flag,
-# so neither half reuses the other's binaries. PYTEST_ARGS holds options (-k, -x, ...), not paths.
+# about half the compile time, which is most of a cold run. Everything the main suite trains (tests/trainer, the
+# other reliability tests) runs the optimized code users get; the later stages check the GPU's code paths and
+# other subgroup sizes, and compile unoptimized too (the loss parity at 16 lanes included). Mesa keys its shader
+# cache on the flag, so neither kind of run reuses the other's binaries. PYTEST_ARGS holds options (-k, -x, ...),
+# not paths.
 KERNEL_TESTS := tests/kernels tests/autograd tests/spirv tests/reliability/test_fuzz_kernels.py
 NOPT := GALLIVM_PERF=nopt
 
@@ -68,8 +70,8 @@ test-gpu-profile: $(VENV)/.installed
 
 test-subgroups: $(VENV)/.installed
 	$(NOPT) LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
-	$(NOPT) LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
-	LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q tests/trainer/test_loss_parity.py $(PYTEST_ARGS)
+	$(NOPT) LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv \
+	  tests/trainer/test_loss_parity.py $(PYTEST_ARGS)
 
 info: $(VENV)/.installed
 	$(PY) -m helios info

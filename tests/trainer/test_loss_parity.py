@@ -31,6 +31,9 @@ def _train(cfg, data, kind: str, run_dir, init: dict | None = None):
     return np.asarray(steps), evals
 
 
+# make test runs it again at 16 lanes (LP_NATIVE_VECTOR_WIDTH=512, in test-subgroups' `-m subgroup` run): a whole
+# training in every subgroup kernel's variant at another subgroup size.
+@pytest.mark.subgroup
 def test_helios_val_loss_matches_torch(make_config, tmp_path):
     cfg = load_config(make_config("parity", **PARITY))
     data = prepare_data(cfg)

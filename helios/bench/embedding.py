@@ -36,6 +36,7 @@ def records(shapes, rng: np.random.Generator, repeats: int) -> list[dict]:
     import helios.runtime as rt
     from helios.bench.harness import compare
     from helios.kernels import selection
+    from helios.kernels.embedding import forward_variant
     from helios.kernels.spec import spec_of
 
     spec = spec_of("embedding")
@@ -51,7 +52,7 @@ def records(shapes, rng: np.random.Generator, repeats: int) -> list[dict]:
         plan = spec.host_kwargs(*host)
         counts = _counts(ids, table, pos_table)
         shape = f"{B}x{T}x{D} V={table.shape[0]}"
-        fwd = compare("embedding", "pos_vec4" if D % 4 == 0 else "pos_scalar", shape,
+        fwd = compare("embedding", forward_variant(D, with_pos=True), shape,
                       lambda args=args: spec.apply(spec.forward, args),
                       lambda host=host: spec.apply(spec.reference, host), ref="numpy",
                       flops=counts["forward"][0], nbytes=counts["forward"][1], repeats=repeats)

@@ -233,6 +233,12 @@ def _rows(ids) -> tuple[int, int]:
     return int(np.prod(shape)), int(shape[-1])
 
 
+def forward_variant(d: int, with_pos: bool, dtype: str = "f32") -> str:
+    """The forward kernel's variant for rows of width d: vec4 loads where d is a multiple of 4, positions added
+    where a pos_table is given, in the io dtype."""
+    return dtype_variant(("pos_" if with_pos else "") + ("vec4" if d % 4 == 0 else "scalar"), dtype)
+
+
 def embedding(ids, table, pos_table=None, out=None):
     """Rows of `table` [V, D] for ids [B, T] as [N, D] (N = B*T); with pos_table adds pos_table[n % T].
     table, pos_table and out share one float dtype (f32, bf16 or fp16; out defaults to the table's)."""
@@ -244,7 +250,7 @@ def embedding(ids, table, pos_table=None, out=None):
         raise ValueError(f"pos_table has {pos_table.shape[0]} rows but the sequences are {seq} long")
     out = rt.empty((n, d), table.dtype) if out is None else out
     vec = 4 if d % 4 == 0 else 1
-    name = dtype_variant(("pos_" if pos_table is not None else "") + ("vec4" if vec == 4 else "scalar"), dtype)
+    name = forward_variant(d, pos_table is not None, dtype)
     buffers = [ids, table, out] + ([pos_table] if pos_table is not None else [])
     rt.launch(EMBEDDING, buffers, push={"n_rows": n, "dv": d // vec, "vocab": vocab, "T": seq},
               grid=EMBEDDING.grid_for((n, d), name), variant=name)

@@ -27,7 +27,7 @@ def _backend(model_cfg, optim_cfg):
 
 def _time(backend, replay: bool, batch, steps: int) -> tuple[float, float, float]:
     """(median host ms, median record ms, tok/s) over `steps` steps."""
-    backend.replay = replay
+    backend.set_replay(replay)
     for _ in range(2):  # warm (lazy), then capture
         backend.train_step(batch, 1e-3, 1.0, None)
     host, rec, t0 = [], [], time.perf_counter()

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from helios.kernels.dtypes import storage, variant_dtype, with_dtypes
-from helios.kernels.rows import PackedHalfView, WideView
+from helios.kernels.wide import WideView
 from helios.spirv import KernelBuilder, Value, Variant, boolean, ceil_div, f32, u32, u64, vec
 
 vec4 = vec(f32, 4)
@@ -45,13 +45,13 @@ KERNEL_VARIANTS = with_dtypes(VARIANTS)  # what the kernels declare: VARIANTS fo
 
 
 class _WideBuffer:
-    """A buffer declared as u64 whose `.vec4[i]` moves four floats as two 64-bit words (rows.WideView):
+    """A buffer declared as u64 whose `.vec4[i]` moves four floats as two 64-bit words (wide.WideView):
     Mesa 22's lavapipe loads buffer data one component per invocation in a scalar loop, so this halves
     the cost of every load."""
 
     def __init__(self, b: KernelBuilder, binding: int, dtype: str = "f32") -> None:
         buf = b.buffer(binding, u64, "r")
-        self.vec4 = WideView(b, buf) if dtype == "f32" else PackedHalfView(b, buf, dtype)
+        self.vec4 = WideView(b, buf, dtype)
 
 
 def input_buffer(b: KernelBuilder, v: Variant, binding: int):

@@ -41,8 +41,6 @@ STREAM_UNROLL = 4  # elements per invocation per trip of a streaming loop
 
 
 F32X4 = vec(f32, 4)
-# attention_common.py (another family's file) still builds its wide views under these names.
-PackedHalfView = WideView
 
 
 def device_info():

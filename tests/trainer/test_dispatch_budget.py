@@ -24,7 +24,7 @@ def _step_counters(n_layer: int, steps: int = 3, replay: bool = False):
     cfg = load_config(ROOT / "configs" / "alpha-8l.toml")
     model_cfg = dataclasses.replace(cfg.model, n_layer=n_layer)
     backend = HeliosBackend.create(model_cfg, cfg.optim, seed=0)
-    backend.replay = replay
+    backend.set_replay(replay)
     rng = np.random.default_rng(0)
     per_step = []
     for _ in range(steps):

@@ -182,10 +182,10 @@ def test_each_rank_draws_its_own_dropout_masks():
 
     backend = HeliosBackend.__new__(HeliosBackend)
     backend.forwards = 7
-    backend.world = None
+    backend.set_world(None)
     assert backend._dropout_index() == 7  # one process: the pass count, as before data parallelism
     indices = set()
     for rank in range(2):
-        backend.world = World(rank=rank, size=2)
+        backend.set_world(World(rank=rank, size=2))
         indices.add(backend._dropout_index())
     assert indices == {14, 15}

@@ -35,7 +35,7 @@ def _steps(backend, first: int, last: int):
 
 def _run(arch: str, replay: bool):
     backend = HeliosBackend.create(_model(arch), OptimConfig(), 0)
-    backend.replay = replay
+    backend.set_replay(replay)
     return backend, _steps(backend, 0, STEPS)
 
 
@@ -96,8 +96,8 @@ def test_replay_with_checkpointed_activations_is_bit_identical():
     runs = []
     for replay in (False, True):
         backend = HeliosBackend.create(_model("gpt2"), OptimConfig(), 0)
-        backend.model.checkpoint_activations = "block"
-        backend.replay = replay
+        backend.set_activation_checkpointing("block")
+        backend.set_replay(replay)
         runs.append((backend, _steps(backend, 0, 6)))
     (lazy, lazy_res), (fast, fast_res) = runs
     _assert_same(lazy_res, fast_res, lazy.state_dict(), fast.state_dict())
@@ -109,7 +109,7 @@ def test_eval_and_sampling_between_replays_change_nothing():
     runs = []
     for replay in (False, True):
         backend = HeliosBackend.create(_model("llama"), OptimConfig(), 0)
-        backend.replay = replay
+        backend.set_replay(replay)
         res = _steps(backend, 0, 4)
         x = np.arange(48).reshape(3, 16) % 64
         extra = (backend.eval_loss(x, x), backend.generate(x[0, :5], 6, 1.0, 4, np.random.default_rng(0)).tolist())

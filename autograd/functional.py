@@ -108,8 +108,9 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     return S.FUNCTIONS["rmsnorm"].apply(x, weight, eps=float(eps))
 
 
-def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False) -> Tensor:
-    return N.MatMul.apply(a, b, trans_a, trans_b)
+def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0) -> Tensor:
+    """alpha * op(a) @ op(b) (the matmul spec's derived Function: it computes only the gradients a and b need)."""
+    return S.Matmul.apply(a, b, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: Tensor | None = None,

@@ -1,4 +1,4 @@
-"""Model-level ops: matmul/linear with fused epilogues, attention, cross-entropy (RoPE's and embedding's Functions
+"""Model-level ops: linear with fused epilogues, attention, cross-entropy (matmul's, RoPE's and embedding's Functions
 are derived from their op specs: autograd/ops/specs.py)."""
 
 from __future__ import annotations
@@ -12,24 +12,6 @@ from helios import runtime as rt
 def _rows(t):
     """View a [..., K] tensor as [M, K] (a reshape shares the buffer)."""
     return t.reshape(-1, t.shape[-1])
-
-
-class MatMul(Function):
-    """C = op(a) @ op(b) for 2-D or batched 3-D operands, with transposes read in place. Hand-written around the
-    matmul spec's op functions rather than derived: it computes only the gradients its inputs need (a product of
-    an activation and a constant runs one backward matmul, not two)."""
-
-    @staticmethod
-    def forward(ctx, a, b, trans_a: bool = False, trans_b: bool = False):
-        ctx.trans = (trans_a, trans_b)
-        ctx.save_for_backward(a, b)
-        return ops.matmul(a, b, trans_a=trans_a, trans_b=trans_b)
-
-    @staticmethod
-    def backward(ctx, dc):
-        a, b = ctx.saved_tensors
-        da, db = ops.matmul_backward(a, b, dc, *ctx.trans, needs=tuple(ctx.needs_input_grad[:2]))
-        return da, db, None, None
 
 
 class Linear(Function):

@@ -3,7 +3,8 @@ Softmax, LayerNorm, ...): forward and VJP are the spec's op functions. Scalars a
 gradients the spec says have sinks (a norm's dw and db) are added straight into the parameters' gradient arena
 (`ctx.grad_sink`), so accumulating them costs no dispatch. Index arguments (`indices`: ids, targets) get no
 gradient, and keyword arguments that only backward takes (`backward_kwargs`: the embedding's sorted plan) are
-kept from `apply` for it. A new spec needs no edit here."""
+kept from `apply` for it. A backward that can skip gradients (`needs`: matmul's, the embedding's) computes only
+those its inputs need. A new spec needs no edit here."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def spec_function(spec: OpSpec) -> type[Function]:
     def backward(ctx, dy):
         sinks = {f"{g}_out": ctx.grad_sink(k) for k, g in sunk}
         extra = {**sinks, "accumulate": True} if sunk else {}
+        if spec.needs:  # compute only the gradients the inputs need
+            extra["needs"] = tuple(bool(ctx.needs_input_grad[k]) for k in floats)
         computed = as_tuple(spec.backward(*ctx.saved_tensors, dy, **ctx.scalars, **ctx.flags, **ctx.backward_kwargs,
                                           **extra))
         grads = [None] * len(spec.args)

@@ -1,4 +1,8 @@
-"""Fused flash attention (causal, MHA) forward and forward+backward vs unfused references.
+"""Fused flash attention (causal, MHA) forward and forward+backward vs unfused references, derived from the
+flash_attention op spec (helios.kernels.attention): its input generator (a fused qkv), its forward and its backward
+with the scalars a shape fixes (B, T, head counts, head dim). Records `attention_forward` (op flash_attention) and
+`attention_forward_backward` (op flash_attention_backward: the backward needs the forward's o and lse, and torch's
+SDPA times them together, so both sides run forward then backward).
 
 References, each timed interleaved with the fused kernels: numpy doing the unfused sequence in float32
 (QK^T, scale, mask, softmax, PV and their backwards, materialising B x H x T x T), torch's
@@ -112,58 +116,70 @@ def helios_unfused(qkv: np.ndarray, do: np.ndarray, B: int, H: int, T: int, D: i
     return forward, forward_backward
 
 
-def fused(A, tq, tdo, B: int, H: int, T: int, D: int):
-    """(forward, forward+backward) callables of the fused helios kernels on device tensors."""
+def fused(spec, tq, tdo, B: int, H: int, T: int, D: int):
+    """(forward, forward+backward) callables of the spec's fused kernels on device tensors (causal, MHA)."""
+    scalars = spec.shape_case({"causal": True}, (B, T, H, H, D))
 
     def forward():
-        return A.flash_attention(tq, B, T, H, H, D)
+        return spec.apply(spec.forward, [tq], **scalars)
 
     def forward_backward():
-        o, lse = A.flash_attention(tq, B, T, H, H, D)
-        A.flash_attention_backward(tq, o, lse, tdo, B, T, H, H, D)
+        outs = forward()
+        spec.backward(*spec.saved([tq], outs), tdo, **spec.grad_kwargs(scalars))
 
     return forward, forward_backward
 
 
-def run(args) -> list[dict]:
+def records(shapes, rng: np.random.Generator, repeats: int, variant: str | None = None, with_torch: bool = True,
+            with_helios_unfused: bool = True) -> list[dict]:
+    """Forward and forward+backward records per (B, H, T, D), against numpy's unfused sequence, torch's SDPA
+    (with_torch, where torch is there) and helios's unfused ops (with_helios_unfused), the variant forced if named."""
     import helios.runtime as rt
     from helios.kernels import attention as A
     from helios.kernels import selection
     from helios.kernels.attention_backward import backward_flops
+    from helios.kernels.spec import spec_of
 
-    selection.force("attention", getattr(args, "variant", None))
-    variant = selection.choose("attention", (64,))
-    torch, cuda = torch_reference()
-    records = []
-    rng = np.random.default_rng(0)
-    for B, H, T, D in (QUICK if args.quick else FULL):
-        qkv = rng.standard_normal((B, T, 3 * H * D)).astype(np.float32)
-        do = rng.standard_normal((B, T, H * D)).astype(np.float32)
-        tq, tdo = rt.from_numpy(qkv), rt.from_numpy(do)
-        fwd, fwd_bwd = fused(A, tq, tdo, B, H, T, D)
-        refs = {"numpy_unfused": numpy_unfused(qkv, do, B, H, T, D)}
-        if torch is not None:
-            refs["torch_sdpa_cuda" if cuda else "torch_sdpa_cpu"] = torch_sdpa(torch, cuda, qkv, do, B, H, T, D)
-        helios_ref = None if args.no_helios_unfused else helios_unfused(qkv, do, B, H, T, D)
-        shape = f"B{B} H{H} T{T} D{D}"
-        f_flops = A.attention_flops(B, T, H, D)
-        mem = (qkv.nbytes + 2 * do.nbytes + 3 * B * H * T * 4) / 2 ** 20  # qkv, o, do, lse, delta
-        ref_mem = 2 * B * H * T * T * 4 / 2 ** 20
-        for name, dev_fn, flops, idx in (("attention_forward", fwd, f_flops, 0),
-                                         ("attention_forward_backward", fwd_bwd,
-                                          f_flops + backward_flops(B, T, H, D), 1)):
-            for ref, fns in refs.items():
-                records.append(compare(name, variant, shape, dev_fn, fns[idx], ref=ref, flops=flops,
-                                       repeats=args.repeats, warmup=1, cuda_ref=ref.endswith("cuda"),
-                                       mem_mb=mem, ref_mem_mb=ref_mem))
-            if helios_ref is not None:
-                # both sides run on the device: time them one after the other, each with timestamps
-                records.append(compare(name, variant, shape, dev_fn, None, flops=flops, repeats=args.repeats,
-                                       warmup=1, mem_mb=mem))
-                unfused = compare(name + "_unfused", "helios", shape, helios_ref[idx], None, flops=flops,
-                                  repeats=args.repeats, warmup=1, mem_mb=ref_mem)
-                rec = records[-1]
-                rec.update(ref="helios_unfused", ref_ms=unfused["ms"], ref_gflops=unfused["gflops"],
-                           ratio=unfused["ms"] / rec["ms"], ref_mem_mb=ref_mem)
-    selection.force("attention", None)
-    return records
+    selection.force("attention", variant)
+    try:
+        chosen = selection.choose("attention", (64,))
+        torch, cuda = torch_reference() if with_torch else (None, False)
+        spec = spec_of("flash_attention")
+        out = []
+        for B, H, T, D in shapes:
+            (qkv,) = spec.inputs(rng, (B, T, H, H, D))
+            do = rng.standard_normal((B, T, H * D)).astype(np.float32)
+            tq, tdo = rt.from_numpy(qkv), rt.from_numpy(do)
+            fwd, fwd_bwd = fused(spec, tq, tdo, B, H, T, D)
+            refs = {"numpy_unfused": numpy_unfused(qkv, do, B, H, T, D)}
+            if torch is not None:
+                refs["torch_sdpa_cuda" if cuda else "torch_sdpa_cpu"] = torch_sdpa(torch, cuda, qkv, do, B, H, T, D)
+            helios_ref = helios_unfused(qkv, do, B, H, T, D) if with_helios_unfused else None
+            shape = f"B{B} H{H} T{T} D{D}"
+            f_flops = A.attention_flops(B, T, H, D)
+            mem = (qkv.nbytes + 2 * do.nbytes + 3 * B * H * T * 4) / 2 ** 20  # qkv, o, do, lse, delta
+            ref_mem = 2 * B * H * T * T * 4 / 2 ** 20
+            for name, op, dev_fn, flops, idx in (("attention_forward", spec.name, fwd, f_flops, 0),
+                                                 ("attention_forward_backward", f"{spec.name}_backward", fwd_bwd,
+                                                  f_flops + backward_flops(B, T, H, D), 1)):
+                for ref, fns in refs.items():
+                    out.append(compare(name, chosen, shape, dev_fn, fns[idx], ref=ref, flops=flops, repeats=repeats,
+                                       warmup=1, cuda_ref=ref.endswith("cuda"), mem_mb=mem, ref_mem_mb=ref_mem,
+                                       op=op))
+                if helios_ref is not None:
+                    # both sides run on the device: time them one after the other, each with timestamps
+                    out.append(compare(name, chosen, shape, dev_fn, None, flops=flops, repeats=repeats, warmup=1,
+                                       mem_mb=mem, op=op))
+                    unfused = compare(name + "_unfused", "helios", shape, helios_ref[idx], None, flops=flops,
+                                      repeats=repeats, warmup=1, mem_mb=ref_mem)
+                    rec = out[-1]
+                    rec.update(ref="helios_unfused", ref_ms=unfused["ms"], ref_gflops=unfused["gflops"],
+                               ratio=unfused["ms"] / rec["ms"], ref_mem_mb=ref_mem)
+        return out
+    finally:
+        selection.force("attention", None)
+
+
+def run(args) -> list[dict]:
+    return records(QUICK if args.quick else FULL, np.random.default_rng(0), args.repeats,
+                   getattr(args, "variant", None), with_helios_unfused=not args.no_helios_unfused)

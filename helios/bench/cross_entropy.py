@@ -1,8 +1,12 @@
-"""Fused softmax cross-entropy (loss + dlogits, all three dispatches) vs numpy doing the same work.
+"""Fused softmax cross-entropy, derived from its op spec (helios.kernels.cross_entropy): the spec's input generator
+(targets with an ignored and an out-of-range row), its forward (loss and dlogits, all three dispatches) and its
+backward (dlogits scaled on the device by the loss's incoming gradient), each vs numpy doing the same work (and the
+forward against torch on CUDA where there is one).
 
-The numpy reference computes the same outputs into preallocated arrays: row max, exp, row sums, the
-row losses and their mean, and dlogits = grad_scale * (softmax - onehot) / n_valid. Bytes counted: logits
-read twice and dlogits written once (12 bytes per logit).
+The numpy baseline computes the same outputs into preallocated arrays: row max, exp, row sums, the row losses and
+their mean, and dlogits = grad_scale * (softmax - onehot) / n_valid; its backward multiplies dlogits by the scalar
+into a preallocated array. Bytes counted: logits read twice and dlogits written once (12 bytes per logit) forward,
+dlogits read and written backward.
 """
 
 from __future__ import annotations
@@ -47,42 +51,63 @@ def numpy_reference(logits: np.ndarray, targets: np.ndarray, ignore_index: int =
     return run
 
 
-def run(args: argparse.Namespace) -> list[dict]:
-    """One record per shape (and one more against torch on CUDA where there is a CUDA GPU)."""
+def numpy_backward(loss_grad: np.ndarray, dloss: np.ndarray):
+    """A callable computing dlogits = loss_grad * dloss[0] into a preallocated array."""
+    out = np.empty_like(loss_grad)
+    return lambda: np.multiply(loss_grad, dloss[0], out=out)
+
+
+def records(shapes, rng: np.random.Generator, repeats: int, torch_cuda=None) -> list[dict]:
+    """Per (rows, vocab): the forward and the backward against numpy, and the forward against torch_cuda (the
+    torch module where CUDA runs the reference, else None)."""
     import helios.runtime as rt
     from helios.kernels import selection
-    from helios.kernels.cross_entropy import cross_entropy, flops, nbytes
+    from helios.kernels.cross_entropy import flops, nbytes
+    from helios.kernels.spec import spec_of
+
+    spec = spec_of("cross_entropy")
+    out = []
+    for n, vocab in shapes:
+        host = spec.inputs(rng, (n, vocab))
+        logits, targets = host
+        args = [rt.from_numpy(x) for x in host]
+        saved = spec.saved(args, spec.apply(spec.forward, args))
+        dloss = rng.standard_normal(1, dtype=np.float32)
+        tdloss = rt.from_numpy(dloss)
+        shape, variant = f"{n}x{vocab}", selection.choose("cross_entropy", (n, vocab)).variant
+        forward = dict(flops=flops(n, vocab), nbytes=nbytes(n, vocab), repeats=repeats)
+
+        def device_fn(args=args):
+            spec.apply(spec.forward, args)
+
+        out.append(compare("cross_entropy", variant, shape, device_fn, numpy_reference(logits, targets), ref="numpy",
+                           **forward))
+        out.append(compare("cross_entropy_backward", "elementwise rule", shape,
+                           lambda saved=saved, tdloss=tdloss: spec.backward(*saved, tdloss),
+                           numpy_backward(saved[0].numpy(), dloss), ref="numpy", flops=n * vocab,
+                           nbytes=8 * n * vocab, repeats=repeats))
+        if torch_cuda is not None:
+            tl = torch_cuda.tensor(logits, device="cuda", requires_grad=True)
+            tgt = torch_cuda.tensor(np.where((targets >= 0) & (targets < vocab), targets, -1),
+                                    dtype=torch_cuda.long, device="cuda")
+
+            def torch_fn(tl=tl, tgt=tgt):
+                loss = torch_cuda.nn.functional.cross_entropy(tl, tgt, ignore_index=-1)
+                torch_cuda.autograd.grad(loss, tl)
+
+            out.append(compare("cross_entropy", variant, shape, device_fn, torch_fn, ref="torch-cuda", cuda_ref=True,
+                               **forward))
+        del args, saved, tdloss
+    return out
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """The records of `records` at the quick or full shapes (plus a GPT-2 batch on a GPU that can bind it)."""
+    import helios.runtime as rt
 
     info = rt.get_runtime().info
     shapes = QUICK if args.quick else FULL
     if not info.is_cpu and not args.quick:
         shapes = shapes + [s for s in GPU_EXTRA if s[0] * s[1] * 4 <= info.max_storage_buffer_range]
-    repeats = args.repeats
     torch, cuda = torch_reference()
-    records = []
-    rng = np.random.default_rng(0)
-    for n, vocab in shapes:
-        logits = rng.standard_normal((n, vocab), dtype=np.float32)
-        targets = rng.integers(0, vocab, size=n).astype(np.int32)
-        targets[::7] = -1
-        lt, tt = rt.from_numpy(logits), rt.from_numpy(targets)
-        shape = f"{n}x{vocab}"
-        variant = selection.choose("cross_entropy", (n, vocab)).variant
-
-        def device_fn(lt=lt, tt=tt):
-            cross_entropy(lt, tt)
-
-        records.append(compare("cross_entropy", variant, shape, device_fn, numpy_reference(logits, targets),
-                               ref="numpy", flops=flops(n, vocab), nbytes=nbytes(n, vocab), repeats=repeats))
-        if cuda:
-            tl = torch.tensor(logits, device="cuda", requires_grad=True)
-            tgt = torch.tensor(targets, dtype=torch.long, device="cuda")
-
-            def torch_fn(tl=tl, tgt=tgt):
-                loss = torch.nn.functional.cross_entropy(tl, tgt, ignore_index=-1)
-                torch.autograd.grad(loss, tl)
-
-            records.append(compare("cross_entropy", variant, shape, device_fn, torch_fn, ref="torch-cuda",
-                                   flops=flops(n, vocab), nbytes=nbytes(n, vocab), repeats=repeats, cuda_ref=True))
-        del lt, tt
-    return records
+    return records(shapes, np.random.default_rng(0), args.repeats, torch if cuda else None)

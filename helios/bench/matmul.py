@@ -1,4 +1,6 @@
-"""Matmul vs numpy and torch.matmul in one dtype: squares 256-2048 and the GPT-small linear-layer shapes.
+"""Matmul vs numpy and torch.matmul in one dtype: squares 256-2048 and the GPT-small linear-layer shapes, derived
+from the matmul op spec (helios.kernels.matmul): its input generator lays a and b out as the layout says, its forward
+runs C = op(a) @ op(b), and with `--backward` its backward (dA and dB, one product each, as training runs them).
 
 Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]); `--layouts` adds the transposed forms training uses (nt:
 x @ W^T, tn: dY^T @ X). `--dtype fp32|bf16|fp16` sets a, b and C (f32 accumulation): the op's choice in that
@@ -6,7 +8,8 @@ dtype runs (the matrix units' cooperative-matrix tilings for bf16/fp16 where the
 stored tuning winner or table) unless `--variant` names a tiling (or "all": every tiling of the device's family,
 the matrix units' too for half dtypes). References: numpy (fp32 only, interleaved with the device runs) and
 torch.matmul in the same dtype (on CUDA when available, TF32 off, timed with CUDA events; on the CPU otherwise,
-in the full run only).
+in the full run only), each doing the same products into preallocated arrays. A record's `kernel` is the forward's
+kernel (matmul_nn, ...; "matmul_<layout>_backward" for the backward) and its `op` the spec's op.
 """
 
 from __future__ import annotations
@@ -42,34 +45,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed samples per figure (median)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
                         help="dtype of a, b and C, and of the torch reference (default fp32; numpy is fp32 only)")
+    parser.add_argument("--backward", action="store_true",
+                        help="also time the backward (dA and dB: two products of the other layouts) per shape")
     parser.add_argument("--cpu", action="store_true",
                         help="also report process CPU ms per call (cpu_ms, gflop_per_cpu_s): on a CPU device such as "
                              "lavapipe this is steadier than wall time when other processes share the cores")
 
 
 def _host(layout: str, M: int, N: int, K: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((K, M) if layout[0] == "t" else (M, K), dtype=np.float32)
-    b = rng.standard_normal((N, K) if layout[1] == "t" else (K, N), dtype=np.float32)
-    return a, b
+    """a and b of an MxNxK product in `layout`, from the matmul spec's input generator."""
+    from helios.kernels.spec import spec_of
+
+    return spec_of("matmul").inputs(np.random.default_rng(seed), (M, N, K), trans_a=layout[0] == "t",
+                                    trans_b=layout[1] == "t")
 
 
-def _numpy_ref(layout: str, a: np.ndarray, b: np.ndarray):
-    at = a.T if layout[0] == "t" else a
-    bt = b.T if layout[1] == "t" else b
-    out = np.empty((at.shape[0], bt.shape[1]), np.float32)
-    return lambda: np.matmul(at, bt, out=out)
+def _products(layout: str, a, b, dc, backward: bool, swap, empty) -> list:
+    """The (x, y, out) products of one pass, in any array library: forward op(a) @ op(b); backward dC op(b)^T and
+    op(a)^T dC (dA and dB, in op() layout: the same work as the kernels' transposed stores)."""
+    at = swap(a) if layout[0] == "t" else a
+    bt = swap(b) if layout[1] == "t" else b
+    pairs = [(dc, swap(bt)), (swap(at), dc)] if backward else [(at, bt)]
+    return [(x, y, empty(x.shape[0], y.shape[1])) for x, y in pairs]
 
 
-def _torch_ref(torch, cuda: bool, layout: str, a: np.ndarray, b: np.ndarray, dtype: str = "f32"):
+def _numpy_ref(layout: str, a: np.ndarray, b: np.ndarray, dc: np.ndarray | None = None):
+    products = _products(layout, a, b, dc, dc is not None, np.transpose,
+                         lambda m, n: np.empty((m, n), np.float32))
+    return lambda: [np.matmul(x, y, out=out) for x, y, out in products]
+
+
+def _torch_ref(torch, cuda: bool, layout: str, a: np.ndarray, b: np.ndarray, dtype: str = "f32",
+               dc: np.ndarray | None = None):
     tdtype = {"f32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    ta, tb = (torch.from_numpy(x.astype(np.float32)).to(tdtype) for x in (a, b))  # numpy bf16 goes through f32
-    if cuda:
-        ta, tb = ta.cuda(), tb.cuda()
-    at = ta.T if layout[0] == "t" else ta
-    bt = tb.T if layout[1] == "t" else tb
-    out = torch.empty((at.shape[0], bt.shape[1]), dtype=tdtype, device=ta.device)
-    return lambda: torch.matmul(at, bt, out=out)
+    dev = "cuda" if cuda else "cpu"
+    ta, tb, tdc = (None if x is None else torch.from_numpy(x.astype(np.float32)).to(device=dev, dtype=tdtype)
+                   for x in (a, b, dc))  # numpy bf16 goes through f32
+    products = _products(layout, ta, tb, tdc, dc is not None, lambda x: x.T,
+                         lambda m, n: torch.empty((m, n), dtype=tdtype, device=dev))
+    return lambda: [torch.matmul(x, y, out=out) for x, y, out in products]
 
 
 def tilings(which: str | None, dtype: str = "f32") -> list[str | None]:
@@ -107,43 +121,52 @@ def cpu_ms(fn, repeats: int) -> float:
 
 
 def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats: int, torch_mod, cuda: bool,
-                with_numpy: bool = True, cpu: bool = False, dtype: str = "f32") -> list[dict]:
-    """Records for one shape and tiling in dtype: helios vs numpy (f32 only), and vs torch when torch_mod is given.
-    The record's variant is what ran (a forced tiling this device cannot run gives way to the table)."""
+                with_numpy: bool = True, cpu: bool = False, dtype: str = "f32", backward: bool = False) -> list[dict]:
+    """Records for one shape and tiling in dtype: the spec's forward (and backward) vs numpy (f32 only), and vs
+    torch when torch_mod is given. The record's variant is what ran (a forced tiling this device cannot run gives
+    way to the table; the backward's products choose for their own layouts, so it says which tiling was asked)."""
     import helios.runtime as rt
     from helios.kernels import matmul as mm
     from helios.kernels import selection
     from helios.kernels.dtypes import NUMPY
+    from helios.kernels.spec import spec_of
 
+    spec = spec_of("matmul")
     a, b = _host(layout, M, N, K)
+    dc = np.random.default_rng(1).standard_normal((M, N), dtype=np.float32) if backward else None
     if dtype != "f32":
         a, b = a.astype(NUMPY[dtype]), b.astype(NUMPY[dtype])
+        dc = None if dc is None else dc.astype(NUMPY[dtype])
     ta, tb = rt.from_numpy(a), rt.from_numpy(b)
     c = rt.empty((M, N), NUMPY[dtype])
     trans = {"trans_a": layout[0] == "t", "trans_b": layout[1] == "t"}
+    tdc = None if dc is None else rt.from_numpy(dc)
     selection.force("matmul", tiling)
     try:
-        variant = mm.variant_name(layout, M, N, K, 1, dtype=dtype)
-
-        def device_fn():
-            mm.matmul(ta, tb, out=c, **trans)
-
-        refs = []
-        if with_numpy and dtype == "f32":
-            refs.append(("numpy", _numpy_ref(layout, a, b), False))
-        if torch_mod is not None:
-            name = ("torch-cuda" if cuda else "torch") + ("" if dtype == "f32" else f"-{dtype}")
-            refs.append((name, _torch_ref(torch_mod, cuda, layout, a, b, dtype), cuda))
+        passes = [("", mm.variant_name(layout, M, N, K, 1, dtype=dtype),
+                   lambda: spec.apply(spec.forward, [ta, tb], out=c, **trans), None, 1)]
+        if backward:
+            passes.append(("_backward", f"{tiling or 'matmul rule'}", lambda: spec.backward(ta, tb, tdc, **trans),
+                           dc, 2))
         out, dev = [], device_name()
         io_bytes = 4 if dtype == "f32" else 2
-        for ref_name, ref_fn, on_cuda in refs or [(None, None, False)]:
-            ms, ref_ms = time_pair(device_fn, ref_fn, repeats=repeats, warmup=1, cuda_ref=on_cuda)
-            out.append(record(f"matmul_{layout}", variant, f"{M}x{N}x{K}", ms, mm.flops(M, N, K),
-                              mm.nbytes(M, N, K, io_bytes=io_bytes), ref_name, ref_ms, device=dev))
-        if cpu:
-            c_ms = cpu_ms(device_fn, repeats)
-            for r in out:
-                r.update(cpu_ms=c_ms, gflop_per_cpu_s=mm.flops(M, N, K) / (c_ms * 1e6))
+        for suffix, variant, device_fn, pass_dc, products in passes:
+            refs = []
+            if with_numpy and dtype == "f32":
+                refs.append(("numpy", _numpy_ref(layout, a, b, pass_dc), False))
+            if torch_mod is not None:
+                name = ("torch-cuda" if cuda else "torch") + ("" if dtype == "f32" else f"-{dtype}")
+                refs.append((name, _torch_ref(torch_mod, cuda, layout, a, b, dtype, pass_dc), cuda))
+            flops = products * spec.flops((M, N, K))
+            nbytes = products * mm.nbytes(M, N, K, io_bytes=io_bytes)
+            for ref_name, ref_fn, on_cuda in refs or [(None, None, False)]:
+                ms, ref_ms = time_pair(device_fn, ref_fn, repeats=repeats, warmup=1, cuda_ref=on_cuda)
+                out.append(record(f"matmul_{layout}{suffix}", variant, f"{M}x{N}x{K}", ms, flops, nbytes, ref_name,
+                                  ref_ms, device=dev, op=spec.name + suffix))
+            if cpu:
+                c_ms = cpu_ms(device_fn, repeats)
+                for r in out[-len(refs or [None]):]:
+                    r.update(cpu_ms=c_ms, gflop_per_cpu_s=flops / (c_ms * 1e6))
         return out
     finally:
         selection.force("matmul", None)
@@ -174,5 +197,5 @@ def run(args) -> list[dict]:
         for M, N, K in shapes:
             for tiling in tilings(args.variant, dtype):
                 records.extend(bench_shape(layout, M, N, K, tiling, repeats, torch_mod, cuda, cpu=args.cpu,
-                                           dtype=dtype))
+                                           dtype=dtype, backward=args.backward))
     return records

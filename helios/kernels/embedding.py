@@ -384,19 +384,21 @@ def _grad_out(out, like, accumulate: bool, what: str):
 
 
 def embedding_backward(ids, table, pos_table, dy, dtable_out=None, dpos_table_out=None, accumulate=False, *,
-                       has_pos_table=None, plan=None):
+                       has_pos_table=None, plan=None, needs=(True, True)):
     """(dtable, dpos_table) of embedding(ids, table, pos_table): the rows of dy [N, D] scatter-added by id into
     dtable [V, D], and by position into dpos_table (None without pos_table). table and pos_table give only the
     shapes. With *_out tensors and accumulate=True the gradients are added into them (a gradient arena), else
     they are overwritten; without, fresh ones are returned. Gradients are f32 whatever dy's dtype (f32, bf16 or
     fp16), summed in f32. `plan` (sorted_segments or FixedScatterPlan.plan) lets the deterministic "sorted"
     scatter run; the "embedding_backward" selection family picks the scatter (force it with
-    helios.kernels.selection)."""
+    helios.kernels.selection). `needs`: which of (dtable, dpos_table) to compute (None for the other)."""
     dtype = io_dtype("embedding_backward", dy=dy)
     with_pos = pos_table is not None if has_pos_table is None else has_pos_table
-    dtable, acc = _grad_out(dtable_out, table, accumulate, "dtable_out")
-    _scatter(ids, dy, dtable, acc, plan, dtype)
-    if not with_pos:
+    dtable = None
+    if needs[0]:
+        dtable, acc = _grad_out(dtable_out, table, accumulate, "dtable_out")
+        _scatter(ids, dy, dtable, acc, plan, dtype)
+    if not with_pos or not needs[1]:
         return dtable, None
     dpos, acc = _grad_out(dpos_table_out, pos_table, accumulate, "dpos_table_out")
     _scatter_positions(ids, dy, dpos, acc, dtype)
@@ -442,5 +444,5 @@ register(OpSpec("embedding", "Rows of table for int32 ids [B, T] as [N, D], plus
                 args=("ids", "table", "pos_table"), outputs=("y",), saves=("ids", "table", "pos_table"),
                 family="embedding_backward", shapes=_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE,
                 f32=("dtable", "dpos_table"), sinks=("dtable", "dpos_table"), optional={"pos_table": "has_pos_table"},
-                indices=("ids",), backward_kwargs=("plan",),
+                indices=("ids",), backward_kwargs=("plan",), needs=True,
                 host_kwargs=lambda ids, table, pos_table: {"plan": sorted_segments(ids, table.shape[0])}))

@@ -204,6 +204,8 @@ class OpSpec:
     # ^ forced choice, or (choice, dtype) -> the indices of the `shapes` (with their scalar cases) it runs, where not
     #   all (a matmul tiling whose shader takes long to compile runs the layout training uses; attention's half
     #   dtypes, which change only loads and stores, skip the head dims that only unroll differently)
+    needs: bool = False                  # backward takes `needs=`: one bool per gradient (grads' order), False to
+    #                                      skip computing it (None returned in its place), which autograd passes
     choice_dtypes: Mapping[object, tuple[str, ...]] = field(default_factory=dict, compare=False)
     # ^ forced choice -> the dtypes it is tested in, where not all of `dtypes` (matmul: the matrix units' tilings
     #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder)

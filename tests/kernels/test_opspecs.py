@@ -273,7 +273,8 @@ def test_autograd_function_and_functional(spec):
 
     rng = np.random.default_rng(2)
     scalars = spec.scalar_cases()[-1]
-    args = spec.inputs(rng, (7, 33), **scalars)
+    shape = (7, 33) if len(spec.fd_shape) == 2 else spec.fd_shape  # matmul's shapes are (M, N, K)
+    args = spec.inputs(rng, shape, **scalars)
     ts = [autograd.tensor(a) if n in spec.indices else autograd.Parameter(a) if f"d{n}" in spec.sinks
           else autograd.tensor(a, requires_grad=True) for n, a in zip(spec.args, args, strict=True)]
     args64 = [_wide(a) for a in args]
@@ -285,6 +286,26 @@ def test_autograd_function_and_functional(spec):
         F.mul(getattr(F, spec.name)(*ts, **scalars), autograd.tensor(dy)).sum(axis=None).backward()
         for name, t, w in zip(spec.grads, _floats(spec, ts), want, strict=True):
             spec.tolerance[name].check(t.grad.numpy(), passes * w, "f32", f"{spec.name} {name} pass {passes}")
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.needs], ids=_id)
+def test_backward_skips_the_gradients_not_needed(spec):
+    """A backward taking `needs=` returns None for each gradient it is told to skip, and the others unchanged."""
+    rng = np.random.default_rng(3)
+    scalars = spec.shape_case(spec.scalar_cases()[0], spec.fd_shape)
+    args = spec.inputs(rng, spec.fd_shape, **scalars)
+    targs = [rt.from_numpy(a) for a in args]
+    y = spec.apply(spec.forward, targs, **scalars)
+    dy = rt.from_numpy(rng.standard_normal(as_tuple(y)[0].shape).astype(np.float32))
+    kwargs = {**spec.grad_kwargs(scalars), **(spec.host_kwargs(*args) if spec.host_kwargs else {})}
+    full = [g.numpy() for g in as_tuple(spec.backward(*spec.saved(targs, y), dy, **kwargs))]
+    for skipped in range(len(spec.grads)):
+        needs = tuple(k != skipped for k in range(len(spec.grads)))
+        got = as_tuple(spec.backward(*spec.saved(targs, y), dy, needs=needs, **kwargs))
+        assert got[skipped] is None, f"{spec.name}: {spec.grads[skipped]} computed though not needed"
+        for k in range(len(spec.grads)):
+            if k != skipped:
+                np.testing.assert_array_equal(got[k].numpy(), full[k], err_msg=f"{spec.name} {spec.grads[k]}")
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=_id)
@@ -363,15 +384,13 @@ def test_ops_table_is_current():
 
 def test_bench_has_every_spec():
     from helios.bench import adamw as optimizer
-    from helios.bench import elementwise, embedding, rows
+    from helios.bench import attention, cross_entropy, elementwise, embedding, matmul, rows
 
-    names = {r["kernel"] for r in elementwise._records(1 << 10, 1, None)}
-    names |= {r["kernel"] for r in rows._records(7, 33, np.random.default_rng(0), 1, None)}
-    names |= {r["kernel"] for r in rows.case_records(np.random.default_rng(0), 1)}
-    names |= {r["kernel"] for r in optimizer._records(1 << 10, np.random.default_rng(0), 1)}
-    names |= {r["kernel"] for r in optimizer.once_records(np.random.default_rng(0), 1)}
-    names |= {r["kernel"] for r in embedding.records([(1, 7, 12)], np.random.default_rng(0), 1)}
-    # cross_entropy, attention and matmul are not benched from their specs yet: helios.bench.cross_entropy,
-    # .attention and .matmul time them at model shapes against preallocated numpy or torch baselines
-    derived = [s for s in SPECS if s.family not in ("cross_entropy", "attention", "matmul")]
-    assert {n for s in derived for n in (s.name, f"{s.name}_backward") if s.backward or n == s.name} <= names
+    rng = np.random.default_rng(0)
+    records = elementwise._records(1 << 10, 1, None) + rows._records(7, 33, rng, 1, None) + rows.case_records(rng, 1)
+    records += optimizer._records(1 << 10, rng, 1) + optimizer.once_records(rng, 1)
+    records += embedding.records([(1, 7, 12)], rng, 1) + cross_entropy.records([(7, 33)], rng, 1)
+    records += attention.records([(1, 2, 7, 64)], rng, 1, with_torch=False, with_helios_unfused=False)
+    records += matmul.bench_shape("nt", 7, 33, 12, None, 1, None, False, backward=True)
+    names = {r.get("op", r["kernel"]) for r in records}  # matmul and attention name their kernels, `op` the spec
+    assert {n for s in SPECS for n in (s.name, f"{s.name}_backward") if s.backward or n == s.name} <= names

@@ -1,6 +1,6 @@
 """What the cooperative-matrix kernels (the matmul tilings, flash attention) need of a device: 16x16x16 half
 matrices with f32 accumulators, subgroups of 4 to 64, 16-bit storage, and shared memory for their tiles; emulated
-matrices also need subgroup broadcasts. One check for both families, so their rules agree on what a device runs."""
+matrices also need subgroup shuffles. One check for both families, so their rules agree on what a device runs."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def runs(info, dtype: str, shared_bytes: int, emulated: bool) -> bool:
         return False
     if info.max_shared_memory < shared_bytes:
         return False
-    if emulated:  # operands gathered by subgroup broadcast
-        return "ballot" in info.subgroup_ops
+    if emulated:  # MulAdd reads the operands' elements across lanes by subgroup shuffle
+        return "shuffle" in info.subgroup_ops
     # Native bf16 matrices need VK_KHR_shader_bfloat16 (SPV_KHR_bfloat16) enabled at device creation, which
     # helios.device does not do yet, and no GPU here has run them: refused until both are done.
     return offered(info, dtype) and not info.cooperative_matrix_emulated and dtype == "fp16"

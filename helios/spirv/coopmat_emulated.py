@@ -4,11 +4,17 @@ run end to end, tiling, staging, barriers and epilogues included, and are checke
 
 Representation: an M x N matrix is its row-major elements e = 0 .. M*N-1; lane l of a subgroup of S lanes
 holds elements e = l + S*j in slot j of an array of f32 (f16 and bf16 elements are kept as the f32 values they
-represent, rounded to their type). S is read from the SubgroupSize builtin at run time; the array has
-ceil(M*N / 4) slots, enough for any subgroup of at least MIN_SUBGROUP lanes. Load and store touch only the
-lane's own elements; MulAdd first gathers both operands whole into every lane with subgroup broadcasts at
-uniform indices (the loop over elements is the same in every lane), then computes the lane's own elements of
-the result in f32. Like the real instructions, every op must be reached by the whole subgroup.
+represent, rounded to their type). S is read from the SubgroupSize builtin at run time; the array has M*N / L
+slots, L being the specialization constant COOPMAT_LANES: the fewest lanes a subgroup of the device may have
+(launch_spec; 4, MIN_SUBGROUP, where the launch does not say), so every subgroup the device runs fits and the
+arrays are no longer than that needs (lavapipe's compile time grows with them). Load and store touch only the
+lane's own elements. MulAdd computes the lane's own elements of the result in f32, reading each operand element
+from the lane that holds it with a subgroup shuffle: with S and N powers of two, K = N and M*N a multiple of
+every subgroup size (128 at most), the slot every lane reads in one step is the same, so one shuffle of that
+slot serves all. Like the real instructions, every op must be reached by the whole subgroup.
+
+An emulated op's result is a fresh function-local array, written before it is read as a value: a later op that
+needs the slots of that value reads the array itself instead of storing the value again (`_spill`).
 """
 
 from __future__ import annotations
@@ -28,19 +34,38 @@ if TYPE_CHECKING:
     from helios.spirv.memory import BufferView
     from helios.spirv.module import Module
 
-MIN_SUBGROUP = 4  # the smallest subgroup the slot array is sized for
+MIN_SUBGROUP = 4  # the fewest lanes a subgroup may have (COOPMAT_LANES' default)
+MAX_SUBGROUP = 128  # Vulkan's largest subgroup: M*N is a multiple of it, so every lane holds as many elements
+LANES_SPEC = "COOPMAT_LANES"  # the specialization constant the slot arrays are sized by
 
 
-def slots(t: CoopMatType) -> int:
-    """Slots per lane: ceil(rows * cols / MIN_SUBGROUP)."""
-    return -(-t.rows * t.cols // MIN_SUBGROUP)
+def launch_spec(min_subgroup_size: int) -> dict:
+    """The specialization constant an emulated kernel's launch sets: its device's fewest lanes per subgroup."""
+    return {LANES_SPEC: max(MIN_SUBGROUP, int(min_subgroup_size))}
+
+
+def _check_shape(t: CoopMatType) -> None:
+    n = t.rows * t.cols
+    if n % MAX_SUBGROUP or t.cols & (t.cols - 1):
+        raise SpirvError(f"an emulated {t.name} needs rows * cols a multiple of {MAX_SUBGROUP} and a power-of-two "
+                         f"column count (16x16 tiles are)")
+
+
+def _slots_id(m: Module, t: CoopMatType) -> int:
+    """Slots per lane, rows * cols / COOPMAT_LANES, as a specialization constant expression."""
+    return m.spec_constant_op(u32, Op.UDiv, m.constant(u32, t.rows * t.cols), m.coopmat_lanes)
+
+
+def _slots(b: KernelBuilder, t: CoopMatType) -> Value:
+    return Value(b, _slots_id(b.m, t), u32)
 
 
 def type_id(m: Module, t: CoopMatType) -> int:
     """The f32 slot array that holds a lane's share of a t."""
     if not t.elem.is_float or t.elem.width > 32:
         raise SpirvError(f"emulated cooperative matrices hold f16, bf16 or f32 elements, not {t.elem.name}")
-    return m.type_array(m.type_of(f32), m.constant(u32, slots(t)))
+    _check_shape(t)
+    return m.type_array(m.type_of(f32), _slots_id(m, t))
 
 
 def round_to(b: KernelBuilder, x: Value, elem: ScalarType) -> Value:
@@ -64,15 +89,26 @@ def _u32(b: KernelBuilder, x) -> Value:
 
 
 def _spill(b: KernelBuilder, mat: Value) -> LocalArray:
-    """mat's slots in a function-local array, to index them."""
-    arr = b.local_array(f32, slots(mat.type))
+    """mat's slots in a function-local array, to index them: the array an emulated op built mat in, else a copy."""
+    own = b.m.coopmat_arrays.get(mat.id)
+    if own is not None:
+        return own
+    arr = b.local_array(f32, _slots(b, mat.type))
     b._emit(Op.Store, arr.var, mat.id)
     return arr
 
 
 def _gather(b: KernelBuilder, arr: LocalArray, t: CoopMatType) -> Value:
-    """The matrix of type t whose slots are arr."""
-    return Value(b, b._op_id(Op.Load, arr.array_type, arr.var), t)
+    """The matrix of type t whose slots are arr (which nothing writes afterwards: _spill reads it for the value)."""
+    value = Value(b, b._op_id(Op.Load, arr.array_type, arr.var), t)
+    b.m.coopmat_arrays[value.id] = arr
+    return value
+
+
+def _new(b: KernelBuilder, t: CoopMatType) -> LocalArray:
+    """A fresh slot array for a t (whose type type_id declares, refusing what the emulation cannot hold)."""
+    type_id(b.m, t)
+    return b.local_array(f32, _slots(b, t))
 
 
 def _read(b: KernelBuilder, view: BufferView, index: Value, elem: ScalarType) -> Value:
@@ -93,13 +129,11 @@ def _write(b: KernelBuilder, view: BufferView, index: Value, x: Value) -> None:
 
 @contextmanager
 def _own_elements(b: KernelBuilder, t: CoopMatType) -> Iterator[tuple[Value, Value, Value]]:
-    """A loop over the lane's elements of t; the body sees (slot j, row, col)."""
-    n = t.rows * t.cols
+    """A loop over the lane's elements of t (as many in every lane); the body sees (slot j, row, col)."""
     lane, size = b.subgroup_local_id(), b.subgroup_size()
-    with b.for_range(0, (size + (n - 1)) / size) as j:
+    with b.for_range(0, (t.rows * t.cols) / size) as j:
         e = lane + size * j
-        with b.if_(e < n):
-            yield j, e / t.cols, e % t.cols
+        yield j, e / t.cols, e % t.cols
 
 
 def _element_offset(row: Value, col: Value, stride: Value, layout: str) -> Value:
@@ -111,12 +145,15 @@ def fill(b: KernelBuilder, t: CoopMatType, value) -> Value:
     if not v.type.is_float or v.type.count != 1:
         raise SpirvError(f"filling a {t.name} needs a float scalar, got {v.type.name}")
     v = round_to(b, b.cast(v, f32), t.elem)
-    return Value(b, b._op_id(Op.CompositeConstruct, type_id(b.m, t), *([v.id] * slots(t))), t)
+    out = _new(b, t)
+    with _own_elements(b, t) as (j, _, _):
+        out[j] = v
+    return _gather(b, out, t)
 
 
 def load(b: KernelBuilder, t: CoopMatType, view: BufferView, index, stride, layout: str) -> Value:
     index, stride = _u32(b, index), _u32(b, stride)
-    out = b.local_array(f32, slots(t))
+    out = _new(b, t)
     with _own_elements(b, t) as (j, row, col):
         out[j] = _read(b, view, index + _element_offset(row, col, stride, layout), t.elem)
     return _gather(b, out, t)
@@ -129,27 +166,23 @@ def store(b: KernelBuilder, view: BufferView, index, mat: Value, stride, layout:
         _write(b, view, index + _element_offset(row, col, stride, layout), own[j])
 
 
-def _whole(b: KernelBuilder, mat: Value) -> LocalArray:
-    """Every element of mat, row-major, in every lane: element e is slot e / S of lane e % S."""
-    t = mat.type
-    own = _spill(b, mat)
-    whole = b.local_array(f32, t.rows * t.cols)
-    size = b.subgroup_size()
-    with b.for_range(0, t.rows * t.cols) as e:  # uniform: the same e in every lane, so broadcast may read it
-        whole[e] = b.subgroup_broadcast(own[e / size], e % size)
-    return whole
-
-
 def muladd(b: KernelBuilder, a: Value, bmat: Value, c: Value) -> Value:
     ta, tc = a.type, c.type
-    whole_a, whole_b, own_c = _whole(b, a), _whole(b, bmat), _spill(b, c)
-    out = b.local_array(f32, slots(tc))
+    if ta.cols != tc.cols:
+        raise SpirvError(f"emulated coopmat_muladd needs K = N (square operand tiles), got {ta.name} @ "
+                         f"{bmat.type.name}")
+    own_a, own_b, own_c = _spill(b, a), _spill(b, bmat), _spill(b, c)
+    out = _new(b, tc)
     kdim, ncols = ta.cols, tc.cols
+    size = b.subgroup_size()
     with _own_elements(b, tc) as (j, row, col):
         acc = b.var(f32, own_c[j])
-        arow = row * kdim
         with b.for_range(0, kdim) as k:  # a loop, not unrolled: lavapipe compiles each per-lane index for long
-            acc.value = b.fma(whole_a[arow + k], whole_b[col + k * ncols], acc.value)
+            # A[row, k] and B[k, col]: the slot (the index / S) is the same in every lane, the lane holding it not
+            ea, eb = row * kdim + k, k * ncols + col
+            x = b.subgroup_shuffle(own_a[ea / size], ea % size)
+            y = b.subgroup_shuffle(own_b[eb / size], eb % size)
+            acc.value = b.fma(x, y, acc.value)
         out[j] = round_to(b, acc.value, tc.elem)
     return _gather(b, out, tc)
 
@@ -158,9 +191,7 @@ def convert(b: KernelBuilder, mat: Value, t: CoopMatType) -> Value:
     src = mat.type
     if src.elem == t.elem or t.elem == f32:  # same values (f16 and bf16 widen to f32 exactly)
         return Value(b, mat.id, t)
-    f32_id = b.m.type_of(f32)
-    parts = []
-    for k in range(slots(t)):
-        x = Value(b, b._op_id(Op.CompositeExtract, f32_id, mat.id, k), f32)
-        parts.append(round_to(b, x, t.elem).id)
-    return Value(b, b._op_id(Op.CompositeConstruct, type_id(b.m, t), *parts), t)
+    own, out = _spill(b, mat), _new(b, t)
+    with _own_elements(b, t) as (j, _, _):
+        out[j] = round_to(b, own[j], t.elem)
+    return _gather(b, out, t)

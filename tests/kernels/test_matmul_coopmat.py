@@ -56,8 +56,9 @@ def test_cm_variants_are_what_their_lowering_says(dtype, tiling):
     for layout, name in (("nt", f"{dtype}_{tiling}"), ("tn", f"{dtype}_out32_{tiling}")):
         module = mm.KERNELS[layout].module(name)
         text = disassemble(module)
-        if tiling.endswith(mc.EMULATED):  # plain SPIR-V: runs on any device with subgroup broadcasts
-            assert "Cooperative" not in text and "SPV_KHR" not in text and "OpGroupNonUniformBroadcast" in text
+        if tiling.endswith(mc.EMULATED):  # plain SPIR-V: runs on any device with subgroup shuffles
+            assert "Cooperative" not in text and "SPV_KHR" not in text and "OpGroupNonUniformShuffle" in text
+            assert any(c.name == "COOPMAT_LANES" for c in module.spec_constants)  # tile arrays sized at launch
         else:
             assert "OpCooperativeMatrixMulAddKHR" in text and "OpMemoryModel Logical Vulkan" in text
             assert "OpExtension \"SPV_KHR_cooperative_matrix\"" in text
@@ -171,7 +172,7 @@ def test_rule_needs_what_the_tiling_needs():
         assert _choice(info, SMALL, "fp16") == sel.table_choice(info, 512, 512, 1), why
     emulating = lavapipe(gpu_profile=True)
     table = sel.table_choice(emulating, 512, 512, 1)
-    assert _choice(dataclasses.replace(emulating, subgroup_ops=("basic",)), SMALL, "bf16") == table  # no broadcast
+    assert _choice(dataclasses.replace(emulating, subgroup_ops=("basic",)), SMALL, "bf16") == table  # no shuffle
     assert _choice(dataclasses.replace(emulating, min_subgroup_size=2), SMALL, "bf16") == table  # under 4 lanes
 
 
@@ -180,7 +181,7 @@ def test_forced_cm_tilings_give_way_where_they_cannot_run():
     assert sel.choose(own, SMALL, "f32", forced="cm64_emulated") == sel.table_choice(own, 512, 512, 1)  # f32
     assert sel.choose(emulating, SMALL, "fp16", forced="cm64") == sel.table_choice(emulating, 512, 512, 1)  # native
     assert sel.choose(gpu, SMALL, "bf16", forced="cm128") == sel.table_choice(gpu, 512, 512, 1)  # bf16 not enabled
-    # emulated tilings run wherever subgroup broadcasts do: forced, on lavapipe's own profile or on a GPU
+    # emulated tilings run wherever subgroup shuffles do: forced, on lavapipe's own profile or on a GPU
     assert sel.choose(own, SMALL, "bf16", forced="cm128_emulated") == "cm128_emulated"
     assert sel.choose(gpu, SMALL, "fp16", forced="cm64_emulated") == "cm64_emulated"
     assert sel.choose(emulating, SMALL, "fp16", forced="reg8x8") == "reg8x8"  # a forced f32-style tiling still runs
@@ -249,7 +250,7 @@ def _needs(dtype: str, tiling: str) -> None:
 
 
 # Each (layout, dtype) once, its C dtype alternating so that every layout and every dtype meets both. The
-# emulation's subgroup code (lanes holding l + S*j, broadcasts at uniform indices) is what differs between subgroup
+# emulation's subgroup code (lanes holding l + S*j, shuffles of one slot at a time) is what differs between subgroup
 # sizes: CI runs nn-fp16 and tt-bf16 (each into a C of its dtype) again at 4 and 16 (`-m subgroup`). With the
 # marked cm128 test below (nt fp16, tn bf16 into an f32 C) that loads A and B in both majors, in both dtypes, and
 # stores both C dtypes: all that the lanes' share of a tile depends on.

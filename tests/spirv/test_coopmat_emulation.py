@@ -126,7 +126,10 @@ def test_emulated_modules_are_plain_spirv(variant):
     validate(module)
     text = disassemble(module)
     assert "Cooperative" not in text and "SPV_KHR" not in text
-    assert "OpGroupNonUniformBroadcast" in text
+    assert "OpGroupNonUniformShuffle" in text  # MulAdd reads the operands' elements across lanes
+    # the slot arrays are sized by COOPMAT_LANES (M*N / lanes), which the launch may set
+    assert any(c.name == "COOPMAT_LANES" and c.default == 4 for c in module.spec_constants)
+    assert "OpSpecConstantOp %uint UDiv" in text
 
 
 def test_lowering_is_chosen_before_the_first_matrix_op():
@@ -147,3 +150,8 @@ def test_emulation_refuses_elements_it_cannot_hold():
     b.local_size(32)
     with pytest.raises(SpirvError, match="hold f16, bf16 or f32 elements"):
         b.coopmat_fill(coopmat(i32, 16, 16, "acc"), 0)
+    with pytest.raises(SpirvError, match="rows \\* cols a multiple of 128 and a power-of-two column count"):
+        b.coopmat_fill(coopmat(f16, 8, 8, "acc"), 0.0)
+    with pytest.raises(SpirvError, match="needs K = N"):
+        b.coopmat_muladd(b.coopmat_fill(coopmat(f16, 16, 8, "a"), 0.0), b.coopmat_fill(coopmat(f16, 8, 16, "b"), 0.0),
+                         b.coopmat_fill(coopmat(f32, 16, 16, "acc"), 0.0))

@@ -119,9 +119,7 @@ def _spec(variant: str, D: int, causal: bool, softcap: float, dropout_p: float) 
     from helios.device import get_device
 
     if variant in COOPMAT_KERNEL_VARIANTS:
-        params = COOPMAT_KERNEL_VARIANTS[variant]
-        return coopmat_spec(variant_dtype(params), D, causal, softcap, dropout_p, params["coopmat"] == "emulated",
-                            get_device().info.min_subgroup_size)
+        return coopmat_spec(variant_dtype(COOPMAT_KERNEL_VARIANTS[variant]), D, causal, softcap, dropout_p)
 
     return spec_values(variant, D, causal, softcap, dropout_p, get_device().info.min_subgroup_size)
 

@@ -23,7 +23,7 @@ from helios.kernels.attention_common import NEG, declare, spec_values
 from helios.kernels.attention_forward import attention_flops, capped, dropped
 from helios.kernels.coopmat_support import TILE  # rows per block and the M = N = K of every matrix tile
 from helios.kernels.dtypes import dtype_variant, storage
-from helios.spirv import Kernel, KernelBuilder, Variant, bf16, ceil_div, coopmat_emulated, f16, f32, u16, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, bf16, ceil_div, f16, f32, u16, u32
 from helios.spirv.coopmat import coopmat
 from helios.spirv.memory import bf16_bits
 
@@ -55,12 +55,10 @@ def choose(info, head_dim: int, dtype: str, forced: str | None) -> str | None:
     return "coopmat_emulated" if emulated else "coopmat"
 
 
-def spec(dtype: str, head_dim: int, causal: bool, softcap: float, dropout_p: float, emulated: bool = False,
-         min_subgroup_size: int = 4) -> dict:
+def spec(dtype: str, head_dim: int, causal: bool, softcap: float, dropout_p: float) -> dict:
     """The launch's specialization constants: those of every attention kernel (the tiled variant's values for
-    the ones these kernels do not read, so a head dim keys one pipeline), and an emulated variant's tile size."""
-    lanes = coopmat_emulated.launch_spec(min_subgroup_size) if emulated else {}
-    return {**spec_values(dtype_variant("tiled", dtype), head_dim, causal, softcap, dropout_p), **lanes}
+    the ones these kernels do not read, so a head dim keys one pipeline)."""
+    return spec_values(dtype_variant("tiled", dtype), head_dim, causal, softcap, dropout_p)
 
 
 class Tiles:

@@ -213,10 +213,10 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     name = variant_name(layout, M, N, K, batch, dtype=io, out=cd)
     push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
     variant = kernel.variant(name)
-    if variant.kind == "coopmat":  # its local size (and emulated tiles) follow the device's subgroup sizes
+    if variant.kind == "coopmat":  # its local size follows the device's subgroup sizes
         from helios.device import get_device
 
-        spec = {**(spec or {}), **coopmat.launch_spec(get_device().info, variant)}
+        spec = {**(spec or {}), "THREADS": coopmat.threads(get_device().info, variant)}
     # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
                preact_out if preact_out is not None else c]
@@ -317,7 +317,7 @@ register(OpSpec(
     "product.", __name__, tuple(KERNELS.values()), matmul,
     matmul_backward, _spec_reference, reference_backward, _spec_inputs, args=("a", "b"), outputs=("c",),
     saves=("a", "b"), family="matmul", shapes=tuple(c[0] for c in _CASES), sizes=_spec_sizes,
-    tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, needs=True,
+    tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, autograd=False,
     scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),
              "alpha": tuple(c[3] for c in _CASES)},
     fd_shape=(3, 4, 5), choice_dtypes=_SPEC_DTYPES,

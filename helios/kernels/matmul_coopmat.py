@@ -31,7 +31,6 @@ from helios.kernels import coopmat_support as support
 from helios.kernels.coopmat_support import TILE
 from helios.kernels.matmul_common import a_index, b_index, declare, epilogue
 from helios.spirv import KernelBuilder, Value, Variant, bf16, ceil_div, f16, f32, u16, u32
-from helios.spirv import coopmat_emulated as emulated
 from helios.spirv.coopmat import coopmat
 
 TILINGS = {  # block of C per workgroup, K slice, subgroups along M and N
@@ -79,12 +78,6 @@ def threads(info, v: Variant) -> int:
     """The launch's THREADS: WM * WN subgroups of the widest size the driver may run (more, narrower subgroups
     where it runs narrower ones; those beyond WM * WN only stage)."""
     return v.wm * v.wn * info.max_subgroup_size
-
-
-def launch_spec(info, v: Variant) -> dict:
-    """The launch's specialization constants: THREADS, and the emulated tiles' size (COOPMAT_LANES)."""
-    lanes = emulated.launch_spec(info.min_subgroup_size) if v.coopmat == "emulated" else {}
-    return {"THREADS": threads(info, v), **lanes}
 
 
 def build(b: KernelBuilder, v: Variant) -> None:

@@ -113,16 +113,13 @@ class CoopMatOps:
 
     def coopmat_lowering(self, lowering: str) -> None:
         """"native" (the default: the matrix units' instructions) or "emulated" (plain SPIR-V at subgroup scope,
-        any subgroup of 4 lanes or more; it declares the specialization constant COOPMAT_LANES, which the launch
-        sets with coopmat_emulated.launch_spec); before the first cooperative-matrix op."""
+        any subgroup of 4 lanes or more); before the first cooperative-matrix op."""
         if lowering not in LOWERINGS:
             raise SpirvError(f"cooperative matrix lowering must be one of {LOWERINGS}, got {lowering!r}")
         emulate = lowering == "emulated"
         if emulate != self.m.coopmat_emulated and any(k[0] == "coopmat" for k in self.m._interned):
             raise SpirvError("choose the cooperative matrix lowering before the first cooperative-matrix op")
         self.m.coopmat_emulated = emulate
-        if emulate and self.m.coopmat_lanes is None:  # the launch sets it (emulated.launch_spec)
-            self.m.coopmat_lanes = self.spec(emulated.LANES_SPEC, u32, emulated.MIN_SUBGROUP).id
 
     def coopmat_fill(self, t: CoopMatType, value) -> Value:
         """A matrix of type t with every element value (a literal or a scalar Value of t.elem; an f32 for bf16)."""

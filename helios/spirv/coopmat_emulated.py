@@ -4,17 +4,17 @@ run end to end, tiling, staging, barriers and epilogues included, and are checke
 
 Representation: an M x N matrix is its row-major elements e = 0 .. M*N-1; lane l of a subgroup of S lanes
 holds elements e = l + S*j in slot j of an array of f32 (f16 and bf16 elements are kept as the f32 values they
-represent, rounded to their type). S is read from the SubgroupSize builtin at run time; the array has M*N / L
-slots, L being the specialization constant COOPMAT_LANES: the fewest lanes a subgroup of the device may have
-(launch_spec; 4, MIN_SUBGROUP, where the launch does not say), so every subgroup the device runs fits and the
-arrays are no longer than that needs (lavapipe's compile time grows with them). Load and store touch only the
-lane's own elements. MulAdd computes the lane's own elements of the result in f32, reading each operand element
-from the lane that holds it with a subgroup shuffle: with S and N powers of two, K = N and M*N a multiple of
-every subgroup size (128 at most), the slot every lane reads in one step is the same, so one shuffle of that
-slot serves all. Like the real instructions, every op must be reached by the whole subgroup.
+represent, rounded to their type). S is read from the SubgroupSize builtin at run time; the array has
+M*N / 4 slots, enough for any subgroup of at least MIN_SUBGROUP lanes. (Sizing it for the device's own subgroup
+would be shorter, but lavapipe then keeps arrays of 128 bytes or less in registers, where every indexed access
+becomes a ladder of selects: an emulated attention kernel compiled 4x slower with 32 slots than with 64.)
+Load and store touch only the lane's own elements. MulAdd computes the lane's own elements of the result in f32,
+reading each operand element from the lane that holds it with a subgroup shuffle: with S and N powers of two,
+K = N and M*N a multiple of every subgroup size (128 at most), the slot every lane reads in one step is the same,
+so one shuffle of that slot serves all. Like the real instructions, every op must be reached by the whole subgroup.
 
-An emulated op's result is a fresh function-local array, written before it is read as a value: a later op that
-needs the slots of that value reads the array itself instead of storing the value again (`_spill`).
+A loaded or multiplied value is built in a fresh function-local array, written before it is read as a value: a
+later op that needs that value's slots reads the array itself instead of storing the value again (`_spill`).
 """
 
 from __future__ import annotations
@@ -34,38 +34,23 @@ if TYPE_CHECKING:
     from helios.spirv.memory import BufferView
     from helios.spirv.module import Module
 
-MIN_SUBGROUP = 4  # the fewest lanes a subgroup may have (COOPMAT_LANES' default)
+MIN_SUBGROUP = 4  # the smallest subgroup the slot array is sized for
 MAX_SUBGROUP = 128  # Vulkan's largest subgroup: M*N is a multiple of it, so every lane holds as many elements
-LANES_SPEC = "COOPMAT_LANES"  # the specialization constant the slot arrays are sized by
 
 
-def launch_spec(min_subgroup_size: int) -> dict:
-    """The specialization constant an emulated kernel's launch sets: its device's fewest lanes per subgroup."""
-    return {LANES_SPEC: max(MIN_SUBGROUP, int(min_subgroup_size))}
-
-
-def _check_shape(t: CoopMatType) -> None:
-    n = t.rows * t.cols
-    if n % MAX_SUBGROUP or t.cols & (t.cols - 1):
-        raise SpirvError(f"an emulated {t.name} needs rows * cols a multiple of {MAX_SUBGROUP} and a power-of-two "
-                         f"column count (16x16 tiles are)")
-
-
-def _slots_id(m: Module, t: CoopMatType) -> int:
-    """Slots per lane, rows * cols / COOPMAT_LANES, as a specialization constant expression."""
-    return m.spec_constant_op(u32, Op.UDiv, m.constant(u32, t.rows * t.cols), m.coopmat_lanes)
-
-
-def _slots(b: KernelBuilder, t: CoopMatType) -> Value:
-    return Value(b, _slots_id(b.m, t), u32)
+def slots(t: CoopMatType) -> int:
+    """Slots per lane: rows * cols / MIN_SUBGROUP."""
+    return t.rows * t.cols // MIN_SUBGROUP
 
 
 def type_id(m: Module, t: CoopMatType) -> int:
     """The f32 slot array that holds a lane's share of a t."""
     if not t.elem.is_float or t.elem.width > 32:
         raise SpirvError(f"emulated cooperative matrices hold f16, bf16 or f32 elements, not {t.elem.name}")
-    _check_shape(t)
-    return m.type_array(m.type_of(f32), _slots_id(m, t))
+    if t.rows * t.cols % MAX_SUBGROUP or t.cols & (t.cols - 1):
+        raise SpirvError(f"an emulated {t.name} needs rows * cols a multiple of {MAX_SUBGROUP} and a power-of-two "
+                         f"column count (16x16 tiles are)")
+    return m.type_array(m.type_of(f32), m.constant(u32, slots(t)))
 
 
 def round_to(b: KernelBuilder, x: Value, elem: ScalarType) -> Value:
@@ -93,22 +78,22 @@ def _spill(b: KernelBuilder, mat: Value) -> LocalArray:
     own = b.m.coopmat_arrays.get(mat.id)
     if own is not None:
         return own
-    arr = b.local_array(f32, _slots(b, mat.type))
+    arr = b.local_array(f32, slots(mat.type))
     b._emit(Op.Store, arr.var, mat.id)
     return arr
 
 
 def _gather(b: KernelBuilder, arr: LocalArray, t: CoopMatType) -> Value:
     """The matrix of type t whose slots are arr (which nothing writes afterwards: _spill reads it for the value)."""
-    value = Value(b, b._op_id(Op.Load, arr.array_type, arr.var), t)
+    value = Value(b, b._op_id(Op.Load, type_id(b.m, t), arr.var), t)
     b.m.coopmat_arrays[value.id] = arr
     return value
 
 
 def _new(b: KernelBuilder, t: CoopMatType) -> LocalArray:
-    """A fresh slot array for a t (whose type type_id declares, refusing what the emulation cannot hold)."""
+    """A fresh slot array for a t (type_id refuses what the emulation cannot hold)."""
     type_id(b.m, t)
-    return b.local_array(f32, _slots(b, t))
+    return b.local_array(f32, slots(t))
 
 
 def _read(b: KernelBuilder, view: BufferView, index: Value, elem: ScalarType) -> Value:
@@ -145,10 +130,7 @@ def fill(b: KernelBuilder, t: CoopMatType, value) -> Value:
     if not v.type.is_float or v.type.count != 1:
         raise SpirvError(f"filling a {t.name} needs a float scalar, got {v.type.name}")
     v = round_to(b, b.cast(v, f32), t.elem)
-    out = _new(b, t)
-    with _own_elements(b, t) as (j, _, _):
-        out[j] = v
-    return _gather(b, out, t)
+    return Value(b, b._op_id(Op.CompositeConstruct, type_id(b.m, t), *([v.id] * slots(t))), t)
 
 
 def load(b: KernelBuilder, t: CoopMatType, view: BufferView, index, stride, layout: str) -> Value:
@@ -191,7 +173,9 @@ def convert(b: KernelBuilder, mat: Value, t: CoopMatType) -> Value:
     src = mat.type
     if src.elem == t.elem or t.elem == f32:  # same values (f16 and bf16 widen to f32 exactly)
         return Value(b, mat.id, t)
-    own, out = _spill(b, mat), _new(b, t)
-    with _own_elements(b, t) as (j, _, _):
-        out[j] = round_to(b, own[j], t.elem)
-    return _gather(b, out, t)
+    f32_id = b.m.type_of(f32)
+    parts = []
+    for k in range(slots(t)):
+        x = Value(b, b._op_id(Op.CompositeExtract, f32_id, mat.id, k), f32)
+        parts.append(round_to(b, x, t.elem).id)
+    return Value(b, b._op_id(Op.CompositeConstruct, type_id(b.m, t), *parts), t)

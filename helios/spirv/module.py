@@ -92,10 +92,8 @@ class Module:
         self._type_ids: dict[DType, int] = {}  # type_of's answers (every DSL type is a frozen dataclass)
         self._instructions_required: set[int] = set()  # opcodes whose capabilities are declared
         self._decorated: set[tuple] = set()
-        # KernelBuilder.coopmat_lowering("emulated"): cooperative matrices become plain arrays (coopmat_emulated),
-        # sized by the specialization constant whose id is coopmat_lanes (the fewest lanes a subgroup may have)
+        # KernelBuilder.coopmat_lowering("emulated"): cooperative matrices become plain arrays (coopmat_emulated)
         self.coopmat_emulated = False
-        self.coopmat_lanes: int | None = None
         self.coopmat_arrays: dict[int, object] = {}  # value id -> the local array an emulated op built it in
 
     # -- ids and emission ------------------------------------------------------------------------
@@ -287,12 +285,6 @@ class Module:
             self.emit(self.globals, g.Op.SpecConstant, t, i, scalar_words(dtype, default))
         self.decorate(i, "SpecId", spec_id)
         return i
-
-    def spec_constant_op(self, dtype: ScalarType, opcode: int, *operands: int) -> int:
-        """An interned OpSpecConstantOp: `opcode` (e.g. g.Op.UDiv) applied to constant or specialization constant
-        ids, itself a constant once specialized (usable as an array length)."""
-        t = self.type_of(dtype)
-        return self._intern_typed(("specop", t, opcode, operands), g.Op.SpecConstantOp, t, opcode, *operands)
 
     def spec_constant_composite(self, type_id: int, parts: tuple[int, ...]) -> int:
         i = self.new_id()

@@ -58,7 +58,6 @@ def test_cm_variants_are_what_their_lowering_says(dtype, tiling):
         text = disassemble(module)
         if tiling.endswith(mc.EMULATED):  # plain SPIR-V: runs on any device with subgroup shuffles
             assert "Cooperative" not in text and "SPV_KHR" not in text and "OpGroupNonUniformShuffle" in text
-            assert any(c.name == "COOPMAT_LANES" for c in module.spec_constants)  # tile arrays sized at launch
         else:
             assert "OpCooperativeMatrixMulAddKHR" in text and "OpMemoryModel Logical Vulkan" in text
             assert "OpExtension \"SPV_KHR_cooperative_matrix\"" in text

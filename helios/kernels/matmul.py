@@ -317,7 +317,7 @@ register(OpSpec(
     "product.", __name__, tuple(KERNELS.values()), matmul,
     matmul_backward, _spec_reference, reference_backward, _spec_inputs, args=("a", "b"), outputs=("c",),
     saves=("a", "b"), family="matmul", shapes=tuple(c[0] for c in _CASES), sizes=_spec_sizes,
-    tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, autograd=False,
+    tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, needs=True,
     scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),
              "alpha": tuple(c[3] for c in _CASES)},
     fd_shape=(3, 4, 5), choice_dtypes=_SPEC_DTYPES,

@@ -111,10 +111,12 @@ mesa:
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends -t bookworm-backports \
 	  mesa-vulkan-drivers libdrm2
 
+# --no-compile: pip would byte-compile every file of every package (torch's thousands: ~20 of a fresh set-up's ~45 s);
+# Python compiles the modules a run imports on first use instead, and keeps them (see PYTHONDONTWRITEBYTECODE above).
 $(VENV)/.installed: pyproject.toml | system
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-compile -e '.[test]'
 	@touch $@
 
 clean:

@@ -308,6 +308,15 @@ def test_backward_skips_the_gradients_not_needed(spec):
                 np.testing.assert_array_equal(got[k].numpy(), full[k], err_msg=f"{spec.name} {spec.grads[k]}")
 
 
+@pytest.mark.parametrize("name", ["dropout", "residual_dropout_add"])
+def test_dropout_specs_run_every_awkward_shape(name):
+    """Their shapes are a list of their own (each draws its own p, seed and offset), so nothing else makes sure it
+    still holds the pointwise ops' awkward shapes."""
+    from helios.kernels.spec import AWKWARD_SHAPES, spec_of
+
+    assert set(AWKWARD_SHAPES) <= set(spec_of(name).shapes)
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=_id)
 def test_every_spec_is_complete(spec):
     """Reference, forward and backward (or none, said by backward=None with no reference_backward), a selection

@@ -146,7 +146,7 @@ def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats
         passes = [("", mm.variant_name(layout, M, N, K, 1, dtype=dtype),
                    lambda: spec.apply(spec.forward, [ta, tb], out=c, **trans), None, 1)]
         if backward:
-            passes.append(("_backward", f"{tiling or 'matmul rule'}", lambda: spec.backward(ta, tb, tdc, **trans),
+            passes.append(("_backward", tiling or "matmul rule", lambda: spec.backward(ta, tb, tdc, **trans),
                            dc, 2))
         out, dev = [], device_name()
         io_bytes = 4 if dtype == "f32" else 2

@@ -220,6 +220,9 @@ class Device:
         def on_message(severity, types, data, user_data):
             text = self.ffi.string(data.pMessage).decode(errors="replace")
             self.validation_messages.append(text)
+            # Also on stderr as it arrives: a driver that crashes on what the layer just reported ends the
+            # process before the next check_validation() could raise it, and the explanation would die with it.
+            os.write(2, f"helios: Vulkan validation layer: {text}\n".encode(errors="replace"))
             return 0
 
         self._debug_callback = on_message  # kept alive for the instance's lifetime

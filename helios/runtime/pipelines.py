@@ -18,6 +18,7 @@ from typing import Any
 
 from helios import driver, env
 from helios.errors import HeliosError
+from helios.runtime import contract
 
 
 class Pipeline:
@@ -200,6 +201,7 @@ class PipelineCache:
             if b.access not in ("r", "w", "rw"):
                 raise HeliosError(f"kernel {module.name!r}: binding {b.binding} has access {b.access!r}; "
                                   "expected 'r', 'w' or 'rw'")
+        contract.check(module, self.device.info, spec)  # before any Vulkan object is made from the module
         set_layout_ptr, layout, template = self._layout(bindings, module.push_size)
         shader = self._shader_module(module)
 

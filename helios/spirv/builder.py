@@ -56,6 +56,7 @@ class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
         self._push: list[tuple[str, ScalarType, int]] = []
         self._specs: list[tuple[str, ScalarType, int | float, int]] = []
         self._spec_by_id: dict[int, str] = {}
+        self._shared: list[tuple[int, int | str]] = []
         self._local_size: tuple | None = None
         self._builtins: dict[tuple[str, int], Value] = {}
         self._builtin_vars: dict[str, tuple[int, DType]] = {}
@@ -184,7 +185,11 @@ class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
 
     def shared(self, dtype: DType, length, name: str | None = None) -> SharedArray:
         """A workgroup shared array of length (an int or a spec constant) elements."""
-        return SharedArray(self, dtype, length, name or f"shared{len(self.m.interface)}")
+        arr = SharedArray(self, dtype, length, name or f"shared{len(self.m.interface)}")
+        # What the device contract sums against maxComputeSharedMemorySize: bytes per element, and the length
+        # (an int, or the name of the spec constant that sets it at pipeline creation).
+        self._shared.append((dtype.size, self._spec_by_id[length.id] if isinstance(length, Value) else int(length)))
+        return arr
 
     # -- builtins --------------------------------------------------------------------------------
     def _builtin(self, builtin: str, dim: int | None) -> Value:
@@ -334,5 +339,6 @@ class KernelBuilder(ControlFlow, Intrinsics, CoopMatOps):
             capabilities=tuple(sorted(m.capabilities, key=lambda c: getattr(g.Capability, c))),
             extensions=tuple(sorted(m.extensions)),
             addressed=tuple(k for k in sorted(self._buffers) if self._buffers[k].address is not None),
+            shared=tuple(self._shared),
         )
         return self._result

@@ -70,6 +70,8 @@ class ShaderModule:
     # Bindings read and written through device addresses: the runtime pushes each one's address as the
     # fields addr<binding>_lo / addr<binding>_hi (helios.spirv.KernelBuilder.buffer(addressed=True)).
     addressed: tuple[int, ...] = ()
+    # Workgroup arrays: (bytes per element, length or the name of the spec constant that sets it).
+    shared: tuple[tuple[int, int | str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -112,6 +114,11 @@ class ShaderModule:
             entries.append((s.spec_id, len(data), 4))
             data += _pack(s.dtype, full[s.name], f"specialization constant {s.name!r} of {self.label}")
         return data, tuple(entries)
+
+    def shared_bytes_for(self, spec: Mapping[str, int | float] | None = None) -> int:
+        """Bytes of workgroup memory with the given specialization constants (defaults for the rest)."""
+        full = self._spec_values(spec)
+        return sum(size * (int(full[n]) if isinstance(n, str) else n) for size, n in self.shared)
 
     def local_size_for(self, spec: Mapping[str, int | float] | None = None) -> tuple[int, int, int]:
         """The workgroup size with the given specialization constants (defaults for the rest)."""

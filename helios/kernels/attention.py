@@ -64,29 +64,40 @@ def _base_variant(name: str) -> str:
 def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     """"coopmat" (or "coopmat_emulated") in bf16/fp16 where the device's matrix units (real, or emulated ones:
     DeviceInfo.cooperative_matrix_emulated) take the dtype and head dim (attention_coopmat.choose); otherwise
-    "rowwise" on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere. Head dims over
-    TILED_MAX_D, and devices with subgroups narrower than the tiled variant's lanes per row (`tiled_fits`), run
-    rowwise even when "tiled" is forced. A forced matrix-unit variant the launch cannot run (f32, a head dim off
-    16) falls back to that choice."""
+    rowwise on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere. Rowwise is
+    "rowwise" (64-bit loads) where the device has shaderInt64, "rowwise_vec4" where it has not. "tiled" runs
+    only where it fits (`tiled_fits`: head dims up to TILED_MAX_D, subgroups at least its lanes per row wide,
+    its K/V tiles within the device's shared memory); elsewhere rowwise runs, even when "tiled" is forced. A
+    forced matrix-unit variant the launch cannot run (f32, a head dim off 16) falls back to that choice."""
     (head_dim,) = shape
     matrix = choose_coopmat(info, head_dim, dtype, forced)
     if matrix is not None:
         return matrix
     if forced in COOPMAT_VARIANTS:
         forced = None
-    if head_dim > TILED_MAX_D or not tiled_fits(info):
-        return "rowwise"
-    if forced is not None:
-        return forced
-    return "rowwise" if info.cpu_profile else "tiled"
+    want = forced or (rowwise(info) if info.cpu_profile else "tiled")
+    if want == "tiled" and not tiled_fits(info, head_dim, dtype):
+        return rowwise(info)
+    return want
 
 
-def tiled_fits(info) -> bool:
-    """Whether the device's subgroups hold the tiled variant's rows: a row's TPR lanes sum their dots with
-    subgroup shuffles, so every subgroup the driver may pick must be at least TPR wide (Vulkan subgroup sizes
-    are powers of two, so TPR lanes never straddle two subgroups, and the 128-invocation workgroup is a
-    whole number of subgroups, or one partial one). "rowwise" works at any subgroup size."""
-    return info.min_subgroup_size >= VARIANTS["tiled"]["tpr"]
+def rowwise(info) -> str:
+    """The rowwise variant for the device: K/V rows moved as 64-bit words where it has shaderInt64."""
+    return "rowwise" if info.int64 else "rowwise_vec4"
+
+
+def tiled_fits(info, head_dim: int, dtype: str = "f32") -> bool:
+    """Whether "tiled" runs at head_dim on the device. A row's TPR lanes sum their dots with subgroup shuffles,
+    so every subgroup the driver may pick must be at least TPR wide (Vulkan subgroup sizes are powers of two,
+    so TPR lanes never straddle two subgroups, and the 128-invocation workgroup is a whole number of subgroups,
+    or one partial one); its K/V tiles grow with the head dim and must fit the device's shared memory, and
+    its workgroup its invocations (the device contract, asked of the forward and both backward kernels)."""
+    if head_dim > TILED_MAX_D or info.min_subgroup_size < VARIANTS["tiled"]["tpr"]:
+        return False
+    name = dtype_variant("tiled", dtype)
+    spec = spec_values(name, head_dim, True, 0.0, 0.0, info.min_subgroup_size)
+    return all(selection.fits(info, k, name, spec)
+               for k in (ATTENTION_FORWARD, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV))
 
 
 def _check(qkv: Tensor, B: int, T: int, H: int, Hkv: int, D: int, dropout_p: float) -> None:

@@ -31,12 +31,17 @@ TILED_MAX_D = 128  # the tiled variant's K/V tiles (bc rows x head_dim) fit 32 K
 VARIANTS = {
     # lavapipe: every buffer or shared load costs a per-lane loop there, so what counts is loads per
     # (row, key) pair: each invocation owns RQ query rows, each K/V row is loaded once per subgroup and
-    # shared by broadcasts ("bcast"), as 64-bit words ("wide"; needs shaderInt64, which every desktop
-    # Vulkan device has). Registers only, no shared memory or barriers; head-dim loops stay loops.
+    # shared by broadcasts ("bcast"), as 64-bit words ("wide"; needs shaderInt64: the rule reads
+    # DeviceInfo.int64 and takes "rowwise_vec4" without it). Registers only, no shared memory or barriers;
+    # head-dim loops stay loops.
     # Key blocks of 8 (forward and backward) re-tuned on lavapipe 25: fwd+bwd 1.28x blocks of 4 (Mesa 22's
     # choice), at ~20% more JIT time on a cold shader cache.
     "rowwise": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 8, "kb_bwd": 8, "bc": 0, "unroll": False,
                 "bcast": True, "wide": True},
+    # "rowwise" for devices without shaderInt64 (SwiftShader, many mobile GPUs): the same kernel with K/V rows
+    # loaded as vec4<f32> (or 16-bit storage) instead of 64-bit words.
+    "rowwise_vec4": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 8, "kb_bwd": 8, "bc": 0, "unroll": False,
+                     "bcast": True, "wide": False},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
     "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},

@@ -72,6 +72,25 @@ def choose(family: str, shape: tuple, dtype: str = "f32", info=None):
     return _family(family).rule(info, tuple(shape), dtype, _FORCED.get(family))
 
 
+_FITS: dict[tuple, bool] = {}
+
+
+def fits(info, kernel, variant: str, spec: dict | None = None) -> bool:
+    """Whether `kernel`'s `variant` with specialization constants `spec` meets the device contract on info's
+    device (helios.runtime.contract: capabilities, workgroup size, shared memory, push constants). Rules ask
+    this for needs that depend on a launch's sizes (shared memory set by spec constants), so that they choose
+    a variant that fits instead of one the launch would refuse. Answers are kept per (device info, module,
+    spec): a rule runs at every launch."""
+    key = (id(info), kernel.name, variant, tuple(sorted((spec or {}).items())))
+    answer = _FITS.get(key)
+    if answer is None:
+        from helios.runtime.contract import fits as module_fits
+
+        answer = _FITS[key] = module_fits(kernel.module(variant), info, spec)
+        _FITS[(id(info), "info")] = info  # keeps id(info) from being reused by another DeviceInfo
+    return answer
+
+
 def check_addressed(info, family: str, choice) -> None:
     """A forced choice that reads through device addresses needs a device that enables them: say so clearly
     instead of launching a kernel whose pointers would be null."""
@@ -105,4 +124,4 @@ def forcing(family: str, choice) -> Iterator[None]:
         force(family, before)
 
 
-__all__ = ["rule", "choose", "check_addressed", "force", "forced", "forcing", "Family"]
+__all__ = ["rule", "choose", "fits", "check_addressed", "force", "forced", "forcing", "Family"]

@@ -9,8 +9,6 @@ compile no pipelines of their own.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -133,17 +131,49 @@ def test_rejects_bad_arguments(bad):
 @pytest.mark.subgroup("attention_forward")
 def test_variant_choice_follows_the_device(device):
     info = device.info
-    want = "rowwise" if info.cpu_profile or not A.tiled_fits(info) else "tiled"
+    want = A.rowwise(info) if info.cpu_profile or not A.tiled_fits(info, 64) else "tiled"
     assert selection.choose("attention", (64,)) == want
+
+
+def _info(**changes):
+    """The running device's DeviceInfo with `changes`: the rule's inputs for another device (selection only)."""
+    import dataclasses
+
+    from helios.device import get_device
+
+    return dataclasses.replace(get_device().info, **changes)
 
 
 def test_tiled_needs_subgroups_as_wide_as_its_lanes_per_row():
     """A row's 4 tiled lanes sum their dots with subgroup shuffles: narrower subgroups get rowwise, even forced."""
-    def choose(min_subgroup_size, forced=None):
+    def choose(min_subgroup_size, forced=None, **changes):
         with selection.forcing("attention", forced):
-            info = SimpleNamespace(cpu_profile=False, min_subgroup_size=min_subgroup_size, cooperative_matrix=(),
-                                   cooperative_matrix_emulated=False)
+            info = _info(profile="gpu", device_type="discrete_gpu", min_subgroup_size=min_subgroup_size,
+                         cooperative_matrix=(), cooperative_matrix_emulated=False, **changes)
             return selection.choose("attention", (64,), info=info)
 
     assert choose(4) == choose(32) == choose(4, "tiled") == "tiled"
     assert choose(2) == choose(2, "tiled") == choose(4, "rowwise") == "rowwise"
+    assert choose(2, int64=False) == "rowwise_vec4"
+
+
+def test_rowwise_reads_64_bit_words_only_where_the_device_has_int64():
+    """Without shaderInt64 (SwiftShader, many mobile GPUs) the CPU rule takes rowwise_vec4, whose module declares
+    no Int64; with it, "rowwise", as on lavapipe."""
+    with selection.forcing("attention", None):
+        assert selection.choose("attention", (64,), info=_info(profile="cpu", int64=True)) == "rowwise"
+        assert selection.choose("attention", (64,), info=_info(profile="cpu", int64=False)) == "rowwise_vec4"
+    assert "Int64" in A.ATTENTION_FORWARD.module("rowwise").capabilities
+    for kernel in (A.ATTENTION_FORWARD, A.ATTENTION_BACKWARD_DQ, A.ATTENTION_BACKWARD_DKV):
+        assert "Int64" not in kernel.module("rowwise_vec4").capabilities
+
+
+def test_tiled_only_where_its_tiles_fit_shared_memory():
+    """The tiled K/V tiles grow with the head dim (2 x 32 rows x D floats): with 16 KiB of shared memory (Vulkan's
+    guaranteed minimum) head dim 64 still takes "tiled" and 128 does not, even forced."""
+    small = _info(profile="gpu", device_type="discrete_gpu", cooperative_matrix=(), cooperative_matrix_emulated=False,
+                  max_shared_memory=16384, min_subgroup_size=8)
+    assert A.tiled_fits(small, 64) and not A.tiled_fits(small, 128)
+    with selection.forcing("attention", "tiled"):
+        assert selection.choose("attention", (64,), info=small) == "tiled"
+        assert selection.choose("attention", (128,), info=small) == A.rowwise(small)

@@ -170,8 +170,9 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     _warn_if_no_cache(world)
     if args.backend == "helios":  # device and memory settings fail here, before the run directory exists
         from helios import runtime as rt
+        from trainer.device_check import check_device
 
-        rt.get_runtime()
+        check_device(cfg.model, rt.get_runtime().info)
     run_dir = cfg.run.dir
     if world.is_main:
         prepare_run_dir(run_dir)

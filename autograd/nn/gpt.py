@@ -97,8 +97,8 @@ class GPT(Module):
         self.checkpoint_activations = "none"
         if pack:
             dtype = resolve_dtype(cfg.dtype)
-            # A half working copy's views start on 16-byte boundaries too: 8 elements of 2 bytes.
-            self.pack_parameters(align=4 if dtype == "fp32" else 8)
+            # Entries start where the device lets fp32 views (and a half working copy's views) start.
+            self.pack_parameters(half=dtype != "fp32")
             if dtype != "fp32":
                 self.arena.set_working_dtype(KERNEL_DTYPE[dtype])
 
@@ -147,10 +147,13 @@ MODEL_DTYPES = ("auto", *KERNEL_DTYPE)  # what model.dtype accepts
 def auto_dtype(info) -> tuple[str, str]:
     """What model.dtype = "auto" is on a device (a DeviceInfo), and why: fp32 on CPU drivers (lavapipe computes
     in f32 either way), bf16 where the device has bf16 matrix units, fp16 (with loss scaling on the device)
-    where it has only fp16 ones, and bf16 storage on a GPU without matrix units (half the memory traffic).
+    where it has only fp16 ones, and bf16 storage on a GPU without matrix units (half the memory traffic); fp32
+    on a GPU without 16-bit storage.
     Emulated cooperative matrices (the GPU profile) are not matrix units."""
     if info.is_cpu:
         return "fp32", "a CPU driver computes in f32 either way"
+    if not (info.storage_16bit and info.int16):
+        return "fp32", "the device cannot keep 16-bit values in buffers (storageBuffer16BitAccess, shaderInt16)"
     if not info.cooperative_matrix_emulated:
         # What the matmul rule will run on the matrix units, not merely what the device lists.
         from helios.kernels import coopmat_support, matmul_coopmat

@@ -88,7 +88,8 @@ def _closed_kernels(info) -> dict[str, str]:
     closed: dict[str, str] = {}
     kernels = {k.name: k for s in specs() for k in s.kernels if not _is_matrix_unit(k) and not k.requires}
     for name, kernel in sorted(kernels.items()):
-        f32 = [v for v in kernel.variants.values() if variant_dtype(v.params) == "f32"] or list(kernel.variants.values())
+        variants = list(kernel.variants.values())
+        f32 = [v for v in variants if variant_dtype(v.params) == "f32"] or variants
         first = None
         for v in f32:  # the first that fits ends the search: a start-up check builds a module or two per kernel
             unmet = contract.unmet_needs(kernel.module(v.name), info)

@@ -1,4 +1,5 @@
-"""`python -m helios info [--json]`: what device helios would use and what it offers."""
+"""`python -m helios info [--json] [--limits NAME|FILE.json] [--list-limits]`: what device helios would use and
+what it offers (clamped to a real device's or a baseline's limits with --limits; helios.device_limits)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,21 @@ def format_report(info: dict) -> str:
                             or "none (no VK_KHR_cooperative_matrix)"),
         "features      " + ", ".join(f"{f}={yes(info[f])}" for f in features),
     ]
+    if info.get("limits_from"):
+        lines.append(f"limits        clamped to {info['limits_from']} (helios.device_limits; subgroup sizes are the "
+                     "running device's)")
+    return "\n".join(lines)
+
+
+def _limits_listing() -> str:
+    """One line per built-in device-limits entry: name, subgroup size, shared memory, invocations, source."""
+    from helios import device_limits
+
+    lines = []
+    for name, e in device_limits.table().items():
+        shared = _human_bytes(e.max_shared_memory) if e.max_shared_memory is not None else "-"
+        lines.append(f"{name:24} subgroup {e.subgroup_size or '-':>2}  shared {shared:>8}  invocations "
+                     f"{e.max_workgroup_invocations or '-':>4}  {e.source}")
     return "\n".join(lines)
 
 
@@ -70,14 +86,25 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     info_cmd = sub.add_parser("info", help="report the Vulkan device helios would use")
     info_cmd.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    info_cmd.add_argument("--limits", metavar="NAME|FILE.json",
+                          help="report the device as clamped to a real device's or a baseline's features and limits "
+                               "(a name from --list-limits, or a Khronos profile JSON file)")
+    info_cmd.add_argument("--list-limits", action="store_true",
+                          help="list the names --limits and HELIOS_DEVICE_LIMITS accept, and exit")
     args = parser.parse_args(argv)
+    if args.list_limits:
+        print(_limits_listing())
+        return 0
     try:
+        from helios import device_limits
+
+        limits = device_limits.load(args.limits) if args.limits else None
         from helios import subgroup_probe
         from helios.device import get_device
         from helios.driver import slow_driver_note
 
         device = get_device()
-        device_info = device.info
+        device_info = device.info if limits is None else device_limits.clamp(device.info, limits)
         info = device_info.to_dict()
         # What kernels will see: one probe dispatch, reported here rather than refused, so info always prints.
         measured = subgroup_probe.measure(device)
@@ -90,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     note = slow_driver_note(device_info)
     if note:
         print(note, file=sys.stderr)
+    reason = device_limits.refusal(device_info)
+    if reason is not None:  # `--limits` to an entry helios cannot run on: the report, then why, like the runtime
+        print(f"helios: {reason}", file=sys.stderr)
+        return 2
     if not measured.consistent:  # the runtime would refuse this device: say why, and fail like it
         print(f"helios: {subgroup_probe.refusal(device_info, measured, None)}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from helios import driver, env, profile
+from helios import device_limits, driver, env, profile
 from helios.errors import SetupError, ValidationError
 
 _TYPE_NAMES = {0: "other", 1: "integrated_gpu", 2: "discrete_gpu", 3: "virtual_gpu", 4: "cpu"}
@@ -111,6 +111,9 @@ class DeviceInfo:
     # "cpu" or "gpu" where HELIOS_PROFILE overrides the device class the selection rules and memory paths
     # behave as ("": the device's own, from device_type; helios.profile).
     profile: str = field(default="")
+    # The helios.device_limits entry (a name, or a profile file) this info is clamped to by HELIOS_DEVICE_LIMITS or
+    # `helios info --limits` ("": not clamped, the device's own figures).
+    limits_from: str = field(default="")
 
     @property
     def is_cpu(self) -> bool:
@@ -392,6 +395,7 @@ class Device:
         offered = bool(f12.bufferDeviceAddress) and bool(f2.features.shaderInt64)
         info = dataclasses.replace(info, buffer_device_address=offered and driver.gathers_pay_off(info))
         info = profile.apply(info)
+        info = device_limits.apply(info)  # HELIOS_DEVICE_LIMITS: no more than a real device offers
         return info, {"f2": f2, "f11": f11, "f12": f12, "f13": f13, "atomic": fat, "extensions": ext_names}
 
     def _cooperative_matrix_shapes(self, phys) -> tuple:

@@ -49,6 +49,13 @@ def memory_budget_mb() -> int | None:
     return int(value)
 
 
+def device_limits() -> str | None:
+    """HELIOS_DEVICE_LIMITS=<name or profile.json>: clamp what the device offers to a real device's or a baseline's
+    features and limits (helios.device_limits; `python -m helios info --list-limits` names them); None when unset."""
+    value = os.environ.get("HELIOS_DEVICE_LIMITS", "").strip()
+    return value or None
+
+
 PROFILES = ("cpu", "gpu")
 COOPMAT_MODES = ("auto", "emulate", "off")
 

@@ -4,6 +4,7 @@ what it offers (clamped to a real device's or a baseline's limits with --limits;
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -63,6 +64,10 @@ def format_report(info: dict) -> str:
                             or "none (no VK_KHR_cooperative_matrix)"),
         "features      " + ", ".join(f"{f}={yes(info[f])}" for f in features),
     ]
+    if info.get("paths"):
+        width = max(len(p["name"]) for p in info["paths"])
+        lines.append("paths (what helios runs on this device, and what it refuses):")
+        lines += [f"  {'open   ' if p['open'] else 'refused'} {p['name']:{width}}  {p['why']}" for p in info["paths"]]
     if info.get("limits_from"):
         lines.append(f"limits        clamped to {info['limits_from']} (helios.device_limits; subgroup sizes are the "
                      "running device's)")
@@ -110,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         measured = subgroup_probe.measure(device)
         info["subgroup_size_executed"] = measured.executed
         info["subgroup_size_verified"] = measured.consistent
+        from helios.kernels import device_paths, discover
+
+        discover()
+        info["paths"] = [dataclasses.asdict(p) for p in device_paths.device_paths(device_info)]
     except HeliosError as exc:
         print(f"helios: {exc}", file=sys.stderr)
         return exc.exit_code

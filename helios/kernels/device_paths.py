@@ -90,14 +90,14 @@ def _closed_kernels(info) -> dict[str, str]:
     for name, kernel in sorted(kernels.items()):
         variants = list(kernel.variants.values())
         f32 = [v for v in variants if variant_dtype(v.params) == "f32"] or variants
-        first = None
+        needs: list[str] = []
         for v in f32:  # the first that fits ends the search: a start-up check builds a module or two per kernel
             unmet = contract.unmet_needs(kernel.module(v.name), info)
             if not unmet:
                 break
-            first = first or unmet[0]
+            needs += [n for n in unmet[:1] if n not in needs]
         else:
-            closed[name] = first
+            closed[name] = " or ".join(needs)
     return closed
 
 
@@ -119,9 +119,12 @@ def run_refusal(info, dtype: str) -> str | None:
 def device_paths(info) -> list[DevicePath]:
     """Each path helios may take on the device: open, or closed with the reason (`helios info`)."""
     closed = closed_kernels(info)
+    by_need: dict[str, list[str]] = {}
+    for kernel, need in closed.items():
+        by_need.setdefault(need, []).append(kernel)
     out = [DevicePath("training (every op's kernels)", not closed,
                       "every op has a variant that fits" if not closed else
-                      "; ".join(f"{k} needs {need}" for k, need in closed.items()))]
+                      "; ".join(f"{', '.join(ks)} need{'s' * (len(ks) == 1)} {need}" for need, ks in by_need.items()))]
     for dtype in ("f32", *HALF_DTYPES):
         lacking = dtype_unmet(info, dtype)
         out.append(DevicePath(f"{dtype} tensors", lacking is None, f"no {lacking}" if lacking else

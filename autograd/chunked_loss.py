@@ -9,6 +9,8 @@ cross-entropy. Backward gathers the chunks' input gradients back into one tensor
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from autograd import functional as F
@@ -16,6 +18,15 @@ from autograd.function import Context, Function
 from autograd.tensors import Tensor
 
 ROW_ALIGN = 64  # chunk starts stay 256-byte aligned for f32 rows and int32 targets (any offset alignment)
+
+
+def row_align(cols: int, itemsize: int, offset_alignment: int) -> int:
+    """Rows between chunk starts: a multiple of ROW_ALIGN at which both a row view of `cols` elements of
+    `itemsize` bytes and an int32 target view start on `offset_alignment` bytes (half rows of an odd width
+    at 256 bytes need 128)."""
+    rows_for = [offset_alignment // math.gcd(offset_alignment, cols * itemsize),
+                offset_alignment // math.gcd(offset_alignment, 4)]
+    return math.lcm(ROW_ALIGN, *rows_for)
 
 
 class _RowChunks(Function):
@@ -42,26 +53,31 @@ class _RowChunks(Function):
         return full
 
 
-def row_bounds(rows: int, max_rows: int) -> list[tuple[int, int]]:
-    """Consecutive [r0, r1) ranges of at most max_rows rows (rounded down to ROW_ALIGN), covering rows."""
-    step = max(ROW_ALIGN, max_rows // ROW_ALIGN * ROW_ALIGN)
+def row_bounds(rows: int, max_rows: int, align: int = ROW_ALIGN) -> list[tuple[int, int]]:
+    """Consecutive [r0, r1) ranges of at most max_rows rows (rounded down to `align`), covering rows."""
+    step = max(align, max_rows // align * align)
     return [(r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
 
 
 def chunked_cross_entropy(x: Tensor, head: Tensor, targets: Tensor, host_targets: np.ndarray, max_rows: int,
-                          ignore_index: int = -1) -> Tensor:
+                          ignore_index: int = -1, offset_alignment: int | None = None) -> Tensor:
     """mean cross_entropy(x @ head^T, targets) over the counted rows, computed max_rows rows at a time.
 
     x is [..., C], targets the matching int32 ids; `host_targets`, the host array the targets were uploaded
-    from, gives each chunk's count of rows that are not ignore_index (its weight in the mean).
+    from, gives each chunk's count of rows that are not ignore_index (its weight in the mean). Chunks start
+    where views may (`offset_alignment` bytes; default the device's minStorageBufferOffsetAlignment).
     """
+    if offset_alignment is None:
+        from helios.device import device_info
+
+        offset_alignment = device_info().min_storage_buffer_offset_alignment
     cols = x.shape[-1]
     rows = int(np.prod(x.shape[:-1]))
     host = np.asarray(host_targets).reshape(-1)
     if host.size != rows:
         raise ValueError(f"chunked cross-entropy: host_targets has {host.size} ids for {rows} rows; pass the "
                          f"array the targets were uploaded from")
-    bounds = row_bounds(rows, max_rows)
+    bounds = row_bounds(rows, max_rows, row_align(cols, np.dtype(x.dtype).itemsize, offset_alignment))
     counted = [int(np.count_nonzero(host[r0:r1] != ignore_index)) for r0, r1 in bounds]
     total = sum(counted)
     parts = _RowChunks.apply(x.reshape(rows, cols), bounds=bounds)

@@ -1,16 +1,47 @@
 """Parameters and the flat parameter arena: one device buffer for all of a model's parameters, one for grads.
 
 With every parameter a view into one buffer, the optimizer, the gradient norm and zero_grad are each a
-single dispatch over the arena instead of one per tensor.
+single dispatch over the arena instead of one per tensor. Each entry starts where the device lets a view
+start (minStorageBufferOffsetAlignment); the gap after an entry is padding that stays zero in the params,
+the gradients, AdamW's moments and the decay mask, so it adds nothing to a gradient norm or an update.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 from autograd.tensors import Tensor
 
-ALIGN = 4  # floats: views start on 16-byte boundaries (minStorageBufferOffsetAlignment) and vec4 lanes
+VEC_ALIGN = 4  # floats: entries start on whole vec4 lanes, whatever the device's offset alignment
+HALF_ALIGN = 8  # elements: a half working copy's entries start on 16-byte boundaries too
+
+
+def entry_align(offset_alignment: int, half: bool = False) -> int:
+    """Elements between arena entry starts so that an fp32 view (and with `half`, a 2-byte working-copy view
+    at the same element offset) starts on a multiple of `offset_alignment` bytes and on a vec4 lane."""
+    if offset_alignment <= 0 or offset_alignment & (offset_alignment - 1):
+        raise ValueError(f"offset alignment must be a power of two, got {offset_alignment}")
+    align = max(VEC_ALIGN, offset_alignment // 4)
+    return max(align, HALF_ALIGN, offset_alignment // 2) if half else align
+
+
+def device_entry_align(half: bool = False) -> int:
+    """entry_align for this process's device (its minStorageBufferOffsetAlignment)."""
+    from helios.device import device_info
+
+    return entry_align(device_info().min_storage_buffer_offset_alignment, half)
+
+
+def arena_layout(sizes: Sequence[int], align: int) -> tuple[list[int], int]:
+    """(offset of each entry, arena size) for entries of `sizes` elements, each starting at a multiple of
+    `align` elements, in order, with at least `align` elements in all."""
+    offsets, total = [], 0
+    for n in sizes:
+        offsets.append(total)
+        total += -(-n // align) * align
+    return offsets, max(total, align)
 
 
 class Parameter(Tensor):
@@ -33,19 +64,18 @@ class Parameter(Tensor):
 
 
 class ParameterArena:
-    """Packs parameters into one params buffer, one grads buffer and a per-element weight-decay mask."""
+    """Packs parameters into one params buffer, one grads buffer and a per-element weight-decay mask.
 
-    def __init__(self, named: list[tuple[str, Parameter]], align: int = ALIGN):
+    Entries start at multiples of `align` elements (default: what this device's offset alignment needs,
+    with `half` for a half working copy too: device_entry_align)."""
+
+    def __init__(self, named: list[tuple[str, Parameter]], align: int | None = None, *, half: bool = False):
         from helios import runtime as rt
 
+        align = device_entry_align(half) if align is None else align
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        self.offsets: list[int] = []
-        total = 0
-        for p in self.params:
-            self.offsets.append(total)
-            total += -(-p.numel() // align) * align
-        self.size = max(total, align)
+        self.offsets, self.size = arena_layout([p.numel() for p in self.params], align)
         self.align = align
         host = np.zeros(self.size, np.float32)
         mask = np.zeros(self.size, np.float32)
@@ -80,9 +110,10 @@ class ParameterArena:
 
         if dtype not in NUMPY:
             raise ValueError(f"working dtype must be one of {', '.join(NUMPY)}, got {dtype!r}")
-        if dtype != "f32" and any(off % 8 for off in self.offsets):
-            raise ValueError(f"a half working copy needs arena entries aligned to 8 elements (16 bytes); this "
-                             f"arena was packed with align={self.align}: pack_parameters(align=8)")
+        need = device_entry_align(half=True)
+        if dtype != "f32" and any(off % need for off in self.offsets):
+            raise ValueError(f"a half working copy on this device needs arena entries aligned to {need} elements; "
+                             f"this arena was packed with align={self.align}: pack_parameters(half=True)")
         if self.working is not None:
             self.working.release()
             self.working = None
@@ -108,4 +139,5 @@ class ParameterArena:
             p.grad._version.value += 1
 
     def numel(self) -> int:
+        """The parameters' elements, padding excluded."""
         return sum(p.numel() for p in self.params)

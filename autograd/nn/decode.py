@@ -5,9 +5,16 @@ each layer keeps the QKV rows of the tokens seen so far; a step projects only th
 straight into the cache), attends over the cached rows with the flash-attention kernel, and runs the
 rest of the block and the LM head on the new rows only. Inference only: helios ops on raw tensors, no
 tape. Logits match `GPT.forward` up to float rounding (the matmuls run at other shapes).
+
+Row views (cache, positions, attention output) must start on the device's offset alignment. Where a
+width's rows do not (an odd width on a 256-byte device), a step starts at the last position that does
+and recomputes the few cached rows since then from the kept token ids; where they do (every width that
+is a multiple of 4 floats on a 16-byte device), a step computes exactly the new rows.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -18,18 +25,26 @@ from autograd.nn.layers import LayerNorm
 class KVCache:
     """Per-layer QKV rows of up to `block_size` positions for one sequence; `feed` appends tokens."""
 
-    def __init__(self, model: GPT):
+    def __init__(self, model: GPT, offset_alignment: int | None = None):
         from helios import runtime as rt
 
         cfg = model.cfg
         self.model, self.cfg = model, cfg
         self.width = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
         self.rows = [rt.empty((cfg.block_size, self.width)) for _ in range(cfg.n_layer)]
+        self.ids = np.zeros(cfg.block_size, np.int32)  # the tokens of the cached positions (for recomputes)
         self.length = 0
+        if offset_alignment is None:
+            from helios.device import device_info
+
+            offset_alignment = device_info().min_storage_buffer_offset_alignment
+        self.offset_alignment = offset_alignment
+        self.unit = row_unit(offset_alignment, cfg.n_embd, self.width, cfg.n_head * cfg.head_dim)
 
     @staticmethod
     def supports(cfg) -> bool:
-        """Row views must start on 16-byte boundaries: widths that are a multiple of 4 floats."""
+        """The cache's rows are read in vec4 lanes: widths that are a multiple of 4 floats (where row views may
+        start is handled by row_unit, on any device)."""
         width = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
         return cfg.n_embd % 4 == 0 and width % 4 == 0 and (cfg.n_head * cfg.head_dim) % 4 == 0
 
@@ -42,11 +57,15 @@ class KVCache:
         from helios import runtime as rt
 
         cfg, model = self.cfg, self.model
-        ids = np.ascontiguousarray(np.asarray(ids, dtype=np.int32).reshape(1, -1))
-        n, p0 = ids.shape[1], self.length
+        ids = np.asarray(ids, dtype=np.int32).reshape(-1)
+        n, p0 = ids.shape[0], self.length
         t = p0 + n
         if n == 0 or t > cfg.block_size:
             raise ValueError(f"feed: {n} tokens after {p0} cached do not fit block_size {cfg.block_size}")
+        self.ids[p0:t] = ids
+        p0 = p0 // self.unit * self.unit  # rows from an aligned start: recompute the cached ones since it
+        n = t - p0
+        ids = np.ascontiguousarray(self.ids[None, p0:t])
         C, W, H, Hkv, D = cfg.n_embd, self.width, cfg.n_head, cfg.kv_heads, cfg.head_dim
         llama = cfg.arch == "llama"
         pos = None if llama else model.wpe.weight.data.view(p0 * C, (cfg.block_size - p0, C))
@@ -66,9 +85,18 @@ class KVCache:
             else:
                 x = _linear(_linear(h, mlp.c_fc, gelu=True), mlp.c_proj, residual=x)
         self.length = t
-        last = _norm(model.ln_f, x.view((n - 1) * C, (1, C)))
+        if (n - 1) * C * 4 % self.offset_alignment:  # no view starts there: gather the row by the embedding
+            last = ops.embedding(rt.from_numpy(np.array([[n - 1]], np.int32)), x)
+        else:
+            last = x.view((n - 1) * C, (1, C))
+        last = _norm(model.ln_f, last)
         head = model.wte.weight if cfg.tie_embeddings else model.lm_head.weight
         return ops.matmul(last, head.data, trans_b=True)
+
+
+def row_unit(offset_alignment: int, *widths: int) -> int:
+    """The fewest fp32 rows between positions at which a view of rows of each width may start."""
+    return math.lcm(*(offset_alignment // math.gcd(offset_alignment, 4 * w) for w in widths))
 
 
 def _linear(x, layer, *, residual=None, gelu: bool = False, out=None):

@@ -57,10 +57,11 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def pack_parameters(self, align: int = 4) -> ParameterArena:
+    def pack_parameters(self, align: int | None = None, *, half: bool = False) -> ParameterArena:
         """Move every parameter into one flat arena (params, grads, decay mask); returns it. Each entry
-        starts at a multiple of `align` elements (8 when a half working copy is to be viewed too)."""
-        arena = ParameterArena(list(self.named_parameters()), align=align)
+        starts at a multiple of `align` elements; by default what the device's offset alignment needs for
+        fp32 views and, with `half`, for a half working copy's views too."""
+        arena = ParameterArena(list(self.named_parameters()), align=align, half=half)
         object.__setattr__(self, "arena", arena)
         return arena
 

@@ -1,6 +1,7 @@
 """The spirv-valid cases' batch: every test_spirv_valid case takes the `spirv_val` fixture and is parametrized by
 (kernel, variant); a kernel's first case builds the modules of all of that kernel's selected cases and checks the
-distinct ones in one batched spirv-val run (helios.spirv.tools.verdicts), so each case reads a verdict. Per kernel,
+distinct ones in one batched spirv-val run (helios.spirv.tools.verdicts), so each case reads a verdict, and that the
+device contract knows every capability and extension the module declares. Per kernel,
 not per session: a pytest-xdist worker builds only the modules of the kernels whose cases it runs."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Iterable, Sequence
 import pytest
 
 from helios.errors import HeliosError
+from helios.runtime.contract import CAPABILITIES, EXTENSIONS
 from helios.spirv import Kernel, validate
 from helios.spirv.tools import verdicts
 
@@ -39,4 +41,8 @@ class SessionSpirvVal:
             except HeliosError:
                 pass  # a module that does not build fails its own case, with its own message
         verdicts(modules)
-        validate(kernel.module(variant))
+        module = kernel.module(variant)
+        # The device contract refuses what it cannot check on a device: every need a kernel declares is in its table.
+        unknown = (set(module.capabilities) - set(CAPABILITIES)) | (set(module.extensions) - set(EXTENSIONS))
+        assert not unknown, f"{module.label} declares {sorted(unknown)}, which helios.runtime.contract cannot check"
+        validate(module)

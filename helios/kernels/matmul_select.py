@@ -10,7 +10,8 @@ device. `python -m helios.bench tune matmul` times the candidates for given shap
 (layout, M, N, K, batch) when there is one. It is helios.kernels.selection's "matmul" rule: tests, benchmarks
 and the tuner force a tiling with `selection.force("matmul", tiling)` (`"cm64_emulated"` too); a forced
 tiling this device cannot run for the launch's dtype (a cooperative-matrix one for f32, a native one without
-matrix units) gives way to the table, as a register tiling does where subgroups are too narrow.
+matrix units) gives way to the table, as a register tiling does where subgroups are too narrow or 64-bit
+integers are missing, and a shared-memory tiling where its workgroup or tiles exceed the device's limits.
 """
 
 from __future__ import annotations
@@ -100,8 +101,17 @@ REG_LANES = max(p["wx"] for p in REG_TILINGS.values() if p.get("share"))
 
 def reg_ok(info) -> bool:
     """Register-blocked tilings pass loads round an 8-invocation workgroup by subgroup broadcasts, so the
-    workgroup must be one subgroup: every subgroup the driver may pick holds REG_LANES lanes."""
-    return info.min_subgroup_size >= REG_LANES
+    workgroup must be one subgroup: every subgroup the driver may pick holds REG_LANES lanes. They load A and B
+    as 64-bit words, so they also need shaderInt64."""
+    return info.min_subgroup_size >= REG_LANES and info.int64
+
+
+def tiled_ok(info, tiling: str) -> bool:
+    """Whether the shared-memory tiling fits the device: its workgroup (up to 256 invocations) and its tiles
+    against the limits, as the device contract reads them (Vulkan guarantees only 128 invocations)."""
+    from helios.spirv import registry
+
+    return selection.fits(info, registry.get("matmul_nn"), tiling)
 
 
 def runnable(info, tiling: str, dtype: str = "f32") -> bool:
@@ -111,14 +121,14 @@ def runnable(info, tiling: str, dtype: str = "f32") -> bool:
     if tiling in COOPMAT:
         return coopmat.runs(info, dtype, tiling)
     if tiling in TILED:
-        return True
+        return tiled_ok(info, tiling)
     return reg_ok(info) and (tiling in REG or info.buffer_device_address)
 
 
 def device_tilings(info) -> tuple[str, ...]:
     """The tilings this device family runs (what the tuner and `bench matmul --variant all` try)."""
     if not (info.cpu_profile and reg_ok(info)):
-        return TILED
+        return tuple(t for t in TILED if tiled_ok(info, t)) or TILED
     return REG + ADDRESSED if info.buffer_device_address else REG
 
 
@@ -127,7 +137,7 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
     the addressed register tiling for every shape."""
     if info.cpu_profile and reg_ok(info) and info.buffer_device_address:
         return ADDRESSED[0]
-    family = REG if info.cpu_profile and reg_ok(info) else TILED
+    family = REG if info.cpu_profile and reg_ok(info) else tuple(t for t in TILED if tiled_ok(info, t)) or TILED
     # Enough workgroups to keep every core (CPU) or a GPU's many multiprocessors busy.
     wanted = 8 if info.cpu_profile else 128
     for name in reversed(family):

@@ -128,38 +128,58 @@ def test_a_shared_2d_operand_batched_and_its_gradient(layout, tiling, force):
         np.testing.assert_allclose(db.numpy(), want_db, rtol=0, atol=scale)
 
 
-def test_table_choice_by_device_type():
-    class Info:
-        def __init__(self, cpu, addresses=False):
-            self.cpu_profile, self.min_subgroup_size, self.buffer_device_address = cpu, 8, addresses
+def _info(cpu: bool, subgroup: int = 8, addresses: bool = False, **changes):
+    """This device's DeviceInfo as a CPU or GPU device with the given subgroups and addresses (selection only)."""
+    import dataclasses
 
-    assert sel.table_choice(Info(True), 2048, 1152, 1) == "reg32x16"
-    assert sel.table_choice(Info(True), 7, 9, 1) == "reg8x8"
-    assert sel.table_choice(Info(True, addresses=True), 2048, 1152, 1) == "reg12x8a"
-    assert sel.table_choice(Info(True, addresses=True), 1, 9, 1) == "reg12x8a"
-    assert sel.table_choice(Info(False), 2048, 1152, 1) == "tiled128"
-    assert sel.table_choice(Info(False), 64, 64, 1) == "tiled32"
+    from helios.device import get_device
+
+    fields = dict(profile="cpu" if cpu else "gpu", device_type="cpu" if cpu else "discrete_gpu", int64=True,
+                  min_subgroup_size=subgroup, buffer_device_address=addresses, cooperative_matrix=(),
+                  cooperative_matrix_emulated=False)
+    return dataclasses.replace(get_device().info, **(fields | changes))
+
+
+def test_table_choice_by_device_type():
+    assert sel.table_choice(_info(True), 2048, 1152, 1) == "reg32x16"
+    assert sel.table_choice(_info(True), 7, 9, 1) == "reg8x8"
+    assert sel.table_choice(_info(True, addresses=True), 2048, 1152, 1) == "reg12x8a"
+    assert sel.table_choice(_info(True, addresses=True), 1, 9, 1) == "reg12x8a"
+    assert sel.table_choice(_info(False), 2048, 1152, 1) == "tiled128"
+    assert sel.table_choice(_info(False), 64, 64, 1) == "tiled32"
 
 
 def test_register_tilings_need_subgroups_of_their_workgroup():
     """Below 8 lanes a register tiling's workgroup spans subgroups: every way to ask for one gives a tiled one."""
-    class Info:
-        cpu_profile, min_subgroup_size, buffer_device_address = True, 4, True
+    info = _info(True, subgroup=4, addresses=True)
+    assert sel.REG_LANES == 8 and not sel.reg_ok(info) and sel.device_tilings(info) == sel.TILED
+    assert not any(sel.runnable(info, t) for t in sel.REG + sel.ADDRESSED)
+    assert sel.table_choice(info, 2048, 1152, 1) in sel.TILED
+    assert sel.choose(info, ("nn", 2048, 1152, 64, 1), forced="reg8x8") in sel.TILED
 
-    assert sel.REG_LANES == 8 and not sel.reg_ok(Info()) and sel.device_tilings(Info()) == sel.TILED
-    assert not any(sel.runnable(Info(), t) for t in sel.REG + sel.ADDRESSED)
-    assert sel.table_choice(Info(), 2048, 1152, 1) in sel.TILED
-    assert sel.choose(Info(), ("nn", 2048, 1152, 64, 1), forced="reg8x8") in sel.TILED
+
+def test_register_tilings_need_int64():
+    """They load A and B as 64-bit words: a CPU device without shaderInt64 gets tiled ones, forced or not."""
+    info = _info(True, int64=False)
+    assert "Int64" in mm.MATMUL_NN.module("reg8x8").capabilities
+    assert not sel.reg_ok(info) and sel.device_tilings(info) == sel.TILED
+    assert sel.choose(info, ("nn", 2048, 1152, 64, 1), forced="reg32x16") in sel.TILED
+
+
+def test_tiled_tilings_only_within_the_workgroup_limit():
+    """tiled64 and tiled128 run 256 invocations; Vulkan guarantees 128: there only tiled32 is chosen."""
+    info = _info(False, max_workgroup_invocations=128, max_workgroup_size=(128, 128, 64))
+    assert sel.table_choice(info, 2048, 1152, 1) == "tiled32" and sel.device_tilings(info) == ("tiled32",)
+    assert sel.choose(info, ("nn", 2048, 1152, 64, 1), forced="tiled128") == "tiled32"
+    assert sel.table_choice(_info(False), 2048, 1152, 1) == "tiled128"  # negative control: 1024 invocations
 
 
 def test_addressed_tilings_need_device_addresses():
-    class Info:
-        cpu_profile, min_subgroup_size, buffer_device_address = True, 8, False
-
+    info = _info(True, addresses=False)
     with pytest.raises(ValueError, match="device addresses"):
-        sel.choose(Info(), ("nn", 8, 8, 8, 1), forced="reg12x8a")
-    assert sel.table_choice(Info(), 2048, 1152, 1) == "reg32x16"
-    assert "reg12x8a" not in sel.device_tilings(Info()) and sel.runnable(Info(), "reg8x8")
+        sel.choose(info, ("nn", 8, 8, 8, 1), forced="reg12x8a")
+    assert sel.table_choice(info, 2048, 1152, 1) == "reg32x16"
+    assert "reg12x8a" not in sel.device_tilings(info) and sel.runnable(info, "reg8x8")
 
 
 def test_stored_tuning_winner_is_used(tmp_path, monkeypatch, device):

@@ -26,7 +26,7 @@ unexport PYTHONDONTWRITEBYTECODE
 CONFIG ?= configs/shakespeare.toml
 RUN_DIR ?= runs/shakespeare
 
-.PHONY: train test test-gpu-profile test-subgroups system mesa info lint clean
+.PHONY: train test test-gpu-profile test-subgroups test-swiftshader system mesa info lint clean
 
 # Prepare the dataset, train the default config (resuming if a run exists), sample, and plot.
 train: $(VENV)/.installed
@@ -57,7 +57,7 @@ NOPT := GALLIVM_PERF=nopt
 test: $(VENV)/.installed
 	$(NOPT) $(PY) -m pytest $(XDIST) $(KERNEL_TESTS) $(PYTEST_ARGS)
 	$(PY) -m pytest $(XDIST) $(addprefix --ignore=,$(KERNEL_TESTS)) $(PYTEST_ARGS)
-	@$(MAKE) --no-print-directory test-gpu-profile test-subgroups
+	@$(MAKE) --no-print-directory test-gpu-profile test-subgroups test-swiftshader
 
 # Cases that run the same whatever the profile are left out: module validity, tests that force a variant (marked
 # `forced` by tests/conftest.py: the profile changes only what the rules choose, and memory, which every case left
@@ -72,6 +72,20 @@ test-subgroups: $(VENV)/.installed
 	$(NOPT) LP_NATIVE_VECTOR_WIDTH=128 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv $(PYTEST_ARGS)
 	$(NOPT) LP_NATIVE_VECTOR_WIDTH=512 $(PY) -m pytest -q $(XDIST) -m subgroup tests/kernels tests/autograd tests/spirv \
 	  tests/trainer/test_loss_parity.py $(PYTEST_ARGS)
+
+# SwiftShader (Google's CPU Vulkan driver, shipped in the chromium package above): a second conformant driver with
+# a compiler of its own and a strict device: no 64-bit or 16-bit types, a 256-byte offset alignment, subgroups of 4,
+# 256 invocations (docs/GPU.md, "SwiftShader in CI"). What differs there from lavapipe runs again: the kernel tests
+# (f32 at the choices the rules make without int64, and the forced choices that fit; the half dtypes and the 64-bit
+# variants skip, naming the feature), the autograd tests (the GPT twins, odd widths on 256-byte aligned arenas) and
+# the runtime tests in the default profile, and the autograd tests in the GPU profile. The cross-driver training
+# parity in both profiles (tests/trainer/test_driver_parity.py, marked swiftshader) runs in the main suite.
+SWIFTSHADER_ICD := /usr/lib/chromium/vk_swiftshader_icd.json
+
+test-swiftshader: $(VENV)/.installed
+	VK_DRIVER_FILES=$(SWIFTSHADER_ICD) $(PY) -m pytest -q $(XDIST) tests/kernels tests/autograd tests/runtime \
+	  -k "not spirv_valid" $(PYTEST_ARGS)
+	VK_DRIVER_FILES=$(SWIFTSHADER_ICD) $(PY) -m pytest -q $(XDIST) --profile=gpu tests/autograd $(PYTEST_ARGS)
 
 info: $(VENV)/.installed
 	$(PY) -m helios info

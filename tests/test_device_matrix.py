@@ -7,7 +7,9 @@
   (device_limits.clamp(..., subgroups="entry"): 32- and 64-wide devices lavapipe cannot imitate), in the CPU
   and the GPU profile, choose variants whose modules meet the device contract, unless no variant of that
   kernel fits the device at all (then the start-up check refuses every training run there).
-docs/GPU.md, "Device matrix", records what each entry chooses and what its full test and training runs gave.
+They found two matmul selection bugs, fixed in c38e192: register tilings without shaderInt64 (desktop-baseline-2024)
+and 256-invocation tilings on a 128-invocation device (vulkan-minimum). docs/GPU.md, "Device matrix", records what
+each entry chooses and what its full test and training runs gave.
 """
 
 from __future__ import annotations
@@ -44,17 +46,6 @@ MATMUL_SHAPES = (("nn", 256, 384, 128, 1), ("nt", 256, 128, 512, 1), ("tn", 128,
                  ("nt", 256, 4096, 128, 1), ("nn", 1024, 2304, 768, 1), ("tn", 768, 3072, 1024, 1),
                  ("nn", 30, 50, 7, 3))
 ROW_COLS = (7, 32, 128, 768, 4096, 50304)
-# Selection bugs these tests found (docs/GPU.md, "Device matrix"): strict, so a fix turns them into failures to
-# remove. Register tilings read through 64-bit integers, but matmul_select.reg_ok asks only the subgroup size.
-REG_NEEDS_INT64 = ("matmul_select.reg_ok: the CPU profile chooses register tilings (reg8x8, reg32x16), which need "
-                   "shaderInt64, on a device without it")
-KNOWN_BUGS = {
-    ("desktop-baseline-2024", "cpu"): REG_NEEDS_INT64,
-    ("vulkan-minimum", "cpu"): "matmul_select.table_choice: tiled64/tiled128 (256 invocations) chosen where the "
-                               "device allows 128 and tiled32 fits",
-    ("vulkan-minimum", "gpu"): "matmul_select.table_choice: tiled64/tiled128 (256 invocations) chosen where the "
-                               "device allows 128 and tiled32 fits",
-}
 
 
 def as_gpu(info):
@@ -99,11 +90,9 @@ def launches(info, dtype: str):
 
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
 @pytest.mark.parametrize("entry", ENTRIES)
-def test_rules_choose_what_fits(device, request, entry, profile):
+def test_rules_choose_what_fits(device, entry, profile):
     """On the entry's own subgroup sizes, each rule's choice meets the device contract, or no variant of that
     kernel does (a kernel the start-up check names: no model trains there)."""
-    if (entry, profile) in KNOWN_BUGS:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_BUGS[entry, profile], strict=True))
     info = device.info if profile == "cpu" else as_gpu(device.info)
     if profile == "cpu" and not info.cpu_profile:
         info = dataclasses.replace(info, profile="cpu")
@@ -138,12 +127,9 @@ def expected_refusal(info, entry: str) -> str | None:
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
-def test_trainer_trains_or_refuses_in_one_line(device, request, tmp_path, verse, entry):
+def test_trainer_trains_or_refuses_in_one_line(device, tmp_path, verse, entry):
     """Two steps of a tiny GPT under the entry's limits: exit 0, or exit 2 with one line naming the device and
     what it lacks; never a traceback."""
-    if device.info.cpu_profile and (entry, "cpu") in KNOWN_BUGS and entry == "desktop-baseline-2024":
-        # Not refused at start: the run stops at its first matmul with the DeviceContractError of reg8x8.
-        request.applymarker(pytest.mark.xfail(reason=REG_NEEDS_INT64, strict=True))
     config = write_config(tmp_path, verse, entry, train={"max_iters": 2, "eval_interval": 2, "eval_iters": 1,
                                                           "log_interval": 1, "ckpt_interval": 0,
                                                           "sample_tokens": 0})

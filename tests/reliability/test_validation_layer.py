@@ -69,3 +69,26 @@ def test_the_harness_reports_a_real_validation_error():
     proc = trainer_cli(entry=("-c", CONTROL), env=child_env(HELIOS_VALIDATE="1"), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "caught True" in proc.stdout
+
+
+# A driver that crashes right after the layer spoke: the message must already be on stderr (nothing checks it later).
+DIES = """
+import os
+from helios.device import get_device
+d = get_device()
+vk = d.vk
+info = vk.VkBufferCreateInfo(size=0, usage=vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                             sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+try:
+    vk.vkCreateBuffer(d.device, info, None)
+except vk.VkError:
+    pass
+os._exit(139)  # as a segfaulting driver would: no check_validation(), no exit handlers
+"""
+
+
+@pytest.mark.skipif(not _has_validation_layer(), reason="vulkan-validationlayers is not installed")
+def test_a_layer_message_reaches_stderr_before_a_crash():
+    proc = trainer_cli(entry=("-c", DIES), env=child_env(HELIOS_VALIDATE="1"), timeout=120)
+    assert proc.returncode == 139
+    assert "helios: Vulkan validation layer:" in proc.stderr and "VUID-VkBufferCreateInfo-size-00912" in proc.stderr

@@ -17,7 +17,7 @@ from helios.kernels import adamw, loss_scale, matmul_select, optable, rope
 from helios.kernels import elementwise as E
 from helios.kernels.attention import COOPMAT_VARIANTS as ATTENTION_MATRIX_VARIANTS
 from helios.kernels.attention import VARIANTS as ATTENTION_VARIANTS
-from helios.kernels.dtypes import NUMPY
+from helios.kernels.dtypes import NUMPY, variant_dtype
 from helios.kernels.layout import ACCESSES as COLUMN_ACCESSES
 from helios.kernels.reduce import SumRowsChoice
 from helios.kernels.rows import RowChoice
@@ -92,7 +92,8 @@ def _subgroup_kernels(spec, choice, dtype) -> tuple[str, ...]:
 
 
 def _unavailable(family: str, choice, dtype: str = "f32") -> str | None:
-    """Why this device cannot run a forced choice in `dtype` (the rule refuses it), or None."""
+    """Why this device cannot run a forced choice in `dtype` (the rule refuses it), or None. What the device
+    contract refuses (64-bit loads, float atomics, device addresses) is _unfit's."""
     from helios.device import get_device
     from helios.kernels import selection
 
@@ -100,25 +101,65 @@ def _unavailable(family: str, choice, dtype: str = "f32") -> str | None:
     if (family, choice) == ("cross_entropy", "subgroup") and \
             not info.min_subgroup_size == info.max_subgroup_size == info.subgroup_size:
         return "the subgroup layout needs a fixed subgroup size"
-    if (family, choice) == ("embedding_backward", "atomic") and not info.float_atomic_add_buffer:
-        return "this device has no float atomic add on buffers"
-    if family == "adamw" and choice.endswith("_addr") and not info.buffer_device_address:
-        return "this device does not enable buffer device addresses"
     if family == "attention":
         with selection.forcing("attention", choice):
             if (chosen := selection.choose("attention", (64,), dtype)) != choice:
                 return f"the rule runs {chosen} where {choice} is forced in {dtype} on this device"
     if family == "matmul" and not matmul_select.runnable(info, choice, dtype):
-        return f"this device cannot run the matmul tiling {choice} in {dtype} (the rule gives way to its table)"
+        return f"the matmul tiling {choice} in {dtype} needs {_matmul_needs(info, choice)} (the rule gives way to " \
+               "its table)"
+    return None
+
+
+def _matmul_needs(info, tiling: str) -> str:
+    """What a matmul tiling the device does not run needs (matmul_select.runnable's conditions, named)."""
+    if tiling in matmul_select.COOPMAT:
+        return "matrix units (real or emulated) that take it"
+    if tiling in matmul_select.TILED:
+        return f"its workgroup and tiles within maxComputeWorkGroupInvocations {info.max_workgroup_invocations} " \
+               f"and maxComputeSharedMemorySize {info.max_shared_memory}"
+    lanes = matmul_select.REG_LANES
+    missing = [f"subgroups of at least {lanes} lanes (minSubgroupSize {info.min_subgroup_size})"] * \
+        (info.min_subgroup_size < lanes) + ["shaderInt64"] * (not info.int64)
+    return " and ".join(missing or ["bufferDeviceAddress"])
+
+
+def _name_tokens(name: str) -> frozenset[str]:
+    return frozenset(re.split("[-_]", name)) - {"bf16", "fp16"}
+
+
+def _unfit(kernels, choice, dtype: str) -> str | None:
+    """Why the device contract refuses every variant a forced choice names in `dtype` of one of `kernels`, or
+    None. A choice names the variants of a kernel whose name is its words (those the kernel's variant names use:
+    RowChoice("sg", "u64x2", 4) names sg_u64x2_reg4), or where none is, every variant holding them all."""
+    from tests.conftest import kernel_unmet
+
+    words = _name_tokens(_id(choice))
+    for kernel in kernels:
+        names = {n: _name_tokens(n) for n, v in kernel.variants.items() if variant_dtype(v.params) == dtype}
+        known = words & frozenset().union(*names.values())
+        if not known:
+            continue
+        named = [n for n, t in names.items() if t == known] or [n for n, t in names.items() if known <= t]
+        reasons = [kernel_unmet(kernel, n) for n in named]
+        if named and all(reasons):
+            return reasons[0]
     return None
 
 
 def _forced_cases() -> list:
     """(spec, forced choice, dtype) triples, one test each (every shape inside it, so each variant compiles once);
-    the row ops' f32 SUBGROUP_CHOICES carry the subgroup mark."""
-    return [pytest.param(s, c, d, marks=pytest.mark.subgroup(*_subgroup_kernels(s, c, d)))
-            if _subgroup(s, c, d) else (s, c, d)
-            for s in SPECS for c in FORCED[s.family] for d in s.tested_dtypes(c)]
+    the row ops' f32 SUBGROUP_CHOICES carry the subgroup mark, and a case storing a half dtype (in its arguments,
+    or in its results: cast's) the needs mark of that dtype."""
+    cases = []
+    for s in SPECS:
+        for c in FORCED[s.family]:
+            for d in s.tested_dtypes(c):
+                marks = [pytest.mark.subgroup(*_subgroup_kernels(s, c, d))] if _subgroup(s, c, d) else []
+                stored = {d, *(s.scalars[s.dtype_scalar] if s.dtype_scalar else ())}  # cast's results: every dtype
+                marks += [pytest.mark.needs(dtype=x) for x in sorted(stored - {"f32"})]
+                cases.append(pytest.param(s, c, d, marks=marks))
+    return cases
 
 
 # Each (kernel, variant) once: a kernel may serve more than one spec or both directions (dropout's backward is
@@ -211,13 +252,13 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str, choic
 
 @pytest.mark.parametrize("spec,choice,dtype", _forced_cases(), ids=_id)
 def test_forward_and_backward_against_reference(spec, choice, dtype, force, request):
-    if reason := _unavailable(spec.family, choice, dtype):
+    if reason := _unavailable(spec.family, choice, dtype) or _unfit(spec.kernels, choice, dtype):
         pytest.skip(reason)
     subgroup_stage = request.config.option.markexpr.strip() == "subgroup"
     skip = SUBGROUP_STAGE_SKIPS.get(spec.name) if subgroup_stage else None
     force(spec.family, choice)
     for family in spec.also_families:  # the k-th choice of spec.family with the k-th (cycling) of each other one
-        others = FORCED[family]
+        others = [c for c in FORCED[family] if not _unfit(spec.kernels, c, dtype)]  # all of them where all fit
         force(family, others[FORCED[spec.family].index(choice) % len(others)])
     rng = np.random.default_rng(0)
     cases = spec.scalar_cases()

@@ -18,6 +18,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import adamw as A
+from tests.conftest import dtype_params
 
 HP = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 SIZES = [7, 33 * 5, 513, 4097, 1]  # the arena's tensors: 4783 elements, not a multiple of 4
@@ -115,7 +116,7 @@ HALF = {"bf16": np.dtype(ml_dtypes.bfloat16), "fp16": np.dtype(np.float16)}
 
 
 @pytest.mark.parametrize("n", [3, 4723])
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", dtype_params("bf16", "fp16"))
 def test_working_copy_written_in_the_same_dispatch(dtype, n):
     """The "_bf16"/"_fp16" variants (scalar and vec4 loads) update the fp32 masters exactly as the plain ones
     and write the new params, rounded to nearest even bit for bit, into a half working copy (fp16: beyond 65504
@@ -159,7 +160,7 @@ def test_bad_arguments_are_refused_by_name():
         A.adamw_step(x, x, x, x, None, **HP, step=0)
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", dtype_params("bf16", "fp16"))
 def test_optimizer_keeps_a_half_working_copy_of_its_masters(dtype):
     """AdamW(working_dtype=...) on a GPT's arena: the fp32 masters follow exactly the plain optimizer's steps,
     and after every step (and after load_state) the working copy is the masters rounded to the half dtype."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from helios.bench import bf16
 
 
+@pytest.mark.needs(dtype="bf16")
 def test_bf16_bench_times_every_kernel_in_both_dtypes():
     records = bf16.run(argparse.Namespace(quick=True, repeats=1))
     names = [r["kernel"] for r in records]

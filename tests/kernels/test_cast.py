@@ -13,6 +13,7 @@ import helios.runtime as rt
 from helios import ops
 from helios.kernels.cast import reference_cast
 from helios.kernels.dtypes import NUMPY
+from tests.conftest import dtype_params
 
 SIZES = (1, 7, 33, 513, 4096, 4097)
 
@@ -24,7 +25,7 @@ def _same(got: np.ndarray, want: np.ndarray, what: str) -> None:
     np.testing.assert_array_equal(got[~nan].astype(np.float32), want[~nan].astype(np.float32), err_msg=what)
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", dtype_params("bf16", "fp16"))
 def test_cast_round_trips_bit_exactly(dtype, access):
     other = "fp16" if dtype == "bf16" else "bf16"
     for n in SIZES:
@@ -42,7 +43,7 @@ def test_cast_round_trips_bit_exactly(dtype, access):
         _same(same, half, f"{dtype} -> {dtype}, n={n}")
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", dtype_params("bf16", "fp16"))
 def test_scale_by_keeps_the_scalar_in_fp32(dtype):
     s = np.array([1.0 / 3.0], np.float32)  # not a half value: rounding it would show
     for n in SIZES:

@@ -21,9 +21,10 @@ from helios.kernels import cross_entropy as C
 from helios.kernels import embedding as E
 from helios.kernels.dtypes import NUMPY, ROUNDING
 from helios.kernels.layout import reference_concat
+from tests.conftest import dtype_params
 
 
-@pytest.fixture(params=["bf16", "fp16"])
+@pytest.fixture(params=dtype_params("bf16", "fp16"))
 def half(request) -> str:
     return request.param
 

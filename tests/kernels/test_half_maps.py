@@ -11,9 +11,10 @@ import pytest
 import helios.runtime as rt
 from helios import ops
 from helios.kernels.dtypes import NUMPY
+from tests.conftest import dtype_params
 
 
-@pytest.mark.parametrize("half", ["bf16", "fp16"])
+@pytest.mark.parametrize("half", dtype_params("bf16", "fp16"))
 def test_mixing_dtypes_is_a_clear_error(half):
     a = rt.from_numpy(np.ones(8, NUMPY[half]))
     b = rt.from_numpy(np.ones(8, np.float32))

@@ -25,6 +25,7 @@ from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
 from helios.kernels import selection
 from helios.kernels.dtypes import HALF_DTYPES, NUMPY, ROUNDING
+from tests.conftest import dtype_params
 
 LAYOUTS = ["nn", "nt", "tn", "tt"]
 SHAPES_ANY = [(33, 65, 7), (1, 7, 33), (65, 1, 1)]  # (M, N, K): scalar variants
@@ -73,7 +74,7 @@ def _tiling(*indices: int) -> str:
     return ("reg8x8", "tiled32")[sum(indices) % 2]
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("dtype", dtype_params(*HALF_DTYPES))
 @pytest.mark.parametrize("width", ["vec4", "scalar"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_f32_c_in_every_layout(dtype, width, layout, force):
@@ -102,7 +103,7 @@ EPILOGUES = [
 EPI_SHAPES = {"nt": (33, 65, 12), "nn": (7, 36, 65), "tn": (36, 33, 7), "tt": (1, 20, 33)}
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("dtype", dtype_params(*HALF_DTYPES))
 @pytest.mark.parametrize("c_dtype", ["half", "f32"])
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "+".join(e))
 def test_epilogues(dtype, c_dtype, epi, force):
@@ -135,7 +136,7 @@ def test_epilogues(dtype, c_dtype, epi, force):
         _check(preact.numpy(), pre_ref, mag + np.abs(f64(bias)), c_dtype)
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("dtype", dtype_params(*HALF_DTYPES))
 @pytest.mark.parametrize("b_batched", [True, False])
 def test_batched(dtype, b_batched, force):
     for layout, c_dtype, (M, N, K, batch) in [("nt", dtype, (33, 7, 65, 3)), ("tn", "f32", (36, 68, 12, 2))]:
@@ -164,6 +165,7 @@ def test_variant_table():
                 assert kernel.variant(f"{dtype}_out32_{name}").params == {**params, "dtype": dtype, "out": "f32"}
 
 
+@pytest.mark.needs(dtype="bf16")
 def test_dtype_errors():
     rng = np.random.default_rng(0)
     ab = rt.from_numpy(_half(rng, (3, 4), "bf16"))

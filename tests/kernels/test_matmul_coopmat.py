@@ -33,7 +33,7 @@ from helios.kernels.matmul_common import launch_params
 from helios.spirv import KernelBuilder, SpirvError, f16, f32, u32
 from helios.spirv.coopmat import coopmat
 from helios.spirv.tools import disassemble, validate
-from tests.conftest import run_python
+from tests.conftest import needs, run_python
 
 F16 = (16, 16, 16, "f16", "f16", "f32", "f32")
 BF16 = (16, 16, 16, "bf16", "bf16", "f32", "f32")
@@ -244,8 +244,10 @@ def _check(dtype: str, c_dtype: str, layout: str, M: int, N: int, K: int, ep: di
 
 
 def _needs(dtype: str, tiling: str) -> None:
+    needs(dtype=dtype)  # half operands: 16-bit storage first
     if not mc.runs(get_device().info, dtype, tiling):
-        pytest.skip(f"this device cannot run the {dtype} tiling {tiling}")
+        pytest.skip(f"this device cannot run the {dtype} tiling {tiling} (its subgroup sizes, shared memory, "
+                    "shaderFloat16/shaderInt16 or subgroup shuffles: helios.kernels.coopmat_support.runs)")
 
 
 # Each (layout, dtype) once, its C dtype alternating so that every layout and every dtype meets both. The
@@ -293,6 +295,7 @@ def test_a_wider_workgroup_than_needed_still_matches():
         _check("fp16", "fp16", "nn", M, N, K, PLAIN, threads=wide)
 
 
+@pytest.mark.needs(dtype="fp16")
 def test_rule_picks_the_emulation_when_asked():
     """HELIOS_COOPMAT=emulate (set before the device starts, so in a fresh process): the rule picks the emulated
     tiling for half operands by itself, the op runs it, and f32 operands stay off the matrix units."""

@@ -13,12 +13,13 @@ import helios.runtime as rt
 from helios.kernels import rope as R
 from helios.kernels.dtypes import DTYPES, NUMPY
 from helios.kernels.spec import spec_of
+from tests.conftest import dtype_params
 
 SPEC = spec_of("rope")
 
 
 @pytest.mark.parametrize("width", R.WIDTHS)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", dtype_params(*DTYPES))
 def test_in_place(dtype, width, force):
     """Every spec case, forward and backward, rotated in place: the result is the reference's (the spec's
     tolerance), the v columns keep their bits, and the output is the input tensor."""

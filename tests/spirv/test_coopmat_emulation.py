@@ -18,6 +18,7 @@ from helios.device import get_device
 from helios.spirv import Kernel, KernelBuilder, SpirvError, bf16, f16, f32, u32, validate
 from helios.spirv.coopmat import coopmat
 from helios.spirv.tools import disassemble
+from tests.conftest import needs
 
 HALF = {"f16": (f16, np.dtype(np.float16)), "bf16": (bf16, np.dtype(ml_dtypes.bfloat16))}
 LOCAL = 64  # lanes per workgroup: 16 subgroups of 4 down to 1 subgroup of 64
@@ -78,6 +79,7 @@ def _round(x: np.ndarray, half: np.dtype) -> np.ndarray:
 def test_each_op_matches_numpy(variant):
     v = OPS.variant(variant)
     _, half = HALF[v.dtype]
+    needs(dtype=half)
     other = "col" if v.layout == "row" else "row"
     n = MAX_SUBGROUPS
     rng = np.random.default_rng(7)

@@ -10,6 +10,7 @@ import pytest
 
 from helios import runtime as rt
 from helios.spirv import Kernel, SpirvError, bf16, build_module, ceil_div, f32, fp16, u32, vec
+from tests.conftest import dtype_params
 from tests.spirv_val import spirv_cases
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -59,7 +60,7 @@ def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_array_equal(g[~nan_w], w[~nan_w])
 
 
-@pytest.mark.parametrize("dtype", list(HALF))
+@pytest.mark.parametrize("dtype", dtype_params(*HALF))
 @pytest.mark.parametrize("access", ["scalar", "vec4"])
 @pytest.mark.parametrize("n", [1, 7, 33, 513, 4096])
 def test_half_loads_and_stores_match_numpy(dtype, access, n):
@@ -83,6 +84,7 @@ def test_half_loads_and_stores_match_numpy(dtype, access, n):
     np.testing.assert_array_equal(w.numpy(), xb.astype(np.float32) * np.float32(0.5))
 
 
+@pytest.mark.needs(dtype="bf16")
 def test_bf16_round_trips_through_the_runtime():
     a = np.linspace(-3, 3, 37).astype(BF16)
     t = rt.from_numpy(a)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helios.kernels.rows import RowChoice
+from tests.conftest import needs_kernel
 
 # (layout, width, register tier): every streaming form and the cached tiers that compile quickly
 LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
@@ -12,9 +13,12 @@ LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "v
            ("wg", "scalar", 4)]
 
 
-def force_variant(force, layout: str, width: str, cache: int | None = None) -> None:
+def force_variant(force, layout: str, width: str, cache: int | None = None, runs=()) -> None:
     """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels
-    (`force` is the kernel tests' fixture of that name)."""
+    (`force` is the kernel tests' fixture of that name). The test is skipped where the device contract refuses
+    that variant of a kernel in `runs` (the row kernels it launches: u64x2 needs shaderInt64)."""
+    for kernel in runs:
+        needs_kernel(kernel, "_".join((layout, width, *([f"reg{cache}"] if cache else []))))
     force("rows", RowChoice(layout, width, cache))
 
 

@@ -16,12 +16,15 @@ import helios.runtime as rt
 from helios.kernels import attention as A
 from helios.kernels import selection
 from helios.kernels.spec import spec_of
+from tests.conftest import needs_kernel
 
 VARIANTS = list(A.VARIANTS)  # the base variants; the matrix-unit ones: test_attention_coopmat.py
 
 
 @pytest.fixture(params=VARIANTS)
 def variant(request, force):
+    """Each base variant forced; skipped where the device contract refuses it ("rowwise" without shaderInt64)."""
+    needs_kernel(A.ATTENTION_FORWARD, request.param)
     force("attention", request.param)
     return request.param
 
@@ -89,7 +92,8 @@ def test_largest_head_dim_runs_rowwise_whatever_is_forced(variant):
     on other storage, which the derived tests check at the other head dims)."""
     spec = spec_of("flash_attention")
     B, T, H, Hkv, D = 1, 33, 2, 1, 256
-    assert selection.choose("attention", (D,)) == "rowwise"
+    rowwise = A.rowwise(rt.get_runtime().info)  # "rowwise_vec4" without shaderInt64
+    assert selection.choose("attention", (D,)) == (rowwise if variant == "tiled" else variant)
     qkv, do = _inputs(B, T, H, Hkv, D, seed=5)
     q = rt.from_numpy(qkv)
     o, lse = A.flash_attention(q, B, T, H, Hkv, D)
@@ -146,10 +150,10 @@ def _info(**changes):
 
 def test_tiled_needs_subgroups_as_wide_as_its_lanes_per_row():
     """A row's 4 tiled lanes sum their dots with subgroup shuffles: narrower subgroups get rowwise, even forced."""
-    def choose(min_subgroup_size, forced=None, **changes):
+    def choose(min_subgroup_size, forced=None, int64=True, **changes):
         with selection.forcing("attention", forced):
             info = _info(profile="gpu", device_type="discrete_gpu", min_subgroup_size=min_subgroup_size,
-                         cooperative_matrix=(), cooperative_matrix_emulated=False, **changes)
+                         cooperative_matrix=(), cooperative_matrix_emulated=False, int64=int64, **changes)
             return selection.choose("attention", (64,), info=info)
 
     assert choose(4) == choose(32) == choose(4, "tiled") == "tiled"

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from helios.device import get_device
+from helios.device_limits import SUBGROUP_OPS
 from helios.kernels import attention_coopmat as AC
 from helios.kernels import selection
 from helios.kernels.attention_coopmat_backward import ATTENTION_BACKWARD_DKV_COOPMAT, ATTENTION_BACKWARD_DQ_COOPMAT
@@ -43,11 +44,16 @@ def test_chosen_where_matrix_units_are_offered():
                                cooperative_matrix=((16, 16, 16, "f16", "f16", "f32", "f32"),
                                                    (16, 16, 16, "bf16", "bf16", "f32", "f32")),
                                subgroup_size=32, min_subgroup_size=32, max_subgroup_size=32, float16=True,
-                               int16=True, storage_16bit=True, max_shared_memory=49152)
+                               int16=True, storage_16bit=True, max_shared_memory=49152, int64=True,
+                               max_workgroup_invocations=1024, subgroup_ops=SUBGROUP_OPS)
     rdna3 = dataclasses.replace(h100, min_subgroup_size=32, max_subgroup_size=64, max_shared_memory=65536,
                                 cooperative_matrix=((16, 16, 16, "f16", "f16", "f32", "f32"),))
+    # lavapipe's features and subgroups, whatever device runs the test (the rule reads them: rowwise's 64-bit loads,
+    # the half dtypes' 16-bit storage, the emulation's lanes)
     lavapipe = dataclasses.replace(info, device_type="cpu", profile="", cooperative_matrix=(),
-                                   cooperative_matrix_emulated=False)
+                                   cooperative_matrix_emulated=False, int64=True, int16=True, float16=True,
+                                   storage_16bit=True, subgroup_size=8, min_subgroup_size=8, max_subgroup_size=8,
+                                   max_workgroup_invocations=1024, subgroup_ops=SUBGROUP_OPS)
     gpu_profile = dataclasses.replace(lavapipe, profile="gpu", cooperative_matrix_emulated=True,
                                       cooperative_matrix=h100.cooperative_matrix)
 
@@ -73,6 +79,7 @@ def test_chosen_where_matrix_units_are_offered():
         selection.force("attention", "coopmat_fast")
 
 
+@pytest.mark.needs(dtype="fp16")
 def test_rule_picks_emulation_in_a_process_that_asks_for_it():
     """HELIOS_COOPMAT=emulate before the device exists: the unforced rule runs the matrix-unit kernels."""
     script = (

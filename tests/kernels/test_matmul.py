@@ -24,6 +24,7 @@ from helios.kernels import limits as L
 from helios.kernels import matmul as mm
 from helios.kernels import matmul_select as sel
 from helios.kernels import selection
+from tests.conftest import needs_kernel
 
 
 @pytest.fixture(autouse=True)
@@ -240,6 +241,7 @@ def test_limits_fma(variant):
 
 @pytest.mark.parametrize("variant", list(L.LIMITS_COPY.variants))
 def test_limits_copy(variant):
+    needs_kernel(L.LIMITS_COPY, variant)  # u64x2 needs shaderInt64
     x = np.random.default_rng(0).standard_normal(4 * 1000).astype(np.float32)
     y = L.copy_run(rt.from_numpy(x), rt.empty(x.size), variant)
     np.testing.assert_array_equal(y.numpy(), x)

@@ -15,6 +15,7 @@ import pytest
 
 import helios.runtime as rt
 from helios.kernels import norms as N
+from tests.conftest import aligned
 from tests.kernels.row_variants import force_variant
 
 EPS = 1e-5
@@ -39,7 +40,7 @@ F = rt.from_numpy
 @pytest.mark.parametrize("cols", [512])
 def test_register_tier_16(cols, force):
     """A big cached tier (slow to compile on lavapipe, so one shape): both norms, forward and backward."""
-    force_variant(force, "sg", "u64x2", 16)
+    force_variant(force, "sg", "u64x2", 16, runs=(N.LAYERNORM, N.LAYERNORM_BACKWARD, N.RMSNORM, N.RMSNORM_BACKWARD))
     x, w, b, dy = _data(20, cols)
     x64 = x.astype(np.float64)
     y, mean, rstd = N.layernorm(F(x), F(w), F(b), EPS)
@@ -71,7 +72,7 @@ def test_many_rows_and_accumulate_into_arena(shape):
     w, b = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
     x64 = x.astype(np.float64)
-    pad = -(-cols // 4) * 4  # views start on 16-byte boundaries
+    pad = aligned(cols)  # views start where the device allows
     start = rng.standard_normal(3 * pad).astype(np.float32)
     arena = F(start)
     dw_out, db_out, dg_out = arena.view(0, (cols,)), arena.view(pad, (cols,)), arena.view(2 * pad, (cols,))

@@ -30,7 +30,7 @@ def _data(rows, cols, seed=0):
 @pytest.mark.parametrize("cache,cols", [(16, 512), (32, 1024), (32, 1023)])
 def test_large_register_tiers(cache, cols, force):
     """The big cached tiers (slow to compile on lavapipe, so one shape each)."""
-    force_variant(force, "sg", "u64x2", cache)
+    force_variant(force, "sg", "u64x2", cache, runs=(S.SOFTMAX, S.SOFTMAX_BACKWARD))
     x, dy = _data(9, cols)
     y = S.softmax(rt.from_numpy(x))
     want = S.reference(x.astype(np.float64))

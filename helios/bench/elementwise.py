@@ -124,6 +124,7 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     import helios.runtime as rt
     from helios.kernels import elementwise as E
     from helios.kernels import selection
+    from helios.kernels.device_paths import dtype_unmet
     from helios.kernels.spec import specs
 
     rng = np.random.default_rng(0)
@@ -157,6 +158,8 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
         if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask
             kw = next(k for k in spec.scalar_cases() if 0 < k["p"] < 1)
+        if spec.dtype_scalar:  # cast: its first result dtype the device stores (f32 without 16-bit storage)
+            kw = next(k for k in spec.scalar_cases() if not dtype_unmet(rt.get_runtime().info, k[spec.dtype_scalar]))
         if spec.name == "dropout":
             fast["dropout"] = _numpy_dropout(a, out, u, kw["p"])
         host = spec.inputs(rng, (n,) if spec.family == "elementwise" else (n // 1024, 1024), **kw)

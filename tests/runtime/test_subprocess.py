@@ -31,10 +31,12 @@ def test_pipeline_cache_is_persisted_and_reused(tmp_path):
     assert first["pipeline_cache_loaded_bytes"] == 0 and first["pipelines_created"] == 2
     path = tmp_path / "pipelines"
     files = list(path.iterdir())
-    assert len(files) == 1 and files[0].stat().st_size > 0 and str(files[0]) == first["pipeline_cache_path"]
+    written = files[0].stat().st_size
+    assert len(files) == 1 and written > 0 and str(files[0]) == first["pipeline_cache_path"]
     second = _stats(tmp_path)
     assert second["pipeline_cache_path"] == first["pipeline_cache_path"]
-    assert second["pipeline_cache_loaded_bytes"] == files[0].stat().st_size  # the driver accepted the file
+    # the driver accepted the first run's file (SwiftShader then writes a longer one: its cache grows per run)
+    assert second["pipeline_cache_loaded_bytes"] == written
     # A corrupt file must not stop a start: the driver rejects or ignores it and the run goes on.
     files[0].write_bytes(b"not a pipeline cache" * 3)
     third = _stats(tmp_path)
@@ -45,6 +47,7 @@ VALIDATION_SCRIPT = """
 import numpy as np
 from helios import runtime as rt
 from helios.device import get_device
+from helios.kernels.device_paths import dtype_unmet  # float16 tensors where the device stores them
 from tests.runtime.kernels import ADD, ADD_INPLACE, AXPB, SCALE, groups
 
 def exercise():
@@ -59,13 +62,13 @@ def exercise():
         rt.launch(SCALE, [x.view(0, 256), arena.view(256 * k, 256)], {"n": 256}, 4, spec={"S": float(k)})
     rt.copy(z, y)
     rt.fill(x, 0.5)
-    half = rt.full(7, 1.0, np.float16)
+    half = rt.full(7, 1.0, np.float16) if dtype_unmet(get_device().info, "fp16") is None else None
     with rt.timed() as t:
         rt.launch(ADD_INPLACE, [y], {"n": 300, "c": 1.0}, groups(300))
     ref = np.arange(300, dtype=np.float32)
     assert np.array_equal(y.numpy(), 3 * ref + 1 + 5 + 1), y.numpy()[:4]
     assert np.array_equal(arena.numpy()[256:512], ref[:256])
-    assert np.array_equal(half.numpy(), np.ones(7, np.float16)) and t.ms >= 0
+    assert (half is None or np.array_equal(half.numpy(), np.ones(7, np.float16))) and t.ms >= 0
     # Odd sizes with uploads, kernels and reads interleaved (the staging race seen on an H100).
     for n in (16929, 16931, 4097):
         a = np.arange(n, dtype=np.float32)

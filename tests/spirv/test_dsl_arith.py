@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helios.device import get_device
 from helios.spirv import SpirvError, boolean, build_module, f32, i32, u32, u64, vec
+from tests.conftest import needs
 from tests.spirv.direct_launch import build_and_run, launch
 
 SIZES = [1, 7, 33, 513]
@@ -105,8 +105,7 @@ def test_casts_bitcast_and_bool_logic(n):
 
 
 def skip_without_int64() -> None:
-    if not get_device().info.int64:
-        pytest.skip("device lacks shaderInt64")
+    needs("int64")
 
 
 @pytest.mark.parametrize("n", SIZES)

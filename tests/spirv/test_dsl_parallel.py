@@ -8,6 +8,7 @@ import pytest
 
 from helios.device import get_device
 from helios.spirv import SpirvError, build_module, examples, f32, i32, u32, validate
+from tests.conftest import needs
 from tests.spirv.direct_launch import build_and_run, launch
 
 SIZES = [1, 7, 33, 513]
@@ -147,8 +148,7 @@ def test_atomic_add_int(n):
 
 @pytest.mark.parametrize("n", SIZES)
 def test_atomic_add_float_and_shared_int(n):
-    if not get_device().info.float_atomic_add_buffer:
-        pytest.skip("device lacks float atomic add on buffers")
+    needs("float_atomic_add_buffer")
 
     def build(b):
         b.local_size(64)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helios.device import get_device
 from helios.spirv import f16, f32, u32, vec
+from tests.conftest import needs
 from tests.spirv.direct_launch import build_and_run
 
 SIZES = [1, 7, 33, 513]
@@ -90,8 +90,7 @@ def test_glsl_math(name, fn, ref, domain, n):
 
 @pytest.mark.parametrize("n", SIZES)
 def test_f16_buffers(n):
-    if not get_device().info.float16 or not get_device().info.storage_16bit:
-        pytest.skip("device lacks float16 / 16-bit storage")
+    needs("float16", "storage_16bit")
 
     def build(b):
         b.local_size(64)
@@ -112,8 +111,7 @@ def test_f16_buffers(n):
 
 @pytest.mark.parametrize("n4", [1, 9])
 def test_f16_vec4_view(n4):
-    if not get_device().info.float16 or not get_device().info.storage_16bit:
-        pytest.skip("device lacks float16 / 16-bit storage")
+    needs("float16", "storage_16bit")
 
     def build(b):
         b.local_size(64)

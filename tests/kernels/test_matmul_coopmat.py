@@ -110,7 +110,7 @@ def h100():
     """NVIDIA's driver: fp16 (and bf16, not enabled by helios yet) 16x16x16 matrices, 32-lane subgroups."""
     return _device(device_type="discrete", profile="", cooperative_matrix=(F16_ACC16, F16, BF16),
                    cooperative_matrix_emulated=False, subgroup_size=32, min_subgroup_size=32, max_subgroup_size=32,
-                   float16=True, int16=True, storage_16bit=True, max_shared_memory=49152,
+                   float16=True, int16=True, int64=True, storage_16bit=True, max_shared_memory=49152,
                    subgroup_ops=("basic", "ballot", "shuffle"))
 
 
@@ -124,7 +124,8 @@ def lavapipe(gpu_profile: bool):
     """lavapipe in its own profile (no matrix units) or in the GPU profile (emulated ones)."""
     own = _device(device_type="cpu", profile="", cooperative_matrix=(), cooperative_matrix_emulated=False,
                   subgroup_size=8, min_subgroup_size=8, max_subgroup_size=8, max_shared_memory=32768,
-                  float16=True, int16=True, storage_16bit=True, subgroup_ops=("basic", "ballot", "shuffle"))
+                  float16=True, int16=True, int64=True, storage_16bit=True,
+                  subgroup_ops=("basic", "ballot", "shuffle"))
     if not gpu_profile:
         return own
     return dataclasses.replace(own, profile="gpu", cooperative_matrix=(F16, BF16), cooperative_matrix_emulated=True)

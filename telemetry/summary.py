@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from typing import Any
@@ -10,7 +11,8 @@ from telemetry.events import run_status
 
 
 def _num(values: list[Any]) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    """The finite numbers among values (a NaN loss is logged as null; a log from elsewhere may hold NaN)."""
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 
 
 def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[str, Any]:

@@ -5,9 +5,17 @@ Both are listeners: the loop hands them every event it logs.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import IO, Any
+
+
+def fmt_num(value: Any, spec: str) -> str:
+    """A number formatted by spec; "nan" for None (the log's form of NaN/Inf), NaN or Inf, never a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "nan"
+    return format(value, spec)
 
 
 def _fmt_eta(seconds: float) -> str:
@@ -28,35 +36,35 @@ def describe(record: dict[str, Any]) -> str | None:
                 f"steps {record['start_step']}->{record['max_iters']}{resumed}"
                 + (f"\nMFU peak: {record['peak_source']}" if record.get("peak_source") else ""))
     if ev == "eval":
-        return f"step {record['step']}: val loss {record['val_loss']:.4f}"
+        return f"step {record['step']}: val loss {fmt_num(record.get('val_loss'), '.4f')}"
     if ev == "sample":
         return f"step {record['step']}: sample\n{record['text'].strip()}\n"
     if ev == "ckpt":
         return f"step {record['step']}: checkpoint {record['path']} ({record['reason']})"
     if ev == "skip":
-        norm = record.get("grad_norm")
-        shown = "nan" if norm is None else f"{norm:.3g}"
-        return f"step {record['step']}: skipped ({record['reason']}, grad norm {shown})"
+        norm = fmt_num(record.get("grad_norm"), ".3g")
+        return f"step {record['step']}: skipped ({record['reason']}, grad norm {norm})"
     if ev == "end":
         return f"{record['status']} at step {record['step']}"
     if ev == "peak":
-        return (f"step {record['step']}: MFU passed 100% of the device peak ({record['was'] / 1e9:,.1f} GFLOP/s); "
-                f"now {record['peak_flops'] / 1e9:,.1f} GFLOP/s: {record['peak_source']}")
+        was, now = (record.get(k) for k in ("was", "peak_flops"))
+        return (f"step {record['step']}: MFU passed 100% of the device peak ({fmt_num(was and was / 1e9, ',.1f')} "
+                f"GFLOP/s); now {fmt_num(now and now / 1e9, ',.1f')} GFLOP/s: {record['peak_source']}")
     return None
 
 
 def mfu_text(record: dict[str, Any]) -> str:
     """MFU as a percentage, never above 100% (the loop caps it; older logs may not), or "" when unknown."""
     mfu = record.get("mfu")
-    return f"MFU {min(float(mfu), 1.0):.1%}" if isinstance(mfu, (int, float)) else ""
+    return f"MFU {min(float(mfu), 1.0):.1%}" if fmt_num(mfu, "g") != "nan" else ""
 
 
 def step_line(record: dict[str, Any], total: int, eta: str) -> str:
     """The periodic log line of a step: step, loss, lr, tok/s, MFU, step time, ETA."""
-    loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
     mfu = f" | {mfu_text(record)}" if mfu_text(record) else ""
-    return (f"step {record['step']}/{total} | loss {loss} | lr {record['lr']:.2e} | "
-            f"{record['tok_per_s']:,.0f} tok/s{mfu} | {record['step_ms']:.0f} ms | ETA {eta}")
+    return (f"step {record['step']}/{total} | loss {fmt_num(record.get('loss'), '.4f')} | "
+            f"lr {fmt_num(record.get('lr'), '.2e')} | {fmt_num(record.get('tok_per_s'), ',.0f')} tok/s{mfu} | "
+            f"{fmt_num(record.get('step_ms'), '.0f')} ms | ETA {eta}")
 
 
 def logged(step: int, log_interval: int, start: int, total: int) -> bool:
@@ -190,9 +198,9 @@ class RichProgress:
                                                loss="-", tok_s="-", eta="-", status="")
         if ev == "step" and self.task is not None:
             step = record["step"]
-            loss = "nan" if record["loss"] is None else f"{record['loss']:.4f}"
+            loss = fmt_num(record.get("loss"), ".4f")
             eta = self.clock.eta(step, self.total)
-            self.progress.update(self.task, completed=step, loss=loss, tok_s=f"{record['tok_per_s']:,.0f}",
+            self.progress.update(self.task, completed=step, loss=loss, tok_s=fmt_num(record.get("tok_per_s"), ",.0f"),
                                  eta=eta, status=mfu_text(record))
             if logged(step, self.log_interval, self.start, self.total):
                 self.say(step_line(record, self.total, eta))

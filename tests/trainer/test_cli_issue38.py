@@ -99,3 +99,25 @@ def test_progress_lines_format_none_and_nan():
            "num_params": 1, "train_tokens": 1, "val_tokens": 1})
     plain(step)
     assert "loss nan" in stream.getvalue()
+
+
+# --- 3. bad sample arguments ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, corpus):
+    """A trained 2-step run directory, shared by the sample/eval tests of this module (which must not change it)."""
+    from tests.trainer.conftest import write_config
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    cfg = write_config(root, corpus, "t", train={"max_iters": 2, "eval_interval": 0, "sample_tokens": 0})
+    done = trainer("run", str(cfg), "--backend", "torch")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return root / "runs/t"
+
+
+@pytest.mark.parametrize("bad, says", [(["--seed", "-1"], "--seed must be 0 or more"),
+                                       (["--top-k", "-2"], "must be finite and not negative")])
+def test_sample_refuses_bad_seed_in_one_line(tiny_run, bad, says):
+    done = trainer("sample", "--run", str(tiny_run), "--tokens", "4", *bad)
+    assert says in one_line_error(done) and done.stdout == ""

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--nproc", type=int, default=None, metavar="N",
                      help="train data-parallel on N processes: runs `mpiexec -n N python -m trainer run ...` "
                           "(each rank trains batch_size rows of an N x batch_size global batch)")
+    run.add_argument("--allow-data-change", action="store_true",
+                     help="resume even though the training text or its split changed since the checkpoint "
+                          "(default: refuse; the old val_tokens.npy is kept as val_tokens.before-<step>.npy)")
 
     sample = sub.add_parser("sample", help="generate text from a run's latest checkpoint",
                             description="Generate text from the latest checkpoint of a run directory.")
@@ -195,6 +198,11 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
+            from trainer.run_artifacts import check_same_data
+
+            data_line = check_same_data(ckpt.path.name, ckpt.state.get("data"), data, args.allow_data_change)
+            if data_line and world.is_main:
+                print(data_line, file=sys.stderr)
             cfg, notes = resume.fit_to_ranks(cfg, resume.SavedBatch.of(ckpt.state), world.size, ckpt.path.name)
             if world.is_main:
                 for line in notes + resume.resume_warnings(cfg, ckpt, world.size):
@@ -221,7 +229,10 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
             from trainer import run_artifacts
 
             write_resolved(run_dir, cfg, args.backend)
-            run_artifacts.save(run_dir, data)
+            kept = run_artifacts.save(run_dir, data, trainer.step)
+            if kept:
+                print(f"trainer: note: the validation split changed: val_loss from step {trainer.step} on is "
+                      f"measured on the new one; the old one is kept as {run_dir / kept}", file=sys.stderr)
         try:
             with (MetricsWriter(run_dir / METRICS_FILE) if world.is_main else _nothing()) as writer, \
                     signal_controls(controls, console.say):

@@ -22,6 +22,7 @@ from trainer.checkpoint import Checkpoint, save_checkpoint
 from trainer.config import Config, model_signature
 from trainer.distributed import World, shard
 from trainer.errors import CheckpointError, TrainingDivergedError
+from trainer.run_artifacts import data_fingerprint
 from trainer.schedule import lr_at
 from trainer.tokens import BatchSampler, PreparedData
 
@@ -163,7 +164,7 @@ class Trainer:
         t0 = time.perf_counter()
         state = {"config": self.cfg.to_dict(), "backend": self.backend_kind,
                  "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
-                 "data_rng": self.sampler.state(), "world_size": self.world.size,
+                 "data_rng": self.sampler.state(), "world_size": self.world.size, "data": data_fingerprint(self.data),
                  "tokenizer_json": self.data.tokenizer_path.read_text(encoding="utf-8")}
         self.saved_steps.add(self.step)
         path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts,

@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from trainer.errors import TrainerError
+from trainer.errors import DataError, TrainerError
 from trainer.tokens import PreparedData, load_tokenizer, sha256_bytes
 
 TOKENIZER = "tokenizer.json"
@@ -42,8 +42,11 @@ def _umask() -> int:
     return mask
 
 
-def save(run_dir: Path, data: PreparedData) -> None:
-    """Keep the run's tokenizer and validation tokens in its directory (rewritten only when they changed)."""
+def save(run_dir: Path, data: PreparedData, step: int = 0) -> str | None:
+    """Keep the run's tokenizer and validation tokens in its directory (rewritten only when they changed).
+    Validation tokens that changed are never lost: the old file is kept as val_tokens.before-<step>.npy, whose
+    name is returned (None when nothing was kept), so that the val curve before `step` can still be told apart."""
+    kept = None
     try:
         tok = data.tokenizer_path.read_bytes()
         if not (run_dir / TOKENIZER).exists() or (run_dir / TOKENIZER).read_bytes() != tok:
@@ -51,10 +54,40 @@ def save(run_dir: Path, data: PreparedData) -> None:
         val = np.ascontiguousarray(data.val)
         path = run_dir / VAL_TOKENS
         if not path.exists() or not np.array_equal(np.load(path, mmap_mode="r"), val):
+            if path.exists():
+                kept = f"val_tokens.before-{step}.npy"
+                os.replace(path, run_dir / kept)
             _write_atomic(path, lambda f: np.save(f, val))
     except OSError as exc:
         raise TrainerError(f"cannot keep the tokenizer and validation tokens in {run_dir}: {exc.strerror or exc}") \
             from None
+    return kept
+
+
+def data_fingerprint(data: PreparedData) -> dict:
+    """What a checkpoint records of the data it trained on: the source text's SHA-256 and the split sizes."""
+    return {"text_sha256": data.text_sha256, "train_tokens": int(len(data.train)), "val_tokens": int(len(data.val))}
+
+
+def check_same_data(ckpt_name: str, saved: dict | None, data: PreparedData, allow: bool) -> str | None:
+    """Refuse (DataError) resuming `ckpt_name` on data other than the fingerprint `saved` it recorded, unless
+    `allow`; returns a line for the user (the note for a checkpoint without a fingerprint, the allowed change)."""
+    if not isinstance(saved, dict):
+        return (f"trainer: note: {ckpt_name} predates data fingerprints: the training text is not checked against "
+                "it (checkpoints from now on record it)")
+    now = data_fingerprint(data)
+    changed = []
+    if saved.get("text_sha256") != now["text_sha256"]:
+        changed.append(f"the text's sha256 {str(saved.get('text_sha256'))[:12]} -> {str(now['text_sha256'])[:12]}")
+    changed += [f"{key.replace('_', ' ')} {saved.get(key)} -> {now[key]}" for key in ("train_tokens", "val_tokens")
+                if saved.get(key) != now[key]]
+    if not changed:
+        return None
+    what = f"{ckpt_name} was trained on other data ({data.text_path}: {'; '.join(changed)})"
+    if not allow:
+        raise DataError(f"{what}; restore the original text, start a new --run.name, or pass --allow-data-change "
+                        "if the change is meant")
+    return f"trainer: warning: {what}; resuming on the new data (--allow-data-change)"
 
 
 def load(run_dir: Path, tokenizer_json: str | None = None, train: np.ndarray | None = None) -> PreparedData | None:

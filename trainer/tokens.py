@@ -83,6 +83,7 @@ class PreparedData:
     tokenizer_vocab: int
     train: np.ndarray
     val: np.ndarray
+    text_sha256: str | None = None  # of the source text as read (None: a run directory's own copy of the data)
 
     def tokenizer(self) -> Any:
         """The tokenizer object."""
@@ -134,7 +135,7 @@ def prepare_data(cfg: Config, tokenizer_json: str | None = None) -> PreparedData
     val = np.memmap(cache / "val.bin", dtype=dtype, mode="r", shape=(meta["val_tokens"],))
     tok_path = cache / "tokenizer.json"
     data = PreparedData(cache, text_path, tok_path, sha256_bytes(tok_path.read_bytes()), meta["tokenizer_vocab"],
-                        train, val)
+                        train, val, text_hash)
     check_fits(cfg, data)
     return data
 

@@ -1,0 +1,70 @@
+"""Issue 38, from the CLI as a user runs it: the data a resume trains on, a run with nothing to train, relative
+data paths, choosing a checkpoint, the best checkpoint and early stopping, top-p sampling, the CSV log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.conftest import run_python  # noqa: E402
+from tests.trainer.conftest import make_corpus, write_config  # noqa: E402
+
+QUICK = {"train": {"max_iters": 4, "eval_interval": 2, "ckpt_interval": 0, "sample_tokens": 0}}
+
+
+def trainer(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return run_python("-m", "trainer", *args, cwd=cwd)
+
+
+def train(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    done = trainer("run", *args, "--backend", "torch", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def own_text_config(tmp_path: Path) -> tuple[Path, Path]:
+    """A byte-level run (vocab 257: the tokenizer is the same for any text) on the user's own text file."""
+    text = tmp_path / "mine.txt"
+    text.write_text(make_corpus(600), encoding="utf-8")
+    return write_config(tmp_path, text, "mine", model={"vocab_size": 257}, **QUICK), text
+
+
+def test_a_changed_training_text_is_refused_on_resume_unless_allowed(tmp_path):
+    config, text = own_text_config(tmp_path)
+    run = tmp_path / "runs" / "mine"
+    train(str(config))
+    val_before = (run / "val_tokens.npy").read_bytes()
+    text.write_text(text.read_text(encoding="utf-8")[:15000], encoding="utf-8")  # shortened by the user
+
+    refused = trainer("run", str(config), "--train.max_iters=6", "--backend", "torch")
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ckpt-4 was trained on other data" in lines[0], refused.stderr
+    assert "sha256" in lines[0] and "train tokens" in lines[0] and "--allow-data-change" in lines[0]
+    assert (run / "val_tokens.npy").read_bytes() == val_before  # untouched
+
+    allowed = train(str(config), "--train.max_iters=6", "--allow-data-change")
+    assert "warning: ckpt-4 was trained on other data" in allowed.stderr
+    assert "val_tokens.before-4.npy" in allowed.stderr
+    assert (run / "val_tokens.before-4.npy").read_bytes() == val_before
+    assert (run / "val_tokens.npy").read_bytes() != val_before
+    # The new checkpoint records the new data: the next resume needs no flag.
+    train(str(config), "--train.max_iters=8")
+
+
+def test_a_checkpoint_without_a_data_fingerprint_still_resumes_with_a_note(tmp_path):
+    config, _ = own_text_config(tmp_path)
+    run = tmp_path / "runs" / "mine"
+    train(str(config))
+    state_path = run / "ckpt-4" / "state.json"
+    state = json.loads(state_path.read_text(encoding="utf-8"))
+    assert state["data"]["train_tokens"] > 0 and len(state["data"]["text_sha256"]) == 64
+    del state["data"]  # as written before fingerprints
+    state_path.write_text(json.dumps(state), encoding="utf-8")
+    again = train(str(config), "--train.max_iters=6")
+    assert "ckpt-4 predates data fingerprints" in again.stderr and "resumed from ckpt-4" in again.stdout

@@ -15,6 +15,21 @@ def _num(values: list[Any]) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 
 
+def training_seconds(events: list[dict[str, Any]]) -> float:
+    """Wall time spent training: each process's segment, from its `config` event to its last event, summed
+    (the gaps between a run's processes, when nothing trained, are left out)."""
+    total, start, last = 0.0, None, None
+    for e in events:
+        t = e.get("t")
+        if not isinstance(t, (int, float)):
+            continue
+        if e["event"] == "config":
+            total += (last - start) if start is not None else 0.0
+            start = t
+        last = t
+    return total + ((last - start) if start is not None else 0.0)
+
+
 def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[str, Any]:
     """Headline numbers: progress, losses, throughput, skips, checkpoints, wall time (None where unknown).
     `alive`: whether the run's trainer process still exists (telemetry.events.trainer_alive), for the status."""
@@ -22,7 +37,6 @@ def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[s
     steps = [e for e in events if e["event"] == "step"]
     evals = [e for e in events if e["event"] == "eval"]
     ckpts = [e for e in events if e["event"] == "ckpt"]
-    first = configs[0] if configs else {}
     last_cfg = configs[-1] if configs else {}
     losses = _num([s.get("loss") for s in steps])
     tail = losses[-10:]
@@ -58,7 +72,7 @@ def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[s
         "skips": dict(Counter(e.get("reason") for e in events if e["event"] == "skip")),
         "checkpoints": len(ckpts),
         "last_checkpoint": ckpts[-1].get("path") if ckpts else None,
-        "wall_s": (events[-1]["t"] - first.get("t", events[-1]["t"])) if events else 0.0,
+        "wall_s": training_seconds(events),
     }
 
 

@@ -203,6 +203,11 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
             data_line = check_same_data(ckpt.path.name, ckpt.state.get("data"), data, args.allow_data_change)
             if data_line and world.is_main:
                 print(data_line, file=sys.stderr)
+            if ckpt.step >= cfg.train.max_iters:  # nothing runs, so nothing is written: resolved.json keeps
+                if world.is_main:  # the settings the run was trained with
+                    print(f"trainer: nothing to train: the run is at step {ckpt.step} of {cfg.train.max_iters} "
+                          "([train] max_iters); raise --train.max_iters to continue", file=sys.stderr)
+                return 0
             cfg, notes = resume.fit_to_ranks(cfg, resume.SavedBatch.of(ckpt.state), world.size, ckpt.path.name)
             if world.is_main:
                 for line in notes + resume.resume_warnings(cfg, ckpt, world.size):

@@ -106,9 +106,6 @@ def resume_warnings(cfg: Config, ckpt: Checkpoint, ranks: int) -> list[str]:
     lr_line = _lr_jump(cfg, saved, ckpt.step)
     if out and lr_line:
         out.append(lr_line)
-    if ckpt.step >= cfg.train.max_iters:
-        out.append(f"trainer: note: the run is already at step {ckpt.step}, at or past [train] max_iters = "
-                   f"{cfg.train.max_iters}: nothing to train (raise --train.max_iters to continue)")
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,25 @@ def test_a_checkpoint_without_a_data_fingerprint_still_resumes_with_a_note(tmp_p
     state_path.write_text(json.dumps(state), encoding="utf-8")
     again = train(str(config), "--train.max_iters=6")
     assert "ckpt-4 predates data fingerprints" in again.stderr and "resumed from ckpt-4" in again.stdout
+
+
+def test_a_run_with_nothing_to_train_rewrites_nothing_and_summary_counts_training_time_only(tmp_path):
+    config = write_config(tmp_path, tmp_path / "text.txt", "done", **QUICK)
+    (tmp_path / "text.txt").write_text(make_corpus(600), encoding="utf-8")
+    run = tmp_path / "runs" / "done"
+    train(str(config))
+    resolved, log = (run / "resolved.json").read_bytes(), (run / "metrics.jsonl").read_bytes()
+
+    # README's command on a finished run: new settings, but no step runs.
+    idle = train(str(config), "--train.max_iters=3", "--optim.lr=1e-3")
+    assert "nothing to train: the run is at step 4 of 3" in idle.stderr
+    assert (run / "resolved.json").read_bytes() == resolved and (run / "metrics.jsonl").read_bytes() == log
+
+    time.sleep(3)  # an idle gap between two training processes
+    train(str(config), "--train.max_iters=6")
+    summary = run_python("-m", "telemetry", "summary", str(run), "--json")
+    assert summary.returncode == 0, summary.stderr
+    s = json.loads(summary.stdout)
+    assert s["step"] == 6 and s["max_iters"] == 6 and s["resumes"] == 1
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert events[-1]["t"] - events[0]["t"] > 3 and 0 < s["wall_s"] < 2.5  # the gap is not training time

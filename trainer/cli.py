@@ -343,7 +343,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         raise TrainerError(f"--num-samples must be at least 1, got {args.num_samples}")
     if args.seed is not None and args.seed < 0:  # numpy's generators take only non-negative seeds
         raise TrainerError(f"--seed must be 0 or more, got {args.seed}")
-    loaded = load_run(Path(args.run), args.backend)
+    loaded = load_run(Path(args.run), args.backend, val=False)  # sampling needs no validation tokens
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     if args.seed is None:
         print(f"seed {seed} (pass --seed {seed} to draw the same samples again)", file=sys.stderr)

@@ -53,7 +53,7 @@ def save(run_dir: Path, data: PreparedData, step: int = 0) -> str | None:
             _write_atomic(run_dir / TOKENIZER, lambda f: f.write(tok))
         val = np.ascontiguousarray(data.val)
         path = run_dir / VAL_TOKENS
-        if not path.exists() or not np.array_equal(np.load(path, mmap_mode="r"), val):
+        if not path.exists() or not np.array_equal(read_val_tokens(path), val):
             if path.exists():
                 kept = f"val_tokens.before-{step}.npy"
                 os.replace(path, run_dir / kept)
@@ -90,9 +90,21 @@ def check_same_data(ckpt_name: str, saved: dict | None, data: PreparedData, allo
     return f"trainer: warning: {what}; resuming on the new data (--allow-data-change)"
 
 
-def load(run_dir: Path, tokenizer_json: str | None = None, train: np.ndarray | None = None) -> PreparedData | None:
+def read_val_tokens(path: Path) -> np.ndarray:
+    """RUN_DIR/val_tokens.npy, memory-mapped; a damaged or truncated file is one DataError naming it and the cure."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError) as exc:  # numpy's words for a bad header or a file shorter than its header says
+        raise DataError(f"{path} is damaged or truncated ({exc}): delete it; `trainer run` on this config writes it "
+                        "again from the training data, and `trainer eval` re-derives the split from that data "
+                        "(`trainer prepare` checks the data is there)") from None
+
+
+def load(run_dir: Path, tokenizer_json: str | None = None, train: np.ndarray | None = None,
+         val: bool = True) -> PreparedData | None:
     """The run's own data (tokenizer, validation tokens; `train` if the caller has it), or None if the run
-    predates these files. `tokenizer_json` (from a checkpoint) stands in for a missing tokenizer.json."""
+    predates these files. `tokenizer_json` (from a checkpoint) stands in for a missing tokenizer.json.
+    `val=False` leaves the validation tokens unread (empty): sampling needs only the tokenizer."""
     tok_path, val_path = run_dir / TOKENIZER, run_dir / VAL_TOKENS
     if not val_path.exists() or not (tok_path.exists() or tokenizer_json):
         return None
@@ -101,7 +113,7 @@ def load(run_dir: Path, tokenizer_json: str | None = None, train: np.ndarray | N
         tok_path.write_text(tokenizer_json, encoding="utf-8")
     tok_bytes = tok_path.read_bytes()
     vocab = load_tokenizer(tok_path).get_vocab_size()
-    val = np.load(val_path, mmap_mode="r")
-    empty = np.zeros(0, dtype=val.dtype)
+    tokens = read_val_tokens(val_path) if val else np.zeros(0, dtype=np.int32)
+    empty = np.zeros(0, dtype=tokens.dtype)
     return PreparedData(run_dir, run_dir, tok_path, sha256_bytes(tok_bytes), vocab,
-                        train if train is not None else empty, val)
+                        train if train is not None else empty, tokens)

@@ -86,8 +86,9 @@ class LoadedRun:
     note: str | None = None  # how the checkpoint was found, when `latest` did not name it
 
 
-def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
-    """Config, data and the latest checkpoint of a run directory, in a fresh backend."""
+def load_run(run_dir: Path, backend_kind: str | None = None, val: bool = True) -> LoadedRun:
+    """Config, data and the latest checkpoint of a run directory, in a fresh backend (`val=False`: without
+    reading the validation tokens, which sampling does not need)."""
     cfg, saved_kind = read_resolved(run_dir)
     kind = backend_kind or saved_kind
     ckpt, note = load_resumable(run_dir, "using")
@@ -95,7 +96,7 @@ def load_run(run_dir: Path, backend_kind: str | None = None) -> LoadedRun:
         raise CheckpointError(f"run {run_dir} has no checkpoint yet")
     # The run's own tokenizer and validation tokens (written by `trainer run`), so a moved run or one whose
     # text is gone still samples and evaluates; runs from before those files re-derive them from the data.
-    data = run_artifacts.load(run_dir, ckpt.state.get("tokenizer_json")) or prepare_data(cfg)
+    data = run_artifacts.load(run_dir, ckpt.state.get("tokenizer_json"), val=val) or prepare_data(cfg)
     check_checkpoint_matches(cfg, data, ckpt)
     backend = create_backend(kind, cfg.model, cfg.optim, cfg.train.seed)
     trainer = Trainer(cfg, backend, kind, data, run_dir)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,3 +122,28 @@ def tiny_run(tmp_path_factory, corpus):
 def test_sample_refuses_bad_seed_in_one_line(tiny_run, bad, says):
     done = trainer("sample", "--run", str(tiny_run), "--tokens", "4", *bad)
     assert says in one_line_error(done) and done.stdout == ""
+
+
+# --- 4. a damaged val_tokens.npy --------------------------------------------------------------------------------
+
+
+def test_damaged_val_tokens(tiny_run, make_config, tmp_path):
+    run_dir = tmp_path / "runs/t"  # make_config("t") below trains into this copy of tiny_run
+    shutil.copytree(tiny_run, run_dir)
+    val = run_dir / "val_tokens.npy"
+    val.write_bytes(val.read_bytes()[:100])  # truncated: the header promises more tokens than follow
+
+    sampled = trainer("sample", "--run", str(run_dir), "--tokens", "4", "--seed", "1")
+    assert sampled.returncode == 0 and "Traceback" not in sampled.stderr, sampled.stderr[-2000:]
+
+    evaluated = trainer("eval", "--run", str(run_dir))
+    line = one_line_error(evaluated)
+    assert str(val) in line and "delete it" in line
+
+    cfg = make_config("t", train={"max_iters": 3, "eval_interval": 0, "sample_tokens": 0})  # one more step
+    again = trainer("run", str(cfg), "--backend", "torch")
+    line = one_line_error(again)
+    assert str(val) in line and "damaged or truncated" in line
+
+    val.unlink()  # what the line says to do: the run writes it again, and eval works
+    assert trainer("run", str(cfg), "--backend", "torch").returncode == 0 and val.exists()

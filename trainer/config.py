@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import tomllib
 import types
@@ -330,7 +331,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
 
 
 # Paths a config file names are relative to the file (so a run resumes, and finds its data, from any working
-# directory); paths given as command-line overrides stay relative to the working directory, as typed.
+# directory); paths given as command-line overrides are relative to the working directory.
 FILE_RELATIVE_PATHS = (("data", "path"), ("data", "root"), ("data", "cache_dir"), ("run", "out_dir"),
                        ("train", "init_from"), ("train", "init_tokenizer"))
 
@@ -355,7 +356,22 @@ def load_config_text(text: str, source: str = "config", overrides: Sequence[str]
         raise ConfigError(f"{source}: malformed TOML: {exc}") from None
     if base_dir is not None:
         raw = _anchor_paths(raw, base_dir)
-    return config_from_dict(apply_overrides(raw, overrides), source, default_name)
+    return config_from_dict(_anchor_typed_paths(apply_overrides(raw, overrides), overrides), source, default_name)
+
+
+# Data paths typed on the command line are relative to the working directory of that command; they are stored
+# absolute (resolved.json, checkpoints), so the run resumes and `eval --split train` finds its text from anywhere.
+CWD_RELATIVE_OVERRIDES = (("data", "path"), ("data", "root"), ("data", "cache_dir"))
+
+
+def _anchor_typed_paths(merged: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    typed = {parse_override(text)[:2] for text in overrides}
+    for section, key in CWD_RELATIVE_OVERRIDES:
+        table = merged.get(section)
+        value = table.get(key) if (section, key) in typed and isinstance(table, dict) else None
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            table[key] = os.path.abspath(value)
+    return merged
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:

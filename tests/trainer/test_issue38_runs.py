@@ -91,3 +91,18 @@ def test_a_run_with_nothing_to_train_rewrites_nothing_and_summary_counts_trainin
     assert s["step"] == 6 and s["max_iters"] == 6 and s["resumes"] == 1
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert events[-1]["t"] - events[0]["t"] > 3 and 0 < s["wall_s"] < 2.5  # the gap is not training time
+
+
+def test_a_relative_data_path_typed_on_the_command_line_is_stored_absolute(tmp_path):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    (work / "text.txt").write_text(make_corpus(600), encoding="utf-8")
+    config = write_config(tmp_path, work / "unused.txt", "rel", **QUICK)
+    train(str(config), "--data.path=text.txt", cwd=work)
+    run = tmp_path / "runs" / "rel"
+    stored = json.loads((run / "resolved.json").read_text())["config"]["data"]["path"]
+    assert stored == str(work / "text.txt")
+    state = json.loads((run / "ckpt-4" / "state.json").read_text())
+    assert state["config"]["data"]["path"] == stored
+    both = trainer("eval", "--run", str(run), "--split", "train", "--backend", "torch", cwd=elsewhere)
+    assert both.returncode == 0 and "train loss" in both.stdout, both.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -40,17 +41,39 @@ def _ends_with_newline(path: Path) -> bool:
         return f.read(1) == b"\n"
 
 
+class MetricsWriteError(OSError):
+    """An event could not be appended (a full disk, an I/O error); the log still ends with its last whole line."""
+
+
 class MetricsWriter:
-    """Appends events to RUN_DIR/metrics.jsonl, one flushed line each."""
+    """Appends events to RUN_DIR/metrics.jsonl, one whole line each, written straight to the file."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._file: IO[bytes] | None = open(self.path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
         if not _ends_with_newline(self.path):
             # A writer killed mid-line left a partial record: end it, so our first event starts a line of its own
             # (readers then skip just the partial one instead of losing both).
-            self._file.write("\n")
-            self._file.flush()
+            self._append(b"\n")
+
+    def _append(self, line: bytes) -> None:
+        """Write a line whole or not at all: one write call (more only after a short write); when the file
+        refuses the rest (ENOSPC, EFBIG, EIO) it is cut back to where the line began, and MetricsWriteError says why."""
+        assert self._file is not None
+        fd = self._file.fileno()
+        start = os.fstat(fd).st_size
+        done = 0
+        try:
+            while done < len(line):
+                done += self._file.write(line[done:]) or 0
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, start)
+                kept = "it still ends with its last whole event"
+            except OSError:
+                kept = "its last line may be cut short (readers skip it)"
+            raise MetricsWriteError(exc.errno, f"cannot append to {self.path}: {exc.strerror or exc}; {kept}") \
+                from None
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         """Write one event (t defaults to now, Unix seconds); returns the record as written."""
@@ -58,8 +81,7 @@ class MetricsWriter:
         record.update(fields)
         record = _jsonable(record)
         if self._file is not None:
-            self._file.write(json.dumps(record, allow_nan=False) + "\n")
-            self._file.flush()
+            self._append((json.dumps(record, allow_nan=False) + "\n").encode("utf-8"))
         return record
 
     def close(self) -> None:

@@ -158,7 +158,7 @@ def signal_controls(controls, acknowledge=None) -> Iterator[None]:
 
 def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     """Train or resume; returns the exit code."""
-    from telemetry.events import METRICS_FILE, MetricsWriter
+    from telemetry.events import METRICS_FILE, MetricsWriteError, MetricsWriter
     from trainer import env
     from trainer.backend import create_backend
     from trainer.checkpoint import held_checkpoint, load_resumable, remove_stale_temps
@@ -242,6 +242,9 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
             with (MetricsWriter(run_dir / METRICS_FILE) if world.is_main else _nothing()) as writer, \
                     signal_controls(controls, console.say):
                 outcome = trainer.run(writer)
+        except MetricsWriteError as exc:  # a full disk: one line, and the checkpoints written so far stay whole
+            raise TrainerError(f"{exc.strerror}: stopped at step {trainer.step}; the run directory keeps its latest "
+                               "complete checkpoint: free some space and run the same command to resume") from None
         finally:
             progress.close()
             backend.on_compile(None)

@@ -4,6 +4,7 @@ arguments, a damaged val_tokens.npy, a full disk under metrics.jsonl, the help's
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import shutil
@@ -147,3 +148,64 @@ def test_damaged_val_tokens(tiny_run, make_config, tmp_path):
 
     val.unlink()  # what the line says to do: the run writes it again, and eval works
     assert trainer("run", str(cfg), "--backend", "torch").returncode == 0 and val.exists()
+
+
+# --- 5. a full disk under metrics.jsonl -------------------------------------------------------------------------
+
+
+def test_metrics_writer_cuts_a_refused_line_back(tmp_path):
+    """A file that takes only part of a line (here: RLIMIT_FSIZE, which needs no root): the writer leaves whole
+    lines only and says why in a MetricsWriteError."""
+    resource = pytest.importorskip("resource")
+    from telemetry.events import MetricsWriteError, MetricsWriter
+
+    path = tmp_path / "metrics.jsonl"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death past the limit
+    try:
+        with MetricsWriter(path) as writer:
+            writer.emit("step", step=1, loss=1.0)
+            whole = path.read_bytes()
+            resource.setrlimit(resource.RLIMIT_FSIZE, (len(whole) + 20, hard))
+            with pytest.raises(MetricsWriteError, match="cannot append to"):
+                writer.emit("step", step=2, loss=0.5, text="x" * 200)  # 20 bytes fit, the rest does not
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            assert path.read_bytes() == whole  # no half line
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path):
+    """A 64 KiB tmpfs with one free page; skipped where it cannot be mounted (not root, no mount, a sandbox)."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True,
+                                 timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot mount a tmpfs: {exc}")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode(errors='replace').strip()}")
+    try:
+        (mnt / "filler").write_bytes(b"\0" * (15 * 4096))
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30)
+
+
+def test_full_disk_under_metrics_log_is_one_line(make_config, tmp_path, full_tmpfs):
+    cfg = make_config("full", train={"max_iters": 40, "eval_interval": 0, "ckpt_interval": 2, "sample_tokens": 0})
+    run_dir = tmp_path / "runs/full"
+    run_dir.mkdir(parents=True)
+    log = full_tmpfs / "metrics.jsonl"
+    (run_dir / "metrics.jsonl").symlink_to(log)  # the log on the full filesystem, the checkpoints on the big one
+    done = trainer("run", str(cfg), "--backend", "torch")
+    line = one_line_error(done)
+    assert "cannot append to" in line and "No space left on device" in line and "resume" in line
+    text = log.read_text(encoding="utf-8")
+    assert text.endswith("\n") and all(json.loads(x) for x in text.splitlines())  # whole lines only
+    steps = [json.loads(x)["step"] for x in text.splitlines() if '"event": "step"' in x]
+    assert 2 <= steps[-1] < 40
+    assert load_checkpoint(latest_path(run_dir)).step >= 2  # the checkpoint is whole

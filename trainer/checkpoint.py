@@ -26,6 +26,7 @@ from trainer.errors import CheckpointError
 
 FORMAT = 1
 LATEST = "latest"
+BEST = "ckpt-best"  # the checkpoint of the best val loss (train.keep_best), never pruned
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.json"
 _CKPT_RE = re.compile(r"^ckpt-(\d+)$")
@@ -158,6 +159,26 @@ def load_resumable(run_dir: Path, verb: str = "resuming from") -> tuple[Checkpoi
         raise CheckpointError(f"{run_dir} has no `{LATEST}` pointer and none of its checkpoints verifies "
                               f"({'; '.join(failed)}); move them out of the way or use a new --run.name")
     return None, None
+
+
+def available_checkpoints(run_dir: Path) -> list[str]:
+    """The checkpoint names in a run directory: ckpt-<step> oldest first, then the best one if kept."""
+    names = [p.name for _, p in list_checkpoints(run_dir)]
+    return names + [BEST] if (run_dir / BEST / STATE_FILE).is_file() else names
+
+
+def load_chosen(run_dir: Path, choice: str | None, verb: str = "using") -> tuple[Checkpoint | None, str | None]:
+    """(checkpoint, note) for `--ckpt CHOICE`: a name within the run directory (ckpt-3000, ckpt-best) or a path
+    to a checkpoint directory; None picks what `load_resumable` does. `latest` is never moved."""
+    if choice is None:
+        return load_resumable(run_dir, verb)
+    inside = run_dir / choice
+    path = inside if choice and inside.is_dir() and inside != run_dir else Path(choice).expanduser()
+    if not choice or not (path / STATE_FILE).is_file():
+        names = available_checkpoints(run_dir)
+        raise CheckpointError(f"no checkpoint {choice!r} in {run_dir}: the checkpoints there are "
+                              f"{', '.join(names) if names else 'none yet'} (or give a checkpoint directory's path)")
+    return load_checkpoint(path), None
 
 
 def _describe(run_dir: Path) -> str:

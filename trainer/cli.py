@@ -71,11 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--ignore-eot", action="store_true",
                         help="keep generating past the end-of-text token (default: stop there)")
     sample.add_argument("--backend", choices=backends, default=None, help="default: the run's own")
+    sample.add_argument("--ckpt", default=None, metavar="NAME",
+                          help="checkpoint to use: a name in the run directory (ckpt-3000, ckpt-best) or a path "
+                             "(default: latest; latest is not moved)")
 
     ev = sub.add_parser("eval", help="evaluate a run's latest checkpoint on its validation split",
                         description="Mean loss of the latest checkpoint over the fixed eval batches.")
     ev.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
     ev.add_argument("--backend", choices=backends, default=None, help="default: the run's own")
+    ev.add_argument("--ckpt", default=None, metavar="NAME",
+                      help="checkpoint to use: a name in the run directory (ckpt-3000, ckpt-best) or a path "
+                             "(default: latest; latest is not moved)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--split", choices=["val", "train", "both"], default="val",
                     help="which split (default val; train needs the run's training text)")
@@ -87,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "transformers.AutoModelForCausalLM.from_pretrained loads.")
     exp.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
     exp.add_argument("--out", required=True, metavar="DIR", help="directory to write the model into")
+    exp.add_argument("--ckpt", default=None, metavar="NAME",
+                       help="checkpoint to use: a name in the run directory (ckpt-3000, ckpt-best) or a path "
+                             "(default: latest; latest is not moved)")
 
     show = sub.add_parser("config", help="print the resolved config and the model's size, without training",
                           formatter_class=fmt, epilog="Config keys can be overridden as --section.key=value.",
@@ -346,7 +355,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         raise TrainerError(f"--num-samples must be at least 1, got {args.num_samples}")
     if args.seed is not None and args.seed < 0:  # numpy's generators take only non-negative seeds
         raise TrainerError(f"--seed must be 0 or more, got {args.seed}")
-    loaded = load_run(Path(args.run), args.backend, val=False)  # sampling needs no validation tokens
+    loaded = load_run(Path(args.run), args.backend, val=False, choice=args.ckpt)  # sampling needs no validation tokens
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     if args.seed is None:
         print(f"seed {seed} (pass --seed {seed} to draw the same samples again)", file=sys.stderr)
@@ -378,7 +387,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     whole = args.eval_iters == "all"
     if args.eval_iters is not None and not whole and not (args.eval_iters.isdigit() and int(args.eval_iters) > 0):
         raise TrainerError(f"--eval-iters must be at least 1 (a whole number) or all, got {args.eval_iters}")
-    loaded = load_run(Path(args.run), args.backend)
+    loaded = load_run(Path(args.run), args.backend, choice=args.ckpt)
     if loaded.note:
         print(f"trainer: note: {loaded.note}", file=sys.stderr)
     cfg = loaded.cfg
@@ -461,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export":
             from trainer.export import export_run
 
-            print(f"exported to {export_run(Path(args.run), Path(args.out))}")
+            print(f"exported to {export_run(Path(args.run), Path(args.out), args.ckpt)}")
             return 0
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -102,16 +102,17 @@ def tokenizer_config(m: ModelConfig) -> dict:
             "model_max_length": m.block_size, "clean_up_tokenization_spaces": False}
 
 
-def export_run(run_dir: Path, out_dir: Path) -> Path:
-    """Write the run's latest checkpoint to out_dir as a Hugging Face model directory."""
+def export_run(run_dir: Path, out_dir: Path, choice: str | None = None) -> Path:
+    """Write the run's latest checkpoint (or the one `choice` names: `--ckpt`) to out_dir as a Hugging Face
+    model directory."""
     from safetensors.numpy import save
 
     from trainer import run_artifacts
-    from trainer.checkpoint import load_resumable
+    from trainer.checkpoint import load_chosen
     from trainer.session import read_resolved
 
     cfg, _ = read_resolved(run_dir)
-    ckpt, _ = load_resumable(run_dir, "using")
+    ckpt, _ = load_chosen(run_dir, choice, "using")
     if ckpt is None:
         raise TrainerError(f"run {run_dir} has no checkpoint yet")
     config, weights = hf_state(cfg.model, ckpt.tensors)

@@ -13,7 +13,7 @@ import numpy as np
 
 from trainer import run_artifacts
 from trainer.backend import Backend, create_backend
-from trainer.checkpoint import load_resumable
+from trainer.checkpoint import load_chosen
 from trainer.config import Config, config_from_dict
 from trainer.data import write_text_atomic
 from trainer.errors import CheckpointError, ConfigError, TrainerError
@@ -86,12 +86,12 @@ class LoadedRun:
     note: str | None = None  # how the checkpoint was found, when `latest` did not name it
 
 
-def load_run(run_dir: Path, backend_kind: str | None = None, val: bool = True) -> LoadedRun:
-    """Config, data and the latest checkpoint of a run directory, in a fresh backend (`val=False`: without
-    reading the validation tokens, which sampling does not need)."""
+def load_run(run_dir: Path, backend_kind: str | None = None, val: bool = True, choice: str | None = None) -> LoadedRun:
+    """Config, data and the latest checkpoint (or the one `choice` names: `--ckpt`) of a run directory, in a fresh
+    backend (`val=False`: without reading the validation tokens, which sampling does not need)."""
     cfg, saved_kind = read_resolved(run_dir)
     kind = backend_kind or saved_kind
-    ckpt, note = load_resumable(run_dir, "using")
+    ckpt, note = load_chosen(run_dir, choice, "using")
     if ckpt is None:
         raise CheckpointError(f"run {run_dir} has no checkpoint yet")
     # The run's own tokenizer and validation tokens (written by `trainer run`), so a moved run or one whose

@@ -106,3 +106,27 @@ def test_a_relative_data_path_typed_on_the_command_line_is_stored_absolute(tmp_p
     assert state["config"]["data"]["path"] == stored
     both = trainer("eval", "--run", str(run), "--split", "train", "--backend", "torch", cwd=elsewhere)
     assert both.returncode == 0 and "train loss" in both.stdout, both.stderr
+
+
+def test_sample_eval_and_export_take_a_chosen_checkpoint_without_moving_latest(tmp_path):
+    (tmp_path / "text.txt").write_text(make_corpus(600), encoding="utf-8")
+    config = write_config(tmp_path, tmp_path / "text.txt", "pick",
+                          train={"max_iters": 8, "ckpt_interval": 4, "sample_tokens": 0})
+    train(str(config))
+    run = tmp_path / "runs" / "pick"
+    ev = trainer("eval", "--run", str(run), "--ckpt", "ckpt-4", "--json", "--backend", "torch")
+    assert ev.returncode == 0, ev.stderr
+    assert json.loads(ev.stdout)["checkpoint"] == "ckpt-4" and json.loads(ev.stdout)["step"] == 4
+    drawn = trainer("sample", "--run", str(run), "--ckpt", "ckpt-4", "--seed", "1", "--tokens", "4",
+                    "--backend", "torch")
+    assert drawn.returncode == 0, drawn.stderr
+    out = tmp_path / "hf"
+    exported = trainer("export", "--run", str(run), "--ckpt", str(run / "ckpt-4"), "--out", str(out))
+    assert exported.returncode == 0 and (out / "model.safetensors").is_file(), exported.stderr
+    assert (run / "latest").read_text().strip() == "ckpt-8"
+
+    bad = trainer("eval", "--run", str(run), "--ckpt", "ckpt-9", "--backend", "torch")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"trainer: error: no checkpoint 'ckpt-9' in {run}: the checkpoints there are ckpt-4, ckpt-8 "
+        "(or give a checkpoint directory's path)"]

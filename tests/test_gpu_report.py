@@ -1,6 +1,8 @@
-"""tools/gpu_report.sh: what it runs exists, its records are tagged per step, and the report is built from them."""
+"""tools/gpu_report.sh: what it runs exists, its records are tagged per step, the report is built from them, and
+one call inside a time budget keeps what it measured and skips what the budget leaves no time for."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -39,19 +41,65 @@ def test_records_are_tagged_and_the_report_names_each_step(tmp_path):
                    capture_output=True)
     report = json.loads((tmp_path / "report.json").read_text())
     steps = {s["step"]: s for s in report["steps"]}
-    assert steps["matmul_fp32"] == {"event": "report_step", "step": "matmul_fp32", "rc": 0, "seconds": 12.3,
-                                    "last": "done 3/3"}
+    assert steps["matmul_fp32"] == {"event": "report_step", "step": "matmul_fp32", "status": "ok", "rc": 0,
+                                    "seconds": 12.3, "limit_s": None, "last": "done 3/3"}
     assert report["figures"]["matmul_fp32"][0]["ratio"] == 0.71
     md = (tmp_path / "report.md").read_text()
-    assert "NVIDIA H100" in md and "| matmul_fp32 | 0 | 12.3 |" in md and "0.71x" in md
+    assert "NVIDIA H100" in md and "| matmul_fp32 | ok | 0 | 12.3 | - |" in md and "0.71x" in md
 
 
 def test_bench_tune_takes_its_family_as_an_argument_not_a_benchmark_name(tmp_path):
     """`python -m helios.bench tune matmul` (the command docs and the report run) reaches tune with its family."""
-    import os
-
     res = subprocess.run([sys.executable, "-m", "helios.bench", "tune", "matmul", "--shapes", "8x8x8", "--layouts",
                           "nn", "--quick", "--dry-run"], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "HELIOS_CACHE_DIR": str(tmp_path)})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "nn:8x8x8 ->" in res.stdout
+
+
+def test_tuned_figures_are_set_beside_the_tiling_the_table_picks():
+    sys.path.insert(0, str(ROOT / "tools"))
+    from gpu_report import tune_vs_table
+
+    def rec(tiling, ms, winner):
+        return {"kernel": "matmul_nn", "shape": "64x32x16", "tiling": tiling, "ms": ms, "gflops": 1 / ms,
+                "winner": winner}
+
+    records = [rec("tiled32", 2.0, False), rec("tiled64", 1.0, True), rec("tiled128", 4.0, False)]
+    assert tune_vs_table(records, lambda M, N: "tiled32" if (M, N) == (64, 32) else "?") == [
+        {"event": "tune_vs_table", "kernel": "matmul_nn", "shape": "64x32x16", "table_tiling": "tiled32",
+         "table_gflops": 0.5, "tuned_tiling": "tiled64", "tuned_gflops": 1.0, "speedup": 2.0}]
+
+
+def test_one_call_keeps_the_first_figures_and_skips_what_the_budget_leaves_no_time_for(tmp_path):
+    """`all` on lavapipe at tiny sizes with a 45 s budget and steps of at least 30 s: the first training figure is
+    measured and written, and the budget is spent before the GPU tests (the last step), which say so."""
+    import time
+
+    env = {**os.environ, "HELIOS_REPORT_SETUP": "0", "GPU_REPORT_QUICK": "1", "GPU_REPORT_BUDGET_S": "45",
+           "GPU_REPORT_MIN_STEP_S": "30", "PYTHON": sys.executable}
+    env.pop("OUT", None)
+    t0 = time.monotonic()
+    res = subprocess.run(["bash", str(SCRIPT), "all", str(tmp_path)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    seconds = time.monotonic() - t0
+    assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]  # 3: the budget skipped or cut steps
+    assert seconds < 55
+
+    def step_records(name):
+        return [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+
+    train = step_records("train_bf16")
+    assert train[-1]["status"] == "ok"
+    figures = [r for r in train if r.get("event") == "bench_train"]
+    assert figures and figures[0]["dtype"] == "bf16" and figures[0]["tok_s"] > 0
+    index = (tmp_path / "index.txt").read_text()
+    plan = next(line for line in index.splitlines() if line.startswith("plan: ")).split()[1:]
+    assert plan[:2] == ["info", "train_bf16"] and plan[-1] == "gpu_tests"
+    statuses = {name: step_records(name)[-1]["status"] for name in plan}
+    assert set(statuses.values()) <= {"ok", "cut", "skipped"}, statuses
+    assert statuses["gpu_tests"] == "skipped" and "gpu_tests: skipped, budget spent" in index
+    assert not (tmp_path / "gpu_tests.log").exists()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [s["step"] for s in report["steps"]] == plan
+    assert "| gpu_tests | skipped |" in (tmp_path / "report.md").read_text()

@@ -181,6 +181,8 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     env.check_all()
     world = distributed.world()
     _warn_if_no_cache(world)
+    if world.is_main:
+        _warn_about_schedule(cfg)
     if args.backend == "helios":  # device and memory settings fail here, before the run directory exists
         from helios import runtime as rt
         from trainer.device_check import check_device
@@ -421,7 +423,9 @@ def cmd_config(args: argparse.Namespace, overrides: list[str]) -> int:
     from trainer.config import load_config
     from trainer.inspect_config import describe
 
-    print(describe(load_config(args.config, overrides), as_json=args.json))
+    cfg = load_config(args.config, overrides)
+    _warn_about_schedule(cfg)
+    print(describe(cfg, as_json=args.json))
     return 0
 
 
@@ -501,6 +505,15 @@ def _warn_if_no_cache(world) -> None:
     warning = cache_warning()
     if warning and world.is_main:
         print(f"trainer: warning: {warning}", file=sys.stderr)
+
+
+def _warn_about_schedule(cfg) -> None:
+    """One warning when the warmup is longer than the run and so spans the whole run instead."""
+    from trainer.schedule import warmup_warning
+
+    line = warmup_warning(cfg.schedule)
+    if line:
+        print(f"trainer: warning: {line}", file=sys.stderr)
 
 
 def _warn_if_oversubscribed(nproc: int) -> None:

@@ -263,10 +263,9 @@ def _check_relations(cfg: Config, source: str) -> Config:
     defaulted = s.lr_decay_iters is None
     if defaulted:
         s = dataclasses.replace(s, lr_decay_iters=t.max_iters)
-    if s.lr_decay_iters < s.warmup_iters:
-        if defaulted:  # the user never wrote lr_decay_iters: name what they did write
-            raise bad("[train] max_iters", t.max_iters, f"must be at least [schedule] warmup_iters "
-                      f"({s.warmup_iters}) unless [schedule] lr_decay_iters is set")
+    # A warmup longer than the run (lr_decay_iters left to default to max_iters) is not an error: the schedule
+    # warms up over the whole run instead (trainer.schedule.warmup_warning says so), as nanoGPT and HF do.
+    if s.lr_decay_iters < s.warmup_iters and not defaulted:
         raise bad("[schedule] lr_decay_iters", s.lr_decay_iters, f"must be at least warmup_iters ({s.warmup_iters})")
     if s.min_lr > cfg.optim.lr:
         raise bad("[schedule] min_lr", s.min_lr, f"must not exceed optim.lr ({cfg.optim.lr})")

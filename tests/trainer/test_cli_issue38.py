@@ -7,6 +7,8 @@ import io
 import json
 import math
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -19,6 +21,7 @@ pytest.importorskip("torch")
 
 from telemetry.events import read_events  # noqa: E402
 from tests.conftest import REPO, run_python  # noqa: E402
+from tests.trainer.conftest import TINY  # noqa: E402
 from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
 
 QUICK = {"train": {"max_iters": 4, "eval_interval": 2, "ckpt_interval": 0, "sample_tokens": 0}}
@@ -209,3 +212,64 @@ def test_full_disk_under_metrics_log_is_one_line(make_config, tmp_path, full_tmp
     steps = [json.loads(x)["step"] for x in text.splitlines() if '"event": "step"' in x]
     assert 2 <= steps[-1] < 40
     assert load_checkpoint(latest_path(run_dir)).step >= 2  # the checkpoint is whole
+
+
+# --- 6. the help's and the docs' own examples -------------------------------------------------------------------
+
+
+def test_warmup_longer_than_the_run_is_clamped_with_a_warning():
+    from trainer.config import load_config
+    from trainer.schedule import lr_at, warmup_warning
+
+    cfg = load_config(REPO / "configs/shakespeare.toml", ["train.max_iters=50"])  # warmup_iters = 100
+    assert warmup_warning(cfg.schedule) == "warmup_iters 100 > max_iters 50: warming up over 50 steps"
+    lrs = [lr_at(i, cfg.schedule, cfg.optim.lr) for i in range(50)]
+    assert lrs == sorted(lrs) and lrs[-1] == cfg.optim.lr  # the whole run warms up, to the full lr at its end
+    assert warmup_warning(load_config(REPO / "configs/shakespeare.toml").schedule) is None
+
+
+def _examples() -> list[str]:
+    """Every `python -m trainer ...` in trainer/cli.py's --help texts and docs/TRAINER.md, as one line each."""
+    import argparse
+
+    from trainer.cli import build_parser
+
+    parser = build_parser()
+    texts = [parser.format_help()]
+    for action in parser._actions:  # noqa: SLF001 (argparse keeps its subparsers only here)
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            texts += [sub.format_help() for sub in action.choices.values()]
+    docs = (REPO / "docs/TRAINER.md").read_text(encoding="utf-8")
+    fenced = re.findall(r"```[a-z]*\n(.*?)```", docs, flags=re.S)
+    inline = re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", docs, flags=re.S))
+    texts += fenced + [" ".join(span.split()) for span in inline]
+    found = []
+    for text in texts:
+        for match in re.findall(r"python -m trainer [^\n#`]*", text):
+            found.append(" ".join(match.split()))
+    return found
+
+
+PLACEHOLDER = re.compile(r"[\[\]|{}]|\.\.\.|^[A-Z_]+(\.toml)?$|=[A-Z]+$")
+
+
+def test_every_quick_example_runs_as_printed(tmp_path, corpus):
+    examples = [e for e in _examples() if not any(PLACEHOLDER.search(tok) for tok in shlex.split(e)[3:])]
+    commands = {shlex.split(e)[3] for e in examples}
+    assert {"run", "configs"} <= commands, examples  # the extraction finds what it should
+    tiny = [f"--{section}.{key}={value}" for section, table in TINY.items() if section != "schedule"
+            for key, value in table.items()]
+    tiny += ["--train.max_iters=2", "--train.eval_interval=0", "--train.sample_tokens=0", "--train.eval_iters=1",
+             f"--run.out_dir={tmp_path / 'runs'}"]
+    for example in examples:
+        argv = [re.sub(r"(?<==)mytext\.txt$", str(corpus), a) for a in shlex.split(example)[3:]]  # modulo paths
+        if argv[0] == "run":  # first as `config` exactly as printed (no training): it must accept the settings
+            shown = trainer("config", *[a for a in argv[1:] if not a.startswith("--backend") and a != "torch"])
+            assert shown.returncode == 0, f"{example}: {shown.stderr}"
+            if "--train.max_iters=50" in argv:  # shakespeare.toml warms up for 100 steps
+                assert "warmup_iters 100 > max_iters 50: warming up over 50 steps" in shown.stderr
+            data = [] if any(a.startswith("--data.path") for a in argv) else [f"--data.path={corpus}"]
+            backend = [] if "--backend" in argv else ["--backend", "torch"]
+            argv = [*argv, *backend, *data, *tiny]
+        done = trainer(*argv)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{example}: {done.stderr[-2000:]}"

@@ -234,6 +234,35 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
     return final
 
 
+def save_best(run_dir: Path, step: int, tensors: dict[str, np.ndarray], state: dict[str, Any]) -> Path:
+    """Write `ckpt-best` (built in a temp directory, then renamed over the previous one); `latest` and the
+    ckpt-<step> rotation are untouched. Returns its path."""
+    from safetensors.numpy import save
+
+    final = run_dir / BEST
+    tmp, stale = run_dir / f".{BEST}.tmp{os.getpid()}", run_dir / f".{BEST}.old{os.getpid()}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        blob = save({k: np.asarray(v, order="C") for k, v in tensors.items()}, metadata={"format": "helios"})
+        state = dict(state, format=FORMAT, step=step, time=time.time(),
+                     model_file={"name": MODEL_FILE, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
+        _write_file(tmp / MODEL_FILE, blob)
+        _write_file(tmp / STATE_FILE, json.dumps(state, indent=1).encode("utf-8"))
+        _fsync_dir(tmp)
+        if final.is_dir():
+            os.rename(final, stale)
+        os.rename(tmp, final)
+        _fsync_dir(run_dir)
+        shutil.rmtree(stale, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise CheckpointError(f"could not write {BEST} (step {step}) in {run_dir}: "
+                              f"{'the disk is full' if full else exc.strerror or exc}; {_describe(run_dir)}") from None
+    return final
+
+
 def _point_latest(run_dir: Path, name: str) -> None:
     """Replace the `latest` pointer atomically."""
     tmp = run_dir / f".{LATEST}.tmp{os.getpid()}"

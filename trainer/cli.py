@@ -264,6 +264,11 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         if outcome == "stopped":
             print(f"stopped at step {trainer.step} of {cfg.train.max_iters}; resume with: "
                   f"{_resume_command(args, overrides)}")
+        elif outcome == "early_stopped":
+            kept = ", kept in ckpt-best" if cfg.train.keep_best else ""
+            print(f"early stop at step {trainer.step} of {cfg.train.max_iters}: the val loss has not improved for "
+                  f"{cfg.train.early_stop_patience} evals (best {trainer.best_val:.4f} at step {trainer.best_step}"
+                  f"{kept}); ckpt-{trainer.step} written")
     if outcome == "stopped" and controls.stop_requested == "SIGINT":
         return 130
     return 0

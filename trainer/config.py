@@ -88,6 +88,8 @@ class TrainConfig:
     init_from: str | None = None  # a run, checkpoint or Hugging Face directory to start from (fine-tuning)
     init_strict: bool = True  # false: load the parameters that match, list the rest (init_from only)
     init_tokenizer: str | None = None  # the tokenizer.json for init_from's weights (a source without its own)
+    keep_best: bool = False  # also keep ckpt-best: the checkpoint of the lowest val loss (never rotated out)
+    early_stop_patience: int = 0  # stop after this many evals without a lower val loss (0: never)
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "sample_tokens"): _nonneg,
     ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
     ("train", "init_tokenizer"): (lambda v: v != "", "a path to a tokenizer.json file"),
+    ("train", "early_stop_patience"): _nonneg,
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
     ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
                       "letters, digits, '_', '-', '.' (no slashes, not only dots)"),

@@ -7,6 +7,7 @@ them between steps, so a checkpoint always holds a whole step.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ import numpy as np
 
 from trainer import env
 from trainer.backend import CUMULATIVE_COUNTERS, Backend
-from trainer.checkpoint import Checkpoint, save_checkpoint
+from trainer.checkpoint import Checkpoint, save_best, save_checkpoint
 from trainer.config import Config, model_signature
 from trainer.distributed import World, shard
 from trainer.errors import CheckpointError, TrainingDivergedError
@@ -131,6 +132,8 @@ class Trainer:
         self.start_step = 0
         self.saved_steps: set[int] = set()
         self._tokenizer: Any = None
+        # The lowest val loss so far, its step, and the evals since it (ckpt-best and early stopping).
+        self.best_val, self.best_step, self.evals_since_best = math.inf, None, 0
         self.peak: Any = None  # the backend's helios.peak.Peak, set by run()
         self._peak_remeasured = False
 
@@ -155,6 +158,9 @@ class Trainer:
         self.sampler.set_state(saved["data_rng"])
         self.step = self.start_step = ckpt.step
         self.resumed_from = ckpt.path.name
+        best = saved.get("best_val_loss")
+        self.best_val = float(best) if isinstance(best, (int, float)) else math.inf
+        self.best_step, self.evals_since_best = saved.get("best_step"), int(saved.get("evals_since_best") or 0)
 
     def save(self, reason: str) -> Path:
         """Write a checkpoint of the current step and log a `ckpt` event (rank 0 only: every rank holds the
@@ -162,14 +168,44 @@ class Trainer:
         if not self.world.is_main:
             return self.run_dir
         t0 = time.perf_counter()
-        state = {"config": self.cfg.to_dict(), "backend": self.backend_kind,
-                 "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
-                 "data_rng": self.sampler.state(), "world_size": self.world.size, "data": data_fingerprint(self.data),
-                 "tokenizer_json": self.data.tokenizer_path.read_text(encoding="utf-8")}
+        state = self._checkpoint_state()
         self.saved_steps.add(self.step)
         path = save_checkpoint(self.run_dir, self.step, self.backend.state_dict(), state, self.cfg.train.keep_ckpts,
                                ours=lambda step: step <= self.start_step or step in self.saved_steps)
         self.emit("ckpt", step=self.step, path=path.name, reason=reason, ms=(time.perf_counter() - t0) * 1000)
+        return path
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """state.json's contents besides the step and tensor file: config, data, RNG, and the best-val bookkeeping
+        (so a resumed run keeps its best val loss and its early-stopping patience)."""
+        return {"config": self.cfg.to_dict(), "backend": self.backend_kind,
+                "tokenizer_sha256": self.data.tokenizer_hash, "tokenizer_path": str(self.data.tokenizer_path),
+                "data_rng": self.sampler.state(), "world_size": self.world.size, "data": data_fingerprint(self.data),
+                "tokenizer_json": self.data.tokenizer_path.read_text(encoding="utf-8"),
+                "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
+                "best_step": self.best_step, "evals_since_best": self.evals_since_best}
+
+    def track_best(self, loss: float) -> bool:
+        """After an eval: note a new best (and write ckpt-best under train.keep_best); True when early stopping
+        is due (train.early_stop_patience evals without a lower val loss). Every rank calls it: rank 0 decides."""
+        t = self.cfg.train
+        if self.world.is_main:
+            if math.isfinite(loss) and loss < self.best_val:
+                self.best_val, self.best_step, self.evals_since_best = loss, self.step, 0
+                if t.keep_best:
+                    self.save_best()
+            else:
+                self.evals_since_best += 1
+        due = self.world.is_main and bool(t.early_stop_patience) and self.evals_since_best >= t.early_stop_patience
+        return self.world.any_([due])[0]
+
+    def save_best(self) -> Path:
+        """Write ckpt-best (the current step, which has the lowest val loss so far) and log a `ckpt` event."""
+        t0 = time.perf_counter()
+        state = dict(self._checkpoint_state(), val_loss=self.best_val)
+        path = save_best(self.run_dir, self.step, self.backend.state_dict(), state)
+        self.emit("ckpt", step=self.step, path=path.name, reason="best", val_loss=self.best_val,
+                  ms=(time.perf_counter() - t0) * 1000)
         return path
 
     @property
@@ -214,7 +250,8 @@ class Trainer:
     # --- the loop ---------------------------------------------------------------------------------------
 
     def run(self, writer: Any) -> str:
-        """Train to max_iters logging to writer (a MetricsWriter); returns "done" or "stopped" (a stop request).
+        """Train to max_iters logging to writer (a MetricsWriter); returns "done", "stopped" (a stop request) or
+        "early_stopped" (train.early_stop_patience evals without a better val loss).
 
         Raises TrainingDivergedError under nan_policy = "stop" after checkpointing the last good state.
         """
@@ -265,8 +302,9 @@ class Trainer:
                         f"loss or gradient norm became NaN/Inf at step {self.step} (nan_policy = \"stop\"); the "
                         f"parameters were left untouched and saved in {path}"
                     )
+            early_stop = False
             if t.eval_interval and self.step % t.eval_interval == 0:
-                self.do_eval()
+                early_stop = self.track_best(self.do_eval())
                 last_eval = self.step
             if t.sample_interval and t.sample_tokens and self.step % t.sample_interval == 0:
                 self.do_sample()
@@ -274,6 +312,12 @@ class Trainer:
             if t.ckpt_interval and self.step % t.ckpt_interval == 0:
                 self.save("interval")
                 last_ckpt = self.step
+            if early_stop:
+                if last_ckpt != self.step:
+                    self.save("early_stop")
+                self.emit("end", step=self.step, status="done", reason="early_stop", best_val_loss=self.best_val,
+                          best_step=self.best_step)
+                return "early_stopped"
             if self.world.size > 1:  # every rank acts on a request any rank received, at the same step
                 stop, save = self.world.any_([self.controls.stop_requested is not None, self.controls.save_requested])
                 if stop and not self.controls.stop_requested:
@@ -292,7 +336,7 @@ class Trainer:
             if delay:
                 time.sleep(delay)
         if last_eval != self.step:
-            self.do_eval()
+            self.track_best(self.do_eval())
         if t.sample_tokens and last_sample != self.step:
             self.do_sample()
         if last_ckpt != self.step:

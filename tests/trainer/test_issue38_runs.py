@@ -130,3 +130,29 @@ def test_sample_eval_and_export_take_a_chosen_checkpoint_without_moving_latest(t
     assert bad.stderr.strip().splitlines() == [
         f"trainer: error: no checkpoint 'ckpt-9' in {run}: the checkpoints there are ckpt-4, ckpt-8 "
         "(or give a checkpoint directory's path)"]
+
+
+def test_the_best_checkpoint_outlives_rotation_and_early_stopping_ends_the_run(tmp_path):
+    (tmp_path / "text.txt").write_text(make_corpus(600), encoding="utf-8")
+    # Every step skipped (a gradient-norm threshold no step passes): the weights never change, so the val loss
+    # never improves on the first eval's.
+    config = write_config(tmp_path, tmp_path / "text.txt", "patience",
+                          train={"max_iters": 10, "eval_interval": 1, "ckpt_interval": 1, "keep_ckpts": 1,
+                                 "sample_tokens": 0, "spike_threshold": 1e-9, "keep_best": True,
+                                 "early_stop_patience": 2})
+    done = train(str(config))
+    assert ("early stop at step 3 of 10: the val loss has not improved for 2 evals (best "
+            in done.stdout), done.stdout
+    assert "at step 1, kept in ckpt-best); ckpt-3 written" in done.stdout
+    run = tmp_path / "runs" / "patience"
+    assert sorted(p.name for p in run.glob("ckpt-*")) == ["ckpt-3", "ckpt-best"]  # ckpt-1 rotated out, best kept
+    assert (run / "latest").read_text().strip() == "ckpt-3"
+    best = json.loads((run / "ckpt-best" / "state.json").read_text())
+    evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert best["step"] == 1 and best["val_loss"] == [e["val_loss"] for e in evals if e["event"] == "eval"][0]
+    assert evals[-1]["event"] == "end" and evals[-1]["reason"] == "early_stop"
+    ev = trainer("eval", "--run", str(run), "--ckpt", "ckpt-best", "--json", "--backend", "torch")
+    assert ev.returncode == 0 and json.loads(ev.stdout)["step"] == 1, ev.stderr
+
+    bad = trainer("run", str(config), "--train.early_stop_patience=-1", "--backend", "torch")
+    assert bad.returncode == 2 and "[train] early_stop_patience = -1 is not allowed" in bad.stderr

@@ -101,9 +101,10 @@ class Backend(ABC):
 
     @abstractmethod
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator, on_token=None) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None, top_p: float | None = None) -> np.ndarray:
         """n new token ids (int32, 1-D) continuing prompt_ids (1-D, non-empty); temperature 0 means greedy.
-        `on_token(id)` is called as each token is drawn (streaming); returning False stops early.
+        `on_token(id)` is called as each token is drawn (streaming); returning False stops early. `top_k` and
+        `top_p` (nucleus) narrow the draw as `sample_logits` does.
 
         The context is cropped to the last block_size tokens; sampling draws only from rng.
         """
@@ -217,8 +218,10 @@ def flops_per_token(model_cfg: ModelConfig, n_params: int) -> float:
     return 6.0 * n + 12.0 * m.n_layer * m.n_head * m.head_dim * m.block_size
 
 
-def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
-    """One token id from float64 logits: greedy at temperature 0, else softmax(logits/T) over the top_k."""
+def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator,
+                  top_p: float | None = None) -> int:
+    """One token id from float64 logits: greedy at temperature 0, else softmax(logits/T) over the top_k, then
+    over the smallest set of likeliest tokens whose probability reaches top_p (nucleus sampling; None or 1: all)."""
     if temperature <= 0:
         return int(np.argmax(logits))
     z = logits / temperature
@@ -226,5 +229,9 @@ def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng
         kth = np.partition(z, -top_k)[-top_k]
         z = np.where(z < kth, -np.inf, z)
     p = np.exp(z - z.max())
+    if top_p is not None and top_p < 1:
+        order = np.argsort(-p, kind="stable")
+        kept = order[:int(np.searchsorted(np.cumsum(p[order]) / p.sum(), top_p)) + 1]  # the likeliest always
+        p = np.where(np.isin(np.arange(p.size), kept), p, 0.0)
     cdf = np.cumsum(p)
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), z.size - 1))

@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--tokens", type=int, default=200, metavar="N", help="tokens to generate (default 200)")
     sample.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 = greedy (default 0.8)")
     sample.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the K likeliest; 0 = all")
+    sample.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                        help="then among the fewest likeliest tokens whose probability reaches P (nucleus "
+                             "sampling); 1 = all (default)")
     sample.add_argument("--seed", type=int, default=None, metavar="S",
                         help="sampling seed (default: a new one each call, printed to stderr for reuse)")
     sample.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples to draw (default 1)")
@@ -358,6 +361,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if args.tokens < 0 or not math.isfinite(args.temperature) or args.temperature < 0 or args.top_k < 0:
         raise TrainerError(f"--tokens, --temperature and --top-k must be finite and not negative (got --tokens "
                            f"{args.tokens}, --temperature {args.temperature}, --top-k {args.top_k})")
+    if not 0 < args.top_p <= 1:  # NaN included
+        raise TrainerError(f"--top-p must be above 0 and at most 1, got {args.top_p}")
     if args.num_samples < 1:
         raise TrainerError(f"--num-samples must be at least 1, got {args.num_samples}")
     if args.seed is not None and args.seed < 0:  # numpy's generators take only non-negative seeds
@@ -378,7 +383,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
                 write("\n---\n")
             write(args.prompt)
             stream_sample(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens, args.temperature,
-                          args.top_k or None, rng, write, stop_at_eot=not args.ignore_eot)
+                          args.top_k or None, rng, write, stop_at_eot=not args.ignore_eot,
+                          top_p=args.top_p if args.top_p < 1 else None)
         write("\n")
     except KeyboardInterrupt:  # what was printed stays; no traceback
         write("\n")

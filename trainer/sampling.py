@@ -14,7 +14,8 @@ from trainer.tokens import EOT
 
 
 def stream_sample(backend: Backend, tokenizer: Any, prompt: str, n: int, temperature: float, top_k: int | None,
-                  rng: np.random.Generator, write: Callable[[str], None], stop_at_eot: bool = True) -> str:
+                  rng: np.random.Generator, write: Callable[[str], None], stop_at_eot: bool = True,
+                  top_p: float | None = None) -> str:
     """Generate up to n tokens after prompt, handing each new piece of decoded text to `write`; returns it all.
 
     Byte-level BPE can split a character over tokens: text is written only up to the last whole character.
@@ -35,7 +36,7 @@ def stream_sample(backend: Backend, tokenizer: Any, prompt: str, n: int, tempera
             shown[0] = text
         return True
 
-    backend.generate(np.asarray(ids, dtype=np.int32), n, temperature, top_k, rng, on_token=on_token)
+    backend.generate(np.asarray(ids, dtype=np.int32), n, temperature, top_k, rng, on_token=on_token, top_p=top_p)
     text = tokenizer.decode(drawn)
     if text != shown[0] and text.startswith(shown[0]):
         write(text[len(shown[0]):])

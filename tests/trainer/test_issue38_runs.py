@@ -156,3 +156,21 @@ def test_the_best_checkpoint_outlives_rotation_and_early_stopping_ends_the_run(t
 
     bad = trainer("run", str(config), "--train.early_stop_patience=-1", "--backend", "torch")
     assert bad.returncode == 2 and "[train] early_stop_patience = -1 is not allowed" in bad.stderr
+
+
+def test_top_p_one_is_plain_sampling_and_a_tiny_top_p_is_greedy(tmp_path):
+    (tmp_path / "text.txt").write_text(make_corpus(600), encoding="utf-8")
+    train(str(write_config(tmp_path, tmp_path / "text.txt", "nucleus", **QUICK)))
+    run = str(tmp_path / "runs" / "nucleus")
+
+    def sample(*args: str) -> str:
+        done = trainer("sample", "--run", run, "--seed", "5", "--tokens", "24", "--top-k", "0", "--ignore-eot",
+                       "--backend", "torch", *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    plain = sample()
+    assert sample("--top-p", "1.0") == plain
+    assert sample("--top-p", "1e-9") == sample("--temperature", "0") != plain
+    bad = trainer("sample", "--run", run, "--top-p", "0")
+    assert bad.returncode == 2 and "--top-p must be above 0 and at most 1, got 0.0" in bad.stderr

@@ -77,7 +77,7 @@ class _ScriptedBackend:
     def __init__(self, tokens):
         self.tokens = tokens
 
-    def generate(self, prompt_ids, n, temperature, top_k, rng, on_token=None):
+    def generate(self, prompt_ids, n, temperature, top_k, rng, on_token=None, top_p=None):
         out = []
         for token in self.tokens[:n]:
             out.append(token)

@@ -285,7 +285,7 @@ class HeliosBackend(Backend):
             self.model.train()
 
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator, on_token=None) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None, top_p: float | None = None) -> np.ndarray:
         ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
         if not ids:
             raise ValueError("generate needs a non-empty prompt")
@@ -307,7 +307,7 @@ class HeliosBackend(Backend):
                         cache.reset()
                         logits = cache.feed(ids[-block:])
                     last = logits.reshape(-1, self.cfg.vocab_size).numpy()[-1].astype(np.float64)
-                    token = sample_logits(last, temperature, top_k, rng)
+                    token = sample_logits(last, temperature, top_k, rng, top_p)
                     ids.append(token)
                     out.append(token)
                     if on_token is not None and on_token(token) is False:

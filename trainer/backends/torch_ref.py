@@ -168,7 +168,7 @@ class TorchBackend(Backend):
 
     @_no_grad
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator, on_token=None) -> np.ndarray:
+                 rng: np.random.Generator, on_token=None, top_p: float | None = None) -> np.ndarray:
         """n sampled tokens after prompt_ids (full recompute per token: this is the reference, not the fast path)."""
         ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
         if not ids:
@@ -179,7 +179,7 @@ class TorchBackend(Backend):
             for _ in range(n):
                 ctx = torch.tensor([ids[-self.cfg.block_size:]], dtype=torch.int64)
                 logits = self.model(ctx)[0, -1].double().numpy()
-                nxt = sample_logits(logits, temperature, top_k, rng)
+                nxt = sample_logits(logits, temperature, top_k, rng, top_p)
                 ids.append(nxt)
                 out.append(nxt)
                 if on_token is not None and on_token(nxt) is False:

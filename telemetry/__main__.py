@@ -1,4 +1,4 @@
-"""`python -m telemetry {watch,plot,summary,serve} RUN_DIR`: read a run's metrics.jsonl (the CLI layer prints).
+"""`python -m telemetry {watch,plot,summary,csv,serve} RUN_DIR`: read a run's metrics.jsonl (the CLI layer prints).
 
 Bad input (a missing or mistyped run, a file that is not a helios metrics log, a plot path that cannot be written)
 ends in one `telemetry: error: ...` line and exit code 2.
@@ -21,7 +21,7 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse tree for the four commands."""
+    """The argparse tree for the five commands."""
     parser = argparse.ArgumentParser(prog="python -m telemetry", description="inspect a helios run's metrics.jsonl")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     w = sub.add_parser("watch", help="live terminal dashboard of a run",
@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="short table of a run's headline numbers")
     s.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    c = sub.add_parser("csv", help="write the run's steps and evals as a CSV table (for spreadsheets)",
+                       description="One row per step (step, t, loss, lr, grad_norm, clip_coef, skipped, tok_per_s, "
+                       "step_ms, mfu, val_loss; val_loss on the steps an eval followed), converted from "
+                       "metrics.jsonl; steps replayed after a resume appear once.")
+    c.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    c.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="CSV path (default RUN_DIR/metrics.csv; - for stdout)")
     v = sub.add_parser("serve", help="live dashboard in the browser (one or more runs overlaid)",
                        description="Serve a live web dashboard of the runs (charts update as they train). Binds "
                        "127.0.0.1 unless --host says otherwise and prints the URL.")
@@ -76,6 +83,22 @@ def _plot(args: argparse.Namespace, events: list[dict], path: Path) -> int:
             reason = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
         raise UsageError(f"cannot write {out}: {reason}; choose a writable path with -o") from None
     print(out)
+    return 0
+
+
+def _csv(args: argparse.Namespace, events: list[dict], path: Path) -> int:
+    from telemetry.csv_table import write_csv
+
+    if args.output == "-":
+        write_csv(events, sys.stdout)
+        return 0
+    out = Path(args.output) if args.output else path.parent / "metrics.csv"
+    try:
+        with open(out, "w", encoding="utf-8", newline="") as f:
+            count = write_csv(events, f)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}; choose a writable path with -o") from None
+    print(f"{out} ({count} rows)")
     return 0
 
 
@@ -129,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     events = surviving(read_events(path))  # steps replayed after a resume: the later copy counts
     if args.command == "plot":
         return _plot(args, events, path)
+    if args.command == "csv":
+        return _csv(args, events, path)
     from telemetry.summary import format_summary, summarize
 
     summary = summarize(events, trainer_alive(path.parent))

@@ -3,6 +3,7 @@ data paths, choosing a checkpoint, the best checkpoint and early stopping, top-p
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import time
@@ -174,3 +175,23 @@ def test_top_p_one_is_plain_sampling_and_a_tiny_top_p_is_greedy(tmp_path):
     assert sample("--top-p", "1e-9") == sample("--temperature", "0") != plain
     bad = trainer("sample", "--run", run, "--top-p", "0")
     assert bad.returncode == 2 and "--top-p must be above 0 and at most 1, got 0.0" in bad.stderr
+
+
+def test_telemetry_csv_tables_steps_and_evals_across_a_resume_with_one_header(tmp_path):
+    (tmp_path / "text.txt").write_text(make_corpus(600), encoding="utf-8")
+    config = write_config(tmp_path, tmp_path / "text.txt", "table", **QUICK)
+    train(str(config))
+    train(str(config), "--train.max_iters=6")
+    run = tmp_path / "runs" / "table"
+    done = run_python("-m", "telemetry", "csv", str(run))
+    assert done.returncode == 0 and done.stdout.strip() == f"{run / 'metrics.csv'} (6 rows)", done.stderr
+    with open(run / "metrics.csv", newline="", encoding="utf-8") as f:
+        table = list(csv.reader(f))
+    header, body = table[0], table[1:]
+    assert header[:5] == ["step", "t", "loss", "lr", "grad_norm"] and header[-1] == "val_loss"
+    assert [int(r[0]) for r in body] == [1, 2, 3, 4, 5, 6] and all("step" not in r for r in body)
+    val = {int(r[0]): r[-1] for r in body}
+    assert all(float(val[s]) > 0 for s in (2, 4, 6)) and val[1] == val[3] == val[5] == ""
+    assert all(float(r[2]) > 0 for r in body)
+    piped = run_python("-m", "telemetry", "csv", str(run), "-o", "-")
+    assert piped.returncode == 0 and piped.stdout == (run / "metrics.csv").read_text(encoding="utf-8")

@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "transformers.AutoModelForCausalLM.from_pretrained loads.")
     exp.add_argument("--run", required=True, metavar="DIR", help="run directory (out_dir/name)")
     exp.add_argument("--out", required=True, metavar="DIR", help="directory to write the model into")
+    exp.add_argument("--force", action="store_true",
+                     help="write into --out even if it is a folder that is not empty (never the run directory)")
     exp.add_argument("--ckpt", default=None, metavar="NAME",
                        help="checkpoint to use: a name in the run directory (ckpt-3000, ckpt-best) or a path "
                              "(default: latest; latest is not moved)")
@@ -470,25 +472,24 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "run" and args.nproc is not None and distributed.launched_size() == 1:
-            from trainer.config import load_config
-
             # Checked once here, before any rank starts: a bad config or resume is one line, not one per rank.
-            return distributed.relaunch(args.nproc, _without_nproc(raw), check=lambda: (resume.check_launch(
-                load_config(args.config, split_overrides(extra)), args.nproc), _warn_if_oversubscribed(args.nproc)))
+            return distributed.relaunch(args.nproc, _without_nproc(raw), check=lambda: _check_launch(args, extra))
         if args.command in ("run", "prepare", "config"):
             overrides = split_overrides(extra)
             if args.command == "config":
                 return cmd_config(args, overrides)
             return cmd_run(args, overrides) if args.command == "run" else cmd_prepare(args, overrides)
+        if extra and args.command not in ("run", "prepare", "config"):  # only those take --section.key overrides
+            raise TrainerError(f"unrecognized arguments: {' '.join(extra)} (see python -m trainer {args.command} -h)")
         if args.command == "configs":
             return cmd_configs()
         if args.command == "export":
-            from trainer.export import export_run
+            from trainer.export import check_out_dir, export_run
+
+            check_out_dir(Path(args.run), Path(args.out), args.force)
 
             print(f"exported to {export_run(Path(args.run), Path(args.out), args.ckpt)}")
             return 0
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return cmd_sample(args) if args.command == "sample" else cmd_eval(args)
     except (TrainerError, HeliosError) as exc:
         return _fail(f"trainer: error: {exc}", exc.exit_code)
@@ -516,6 +517,18 @@ def _warn_if_no_cache(world) -> None:
     warning = cache_warning()
     if warning and world.is_main:
         print(f"trainer: warning: {warning}", file=sys.stderr)
+
+
+def _check_launch(args: argparse.Namespace, extra: list[str]) -> None:
+    """The `--nproc` launcher's checks: a bad config, a resume that cannot split over the ranks or a run directory
+    another trainer holds is one line here, before any rank starts (and no MPI abort follows it)."""
+    from trainer.config import load_config
+    from trainer.runlock import check_free
+
+    cfg = load_config(args.config, split_overrides(extra))
+    check_free(cfg.run.dir)
+    resume.check_launch(cfg, args.nproc)
+    _warn_if_oversubscribed(args.nproc)
 
 
 def _warn_about_schedule(cfg) -> None:

@@ -247,16 +247,22 @@ def _check_relations(cfg: Config, source: str) -> Config:
 
     if m.n_kv_head is None:
         m = dataclasses.replace(m, n_kv_head=m.n_head)
+    fits = [h for h in range(1, m.n_embd + 1) if m.n_embd % h == 0 and (m.n_embd // h) % 4 == 0
+            and m.n_embd // h <= 256]
+    hint = f"n_head in {fits[:8]}" if fits else "an n_embd that is a multiple of 4"
+    # The key named is the one to change: n_embd when no head count fits it (the head dim must be a multiple of 4),
+    # else n_head (an `--model.n_head=3` on a 128-wide model is about n_head, not n_embd).
     if m.n_embd % m.n_head:
-        raise bad("[model] n_embd", m.n_embd, f"must be divisible by n_head ({m.n_head})")
+        if not fits:
+            raise bad("[model] n_embd", m.n_embd, f"must be divisible by n_head ({m.n_head})")
+        raise bad("[model] n_head", m.n_head, f"must divide n_embd ({m.n_embd}); with n_embd = {m.n_embd} use {hint}")
     if m.n_head % m.n_kv_head:
         raise bad("[model] n_head", m.n_head, f"must be divisible by n_kv_head ({m.n_kv_head})")
     if m.arch == "llama" and m.head_dim % 2:
-        raise bad("[model] n_embd", m.n_embd, f"llama RoPE needs an even head dim; n_embd/n_head = {m.head_dim}")
+        where, value = ("[model] n_head", m.n_head) if fits else ("[model] n_embd", m.n_embd)
+        raise bad(where, value, f"llama RoPE needs an even head dim; n_embd/n_head = {m.head_dim}"
+                  + (f"; with n_embd = {m.n_embd} use {hint}" if fits else ""))
     if m.head_dim % 4 or m.head_dim > 256:
-        fits = [h for h in range(1, m.n_embd + 1) if m.n_embd % h == 0 and (m.n_embd // h) % 4 == 0
-                and m.n_embd // h <= 256]
-        hint = f"n_head in {fits[:8]}" if fits else "an n_embd that is a multiple of 4"
         raise bad("[model] n_head", m.n_head, f"flash attention needs a head dim (n_embd/n_head = {m.head_dim}) that "
                   f"is a multiple of 4 and at most 256; with n_embd = {m.n_embd} use {hint}")
     if d.dataset is not None and d.path is not None:

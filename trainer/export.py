@@ -102,6 +102,18 @@ def tokenizer_config(m: ModelConfig) -> dict:
             "model_max_length": m.block_size, "clean_up_tokenization_spaces": False}
 
 
+def check_out_dir(run_dir: Path, out_dir: Path, force: bool) -> None:
+    """Refuse an export into the run directory or one of its checkpoints (always), or into a folder that is not
+    empty unless `force`: an export overwrites config.json and model.safetensors where it writes."""
+    out, run = out_dir.expanduser().resolve(), run_dir.expanduser().resolve()
+    if out == run or (out.parent == run and (out / "state.json").exists()):
+        what = "the run directory itself" if out == run else f"the run's checkpoint {out.name}"
+        raise TrainerError(f"--out {out_dir} is {what}: the export would overwrite its files; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise TrainerError(f"--out {out_dir} exists and is not empty: choose a new folder, or pass --force to write "
+                           "the export's files into it (files of the same name are replaced)")
+
+
 def export_run(run_dir: Path, out_dir: Path, choice: str | None = None) -> Path:
     """Write the run's latest checkpoint (or the one `choice` names: `--ckpt`) to out_dir as a Hugging Face
     model directory."""

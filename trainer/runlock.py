@@ -27,10 +27,9 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            holder = os.pread(fd, 32, 0)
             os.close(fd)
-            raise RunLockedError(f"run directory {self.path.parent} is in use by another trainer (pid {holder}); "
-                                 "wait for it to finish or stop it (SIGTERM checkpoints and exits)") from None
+            raise _locked(self.path, holder) from None
         # The pid is written only once the lock is held, so a refused second run never touches the file.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
@@ -49,3 +48,25 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _locked(path: Path, holder: bytes) -> RunLockedError:
+    pid = holder.decode("ascii", "replace").strip() or "unknown"
+    return RunLockedError(f"run directory {path.parent} is in use by another trainer (pid {pid}); "
+                          "wait for it to finish or stop it (SIGTERM checkpoints and exits)")
+
+
+def check_free(run_dir: Path) -> None:
+    """Raise RunLockedError if another trainer holds RUN_DIR's lock now, without taking it or writing the file:
+    the `--nproc` launcher's check, so a locked run is one line before any rank starts (rank 0 still locks)."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file (a new run), or one we cannot read: rank 0 says what is wrong, if anything
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _locked(path, os.pread(fd, 32, 0)) from None
+    finally:
+        os.close(fd)  # drops the lock if we took it

@@ -273,3 +273,48 @@ def test_every_quick_example_runs_as_printed(tmp_path, corpus):
             argv = [*argv, *backend, *data, *tiny]
         done = trainer(*argv)
         assert done.returncode == 0 and "Traceback" not in done.stderr, f"{example}: {done.stderr[-2000:]}"
+
+
+# --- 7. smaller ones --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["configs", "extra"], ["export", "--run", "r", "--out", "o", "extra"]])
+def test_commands_without_overrides_refuse_extra_arguments(argv):
+    line = one_line_error(trainer(*argv))
+    assert "unrecognized arguments: extra" in line
+
+
+def test_n_head_error_names_n_head():
+    line = one_line_error(trainer("config", "configs/shakespeare.toml", "--model.n_head=3"))
+    assert "[model] n_head = 3 is not allowed" in line and "n_head in [1, 2, 4, 8" in line
+    line = one_line_error(trainer("config", "configs/shakespeare.toml", "--model.n_embd=130"))
+    assert "[model] n_embd = 130 is not allowed" in line  # no head count fits 130: n_embd is the one to change
+
+
+def test_export_refuses_the_run_dir_and_non_empty_folders(tiny_run, tmp_path):
+    for out in (tiny_run, tiny_run / "ckpt-2"):
+        line = one_line_error(trainer("export", "--run", str(tiny_run), "--out", str(out)))
+        assert "would overwrite its files" in line
+        line = one_line_error(trainer("export", "--run", str(tiny_run), "--out", str(out), "--force"))
+        assert "would overwrite its files" in line
+    assert load_checkpoint(latest_path(tiny_run)).step == 2
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    assert "not empty" in one_line_error(trainer("export", "--run", str(tiny_run), "--out", str(busy)))
+    done = trainer("export", "--run", str(tiny_run), "--out", str(busy), "--force")
+    assert done.returncode == 0, done.stderr
+    assert (busy / "model.safetensors").exists() and (busy / "notes.txt").read_text() == "mine"
+
+
+def test_locked_run_dir_under_nproc_is_one_line(make_config, tmp_path, needs_mpiexec):
+    from trainer.runlock import RunLock
+
+    cfg = make_config("locked")
+    run_dir = tmp_path / "runs/locked"
+    run_dir.mkdir(parents=True)
+    with RunLock(run_dir):
+        done = trainer("run", str(cfg), "--backend", "torch", "--nproc", "2")
+    line = one_line_error(done)
+    assert f"in use by another trainer (pid {os.getpid()})" in line
+    assert done.stderr.count("in use by another trainer") == 1 and "Abort" not in done.stderr, done.stderr

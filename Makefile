@@ -24,7 +24,9 @@ XDIST ?= -n auto --dist worksteal
 # folders, which git ignores.
 unexport PYTHONDONTWRITEBYTECODE
 CONFIG ?= configs/shakespeare.toml
-RUN_DIR ?= runs/shakespeare
+# The run `make train` samples, plots and summarises: CONFIG's own ([run] out_dir/name) unless RUN_DIR is given;
+# asked of the trainer once, when the train recipe first needs it (after .venv exists).
+RUN_DIR ?= $(eval RUN_DIR := $(shell $(PY) -m trainer config $(CONFIG) --get run.dir 2>/dev/null))$(RUN_DIR)
 
 .PHONY: train test test-gpu-profile test-subgroups test-swiftshader system mesa info lint clean
 

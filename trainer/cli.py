@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "model's parameters, FLOPs per token and memory floor.")
     show.add_argument("config", metavar="CONFIG.toml", help="training configuration (see configs/)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.add_argument("--get", metavar="SECTION.KEY", default=None,
+                      help="print only this resolved value, e.g. run.dir (the run directory) or train.max_iters")
     sub.add_parser("configs", help="list the shipped configs", description="The configs in configs/, one line each.")
 
     prep = sub.add_parser("prepare", help="fetch the dataset and train the tokenizer (no training)",
@@ -437,6 +439,11 @@ def cmd_config(args: argparse.Namespace, overrides: list[str]) -> int:
     from trainer.inspect_config import describe
 
     cfg = load_config(args.config, overrides)
+    if args.get is not None:  # one value for scripts (the Makefile's RUN_DIR): nothing else on stdout
+        from trainer.inspect_config import config_value
+
+        print(config_value(cfg, args.get))
+        return 0
     _warn_about_schedule(cfg)
     print(describe(cfg, as_json=args.json))
     return 0

@@ -93,6 +93,24 @@ def describe(cfg: Config, as_json: bool = False) -> str:
     return "\n".join(lines)
 
 
+def config_value(cfg: Config, key: str) -> str:
+    """One resolved value as text, for scripts (`trainer config C --get run.dir`): strings bare, the rest as JSON;
+    `run.dir` is the run directory (out_dir/name)."""
+    from trainer.errors import ConfigError
+
+    section, _, name = key.partition(".")
+    table = cfg.to_dict()
+    if section not in table:
+        raise ConfigError(f"--get {key}: expected SECTION.KEY with a section among {', '.join(table)}")
+    if (section, name) == ("run", "dir"):
+        return str(cfg.run.dir.resolve())  # absolute, without the `configs/..` a file-relative out_dir gives
+    if name not in table[section]:
+        keys = [*table[section], *(["dir"] if section == "run" else [])]
+        raise ConfigError(f"--get {key}: no key '{name}' in [{section}]; valid keys: {', '.join(keys)}")
+    value = table[section][name]
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def shipped_configs(directory: Path = CONFIG_DIR) -> list[tuple[str, str]]:
     """(path, description) of each shipped config: the first sentence of the comment at the top of the file,
     however many lines it spans."""

@@ -318,3 +318,18 @@ def test_locked_run_dir_under_nproc_is_one_line(make_config, tmp_path, needs_mpi
     line = one_line_error(done)
     assert f"in use by another trainer (pid {os.getpid()})" in line
     assert done.stderr.count("in use by another trainer") == 1 and "Abort" not in done.stderr, done.stderr
+
+
+# --- 8. the run directory of a config, for `make train` ---------------------------------------------------------
+
+
+def test_config_get_prints_one_resolved_value(make_config, tmp_path):
+    cfg = make_config("where", train={"max_iters": 7})
+    got = trainer("config", str(cfg), "--get", "run.dir")
+    assert got.returncode == 0 and got.stdout == f"{(tmp_path / 'runs/where').resolve()}\n", got.stderr
+    assert trainer("config", str(cfg), "--get", "train.max_iters", "--train.max_iters=9").stdout == "9\n"
+    shipped = trainer("config", "configs/llama-tiny.toml", "--get", "run.dir")
+    assert shipped.stdout.strip() == str(REPO / "runs/llama-tiny")  # what `make train CONFIG=...` now uses
+    assert "valid keys: out_dir, name, dir" in one_line_error(trainer("config", str(cfg), "--get", "run.bogus"))
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert "--get run.dir" in makefile and "RUN_DIR ?= runs/shakespeare" not in makefile

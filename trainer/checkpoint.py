@@ -194,7 +194,6 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
                     keep: int, ours: Callable[[int], bool] | None = None) -> Path:
     """Write ckpt-<step> atomically, point `latest` at it, keep the `keep` newest; returns its path.
     `ours(step)` says which checkpoints this run wrote (None: all): pruning never touches the others."""
-    from safetensors.numpy import save
 
     delay = env.ckpt_delay_s()
     final = run_dir / f"ckpt-{step}"
@@ -204,15 +203,7 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
         if final.is_dir() and _latest_name(run_dir) == final.name:
             return final  # this step is already saved and is the latest: the state is identical
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        # asarray(order="C"), not ascontiguousarray: the latter turns the 0-d adam_step into shape [1].
-        blob = save({k: np.asarray(v, order="C") for k, v in tensors.items()}, metadata={"format": "helios"})
-        state = dict(state, format=FORMAT, step=step, time=time.time(),
-                     model_file={"name": MODEL_FILE, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
-        _write_file(tmp / MODEL_FILE, blob)
-        _pause(delay)
-        _write_file(tmp / STATE_FILE, json.dumps(state, indent=1).encode("utf-8"))
-        _fsync_dir(tmp)
+        _write_into(tmp, step, tensors, state, delay)
         if final.is_dir():
             # A ckpt-<step> that `latest` does not name: an earlier save killed between its rename and the
             # pointer update, or a run rolled back by editing `latest`. It may hold another trajectory: replace it.
@@ -234,22 +225,32 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray], st
     return final
 
 
+def _write_into(tmp: Path, step: int, tensors: dict[str, np.ndarray], state: dict[str, Any],
+                delay: float = 0.0) -> None:
+    """Create `tmp` and write a checkpoint's two files into it (the weights, then the state naming their digest),
+    synced: what save() and save_best() rename into place."""
+    from safetensors.numpy import save
+
+    tmp.mkdir()
+    # asarray(order="C"), not ascontiguousarray: the latter turns the 0-d adam_step into shape [1].
+    blob = save({k: np.asarray(v, order="C") for k, v in tensors.items()}, metadata={"format": "helios"})
+    state = dict(state, format=FORMAT, step=step, time=time.time(),
+                 model_file={"name": MODEL_FILE, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
+    _write_file(tmp / MODEL_FILE, blob)
+    _pause(delay)
+    _write_file(tmp / STATE_FILE, json.dumps(state, indent=1).encode("utf-8"))
+    _fsync_dir(tmp)
+
+
 def save_best(run_dir: Path, step: int, tensors: dict[str, np.ndarray], state: dict[str, Any]) -> Path:
     """Write `ckpt-best` (built in a temp directory, then renamed over the previous one); `latest` and the
     ckpt-<step> rotation are untouched. Returns its path."""
-    from safetensors.numpy import save
 
     final = run_dir / BEST
     tmp, stale = run_dir / f".{BEST}.tmp{os.getpid()}", run_dir / f".{BEST}.old{os.getpid()}"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        blob = save({k: np.asarray(v, order="C") for k, v in tensors.items()}, metadata={"format": "helios"})
-        state = dict(state, format=FORMAT, step=step, time=time.time(),
-                     model_file={"name": MODEL_FILE, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
-        _write_file(tmp / MODEL_FILE, blob)
-        _write_file(tmp / STATE_FILE, json.dumps(state, indent=1).encode("utf-8"))
-        _fsync_dir(tmp)
+        _write_into(tmp, step, tensors, state)
         if final.is_dir():
             os.rename(final, stale)
         os.rename(tmp, final)

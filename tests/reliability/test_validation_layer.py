@@ -18,10 +18,9 @@ get_device().check_validation()  # raises ValidationError with every message the
 print(f"validation clean, exit {code}")
 """
 
-# The control: the same harness does see a real error (a zero-sized buffer breaks VUID-VkBufferCreateInfo-size-00912).
-CONTROL = """
+# A real error for the layer to report: a zero-sized buffer breaks VUID-VkBufferCreateInfo-size-00912.
+ZERO_SIZED_BUFFER = """
 from helios.device import get_device
-from helios.errors import ValidationError
 d = get_device()
 vk = d.vk
 info = vk.VkBufferCreateInfo(size=0, usage=vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
@@ -30,6 +29,11 @@ try:
     vk.vkCreateBuffer(d.device, info, None)
 except vk.VkError:
     pass
+"""
+
+# The control: the same harness does see it.
+CONTROL = ZERO_SIZED_BUFFER + """
+from helios.errors import ValidationError
 try:
     d.check_validation()
 except ValidationError as exc:
@@ -72,19 +76,7 @@ def test_the_harness_reports_a_real_validation_error():
 
 
 # A driver that crashes right after the layer spoke: the message must already be on stderr (nothing checks it later).
-DIES = """
-import os
-from helios.device import get_device
-d = get_device()
-vk = d.vk
-info = vk.VkBufferCreateInfo(size=0, usage=vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
-                             sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
-try:
-    vk.vkCreateBuffer(d.device, info, None)
-except vk.VkError:
-    pass
-os._exit(139)  # as a segfaulting driver would: no check_validation(), no exit handlers
-"""
+DIES = "import os\n" + ZERO_SIZED_BUFFER + "os._exit(139)  # as a segfaulting driver would: no check, no atexit\n"
 
 
 @pytest.mark.skipif(not _has_validation_layer(), reason="vulkan-validationlayers is not installed")

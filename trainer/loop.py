@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from trainer.backend import CUMULATIVE_COUNTERS, Backend
 from trainer.checkpoint import Checkpoint, save_best, save_checkpoint
 from trainer.config import Config, model_signature
 from trainer.distributed import World, shard
-from trainer.errors import CheckpointError, TrainingDivergedError
+from trainer.errors import CheckpointError, ConfigError, TrainingDivergedError
 from trainer.run_artifacts import data_fingerprint
 from trainer.schedule import lr_at
 from trainer.tokens import BatchSampler, PreparedData
@@ -79,18 +79,49 @@ def check_checkpoint_matches(cfg: Config, data: PreparedData, ckpt: Checkpoint) 
                               f"({'; '.join(diff)}); use a new [run] name or the original [model] settings")
 
 
-def eval_batches(cfg: Config, tokens: np.ndarray, batch_size: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The fixed evaluation batches: the same every time (seeded by train.seed), so evals are comparable.
-    `batch_size` defaults to train.batch_size (data-parallel runs pass the global batch)."""
+EVAL_ITERS_FLOOR = 100  # eval_iters allowed whatever the split's size (a small split's batches repeat)
+GRAD_ACCUM_FLOOR = 64  # the same for grad_accum
+
+
+def check_data_fit(cfg: Config, train_tokens: int | None, val_tokens: int, global_batch: int,
+                   split: str = "val") -> None:
+    """Refuse (ConfigError, one line) an eval_iters or grad_accum far past what the splits hold: more batches
+    than cover a split only repeat its windows, and each one costs host memory and time. `split` names the
+    split evaluated (val_tokens long); a train_tokens of None skips the grad_accum check."""
+    t, block = cfg.train, cfg.model.block_size
+    val_cover = max(EVAL_ITERS_FLOOR, math.ceil(max(val_tokens - block, 1) / global_batch))
+    if t.eval_iters > val_cover:
+        raise ConfigError(f"[train] eval_iters = {t.eval_iters} is not allowed: the {split} split's "
+                          f"{max(val_tokens - block, 0):,} windows of {block} tokens are covered by {val_cover:,} "
+                          f"batches of {global_batch}; use at most that (`trainer eval --eval-iters all` scores "
+                          "every window once)")
+    train_cover = max(GRAD_ACCUM_FLOOR, math.ceil(max((train_tokens or 0) - block, 1) / global_batch))
+    if train_tokens is not None and t.grad_accum > train_cover:
+        raise ConfigError(f"[train] grad_accum = {t.grad_accum} is not allowed: {t.grad_accum:,} micro-batches of "
+                          f"{global_batch} rows per step is more than the train split's "
+                          f"{max(train_tokens - block, 0):,} windows of {block} tokens; use at most {train_cover:,}")
+
+
+def eval_batches(cfg: Config, tokens: np.ndarray,
+                 batch_size: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The fixed evaluation batches, drawn one at a time: the same every time (seeded by train.seed), so evals
+    are comparable. `batch_size` defaults to train.batch_size (data-parallel runs pass the global batch)."""
     t = cfg.train
     sampler = BatchSampler(tokens, cfg.model.block_size, batch_size or t.batch_size,
                            np.random.default_rng([t.seed, 0xE7A1]))
-    return [sampler.next() for _ in range(t.eval_iters)]
+    return (sampler.next() for _ in range(t.eval_iters))
 
 
-def evaluate(cfg: Config, backend: Backend, tokens: np.ndarray, batch_size: int | None = None) -> float:
-    """Mean loss over the fixed evaluation batches of a split."""
-    return float(np.mean([backend.eval_loss(x, y) for x, y in eval_batches(cfg, tokens, batch_size)]))
+def evaluate(cfg: Config, backend: Backend, tokens: np.ndarray, batch_size: int | None = None,
+             stop: Callable[[], bool] | None = None) -> float:
+    """Mean loss over the fixed evaluation batches of a split; `stop` is asked between batches, and a true
+    answer ends the eval early (the mean of the batches done, nan if none)."""
+    losses = []
+    for x, y in eval_batches(cfg, tokens, batch_size):
+        if stop is not None and stop():
+            break
+        losses.append(backend.eval_loss(x, y))
+    return float(np.mean(losses)) if losses else float("nan")
 
 
 def evaluate_whole(cfg: Config, backend: Backend, tokens: np.ndarray,

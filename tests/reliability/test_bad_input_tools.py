@@ -30,6 +30,12 @@ def _not_telemetry(root: Path) -> Path:
     return path
 
 
+def _small_config(root: Path) -> Path:
+    path = root / "small.toml"
+    path.write_text("[model]\nn_layer = 2\n")
+    return path
+
+
 # name -> (argv builder given (root, run_dir), needle in the one error line)
 CASES: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
     "sample_temperature_nan": (lambda r, d: ["-m", "trainer", "sample", "--run", str(d), "--temperature", "nan"],
@@ -43,6 +49,13 @@ CASES: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
                                 "--eval-iters must be at least 1 (a whole number) or all, got most"),
     "export_not_a_run": (lambda r, d: ["-m", "trainer", "export", "--run", str(r / "nowhere"), "--out",
                                        str(r / "hf")], "does not exist"),
+    # Issue 38: huge values are refused before anything is sized by them (these hung or ate gigabytes).
+    "config_huge_n_layer": (lambda r, d: ["-m", "trainer", "config", str(_small_config(r)),
+                                          "--model.n_layer=10000000"], "at most 1,024"),
+    "eval_huge_iters": (lambda r, d: ["-m", "trainer", "eval", "--run", str(d), "--eval-iters", "100000000"],
+                        "at most 100,000 batches"),
+    "eval_iters_past_the_val_split": (lambda r, d: ["-m", "trainer", "eval", "--run", str(d), "--eval-iters",
+                                                    "90000"], "val split's"),
     "config_missing_file": (lambda r, d: ["-m", "trainer", "config", str(r / "nope.toml")], "cannot read config"),
     "summary_of_a_text_file": (lambda r, d: ["-m", "telemetry", "summary", str(_not_telemetry(r))],
                                "is not a helios metrics log"),

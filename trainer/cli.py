@@ -344,7 +344,7 @@ def _init_source(cfg, run_dir: Path, ckpt):
     if ckpt is not None:  # resuming a fine-tuning run: its own copy of the source's tokenizer
         return None, own.read_text(encoding="utf-8") if own.exists() else ckpt.state.get("tokenizer_json")
     path = Path(cfg.train.init_from).expanduser()
-    source = load_source(path, cfg.train)
+    source = load_source(path, cfg.train, cfg.model)
     return match_source(source, cfg.model, cfg.train.init_strict), source.tokenizer_json
 
 

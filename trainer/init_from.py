@@ -103,16 +103,16 @@ def _layer_order(name: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else -1, name)
 
 
-def load_source(path: Path, train: TrainConfig) -> InitSource:
+def load_source(path: Path, train: TrainConfig, model: ModelConfig | None = None) -> InitSource:
     """Read the weights, model config and tokenizer init_from names (see the module docstring for what it may be);
-    `train.init_tokenizer`, when set, is the tokenizer."""
+    `train.init_tokenizer`, when set, is the tokenizer; `model` (the new run's) says whether zero biases are kept."""
     if not path.exists():
         raise CheckpointError(f"[train] init_from = {str(path)!r} does not exist: name a run directory, a checkpoint "
                               "directory (ckpt-N) or a Hugging Face model directory")
     if (path / "config.json").exists() and (path / "model.safetensors").exists():
         from trainer.init_from_hf import load_hf_source
 
-        source = load_hf_source(path)
+        source = load_hf_source(path, model.bias if model is not None else None)
     else:
         source = _load_helios_source(path)
     if train.init_tokenizer is not None:

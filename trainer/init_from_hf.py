@@ -8,6 +8,7 @@ helios model has, so the comparison names it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ from trainer.init_from import GELU_TANH_NAMES, PARAM, InitSource
 _BUFFERS = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 
 
-def load_hf_source(path: Path) -> InitSource:
-    """Weights, math signature and tokenizer of a Hugging Face model directory."""
+def load_hf_source(path: Path, want_bias: bool | None = None) -> InitSource:
+    """Weights, math signature and tokenizer of a Hugging Face model directory; `want_bias` is the new run's
+    [model] bias (None: unknown), which decides whether a GPT-2's all-zero biases are kept or are no biases."""
     from safetensors.numpy import load_file
 
     try:
@@ -46,14 +48,19 @@ def load_hf_source(path: Path) -> InitSource:
             del weights["lm_head.weight"]
     from trainer.export import hf_state, params_from_hf
 
+    if model.arch == "gpt2" and "transformer.ln_f.bias" not in weights:  # a GPT-2 saved without its biases
+        model = dataclasses.replace(model, bias=False)
+        signature["bias"] = False
     try:
         params = params_from_hf(model, weights)
         expected = set(hf_state(model, {PARAM + k: v for k, v in params.items()})[1])
     except TrainerError as exc:
         raise CheckpointError(f"[train] init_from {path}: {exc}") from None
     biases = [k for k in params if k.endswith(".bias")]
-    if model.arch == "gpt2" and not any(np.any(params[k]) for k in biases):
-        # HF GPT-2 always has biases: all zero is a bias-free model (what `trainer export` writes for one).
+    if model.arch == "gpt2" and biases and want_bias is False and not any(np.any(params[k]) for k in biases):
+        # The file holds biases, so the source has them; a bias-free run may still drop them when every one is
+        # zero (what `trainer export` writes for a bias-free model), as that loses nothing. Never decided from the
+        # values alone: a freshly initialised HF GPT-2 has zero biases too, and a bias = true run keeps them.
         signature["bias"] = False
         params = {k: v for k, v in params.items() if k not in biases}
     tok = path / "tokenizer.json"

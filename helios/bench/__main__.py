@@ -67,10 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     if names and names[0] in BENCHMARKS and _takes_positionals(names[0]):  # `tune matmul`: arguments, not names
         names, options = names[:1], argv[1:]
     unknown = [n for n in names if n not in BENCHMARKS]
-    if unknown or (not names and options in (["-h"], ["--help"])):
+    if not unknown and not names and options in (["-h"], ["--help"]):  # asked for: stdout, success
+        _top_parser().print_help()
+        return 0
+    if unknown:
         _top_parser().print_help(sys.stderr)
-        if unknown:
-            print(f"\nunknown benchmark(s): {', '.join(unknown)}", file=sys.stderr)
+        print(f"\nunknown benchmark(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
     many = len(names) != 1
     from helios.env import cache_warning

@@ -33,7 +33,14 @@ def _list() -> int:
 def _dis(target: str) -> int:
     _load()
     name, _, variant = target.partition(":")
-    print(disassemble(registry.get(name).module(variant or None)), end="")
+    kernel = registry.get(name)
+    if not variant and len(kernel.variants) > 1:  # which one the device would run depends on it: ask for a name
+        names = list(kernel.variants)
+        print(f"error: kernel '{name}' has {len(names)} variants: name one as {name}:VARIANT, e.g. "
+              + ", ".join(f"{name}:{v}" for v in names[::max(1, len(names) // 3)][:3])
+              + (f" ({len(names) - 3} more: python -m helios.spirv list)" if len(names) > 3 else ""), file=sys.stderr)
+        return 2
+    print(disassemble(kernel.module(variant or None)), end="")
     return 0
 
 
@@ -59,11 +66,12 @@ def _validate() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helios.spirv", description=__doc__.split(":")[1].strip())
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="python -m helios.spirv", description="Inspect the registered kernels.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("list", help="list registered kernels and their variants")
-    dis = sub.add_parser("dis", help="print the disassembly of a kernel variant (spirv-dis)")
-    dis.add_argument("target", metavar="NAME[:VARIANT]")
+    dis = sub.add_parser("dis", help="print the disassembly of a kernel variant (spirv-dis): NAME:VARIANT, or "
+                         "NAME alone for a kernel with one variant")
+    dis.add_argument("target", metavar="NAME[:VARIANT]", help="e.g. softmax:sg_vec4 (`list` names them)")
     sub.add_parser("validate", help="run spirv-val on every registered kernel variant")
     args = parser.parse_args(argv)
     try:

@@ -56,6 +56,7 @@ CASES: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
                         "at most 100,000 batches"),
     "eval_iters_past_the_val_split": (lambda r, d: ["-m", "trainer", "eval", "--run", str(d), "--eval-iters",
                                                     "90000"], "val split's"),
+    "spirv_dis_without_a_variant": (lambda r, d: ["-m", "helios.spirv", "dis", "softmax"], "softmax:VARIANT"),
     "config_missing_file": (lambda r, d: ["-m", "trainer", "config", str(r / "nope.toml")], "cannot read config"),
     "summary_of_a_text_file": (lambda r, d: ["-m", "telemetry", "summary", str(_not_telemetry(r))],
                                "is not a helios metrics log"),
@@ -79,3 +80,11 @@ def test_tool_bad_input_is_one_clear_line_exit_2_and_changes_nothing(name, tmp_p
     assert "Traceback" not in proc.stderr and err.count("\n") == 0, proc.stderr
     assert needle in err, err
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("module,needle", [("helios.spirv", "dis       print the disassembly"),
+                                           ("helios.bench", "usage: python -m helios.bench")])
+def test_help_is_readable_on_stdout_and_exits_0(module, needle):
+    proc = trainer_cli("--help", entry=("-m", module), timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert needle in proc.stdout and "VARIANT] |" not in proc.stdout, proc.stdout

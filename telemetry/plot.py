@@ -22,6 +22,9 @@ def _plain_number(value: float, _pos: Any = None) -> str:
     return f"{value:g}"
 
 
+TRAIN_COLOR, VAL_COLOR = "tab:blue", "tab:orange"  # val on top in its own colour: never hidden under train
+
+
 def resume_steps(events: list[dict[str, Any]]) -> list[int]:
     """Steps where the run was resumed (a `config` event with start_step > 0)."""
     return [e["start_step"] for e in events if e["event"] == "config" and isinstance(e.get("start_step"), int)
@@ -47,10 +50,10 @@ def build_figure(events: list[dict[str, Any]], title: str = "") -> Any:
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
     fig.suptitle(title or "helios run")
     ax = axes[0, 0]
-    ax.plot(*_series(events, "step", "loss"), lw=0.8, label="train")
-    ax.plot(*_series(events, "eval", "val_loss"), "o-", ms=3, label="val")
+    ax.plot(*_series(events, "step", "loss"), lw=0.8, color=TRAIN_COLOR, label="train loss")
+    ax.plot(*_series(events, "eval", "val_loss"), "o-", ms=3, color=VAL_COLOR, label="val loss", zorder=3)
     ax.set(title="loss", xlabel="step")
-    ax.legend()
+    ax.legend(loc="upper right")
     ax = axes[0, 1]
     ax.plot(*_series(events, "step", "lr"), color="tab:green")
     ax.set(title="learning rate", xlabel="step")

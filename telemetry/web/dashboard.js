@@ -4,6 +4,8 @@
 
 const POLL_MS = 1000;
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+// Each run's val-loss colour: a contrasting one per PALETTE entry, so val is never hidden under its train line.
+const VAL_PALETTE = ["#ff7f0e", "#1f77b4", "#d62728", "#2ca02c", "#bcbd22", "#17becf", "#2ca02c", "#8c564b"];
 const DASHES = ["solid", "dash", "dot", "dashdot"];
 const TIME_PARTS = [["fwd_ms", "fwd", "#4c78a8"], ["bwd_ms", "bwd", "#f58518"], ["opt_ms", "opt", "#54a24b"],
                     ["wait_ms", "wait", "#b279a2"]];
@@ -26,7 +28,8 @@ window.addEventListener("unhandledrejection", (e) => reportError("page error: " 
 function newRun(info) {
   return {id: info.id, name: info.name, path: info.path, exists: info.exists, offset: 0, error: null,
           steps: [], evals: [], skips: [], samples: [], resumes: [], header: null, status: "waiting",
-          config: null, configWanted: false, color: PALETTE[info.id % PALETTE.length]};
+          config: null, configWanted: false, color: PALETTE[info.id % PALETTE.length],
+          valColor: VAL_PALETTE[info.id % VAL_PALETTE.length]};
 }
 
 function clearRun(run) {
@@ -131,12 +134,12 @@ function note(text) {
 function chartLoss() {
   const traces = [];
   for (const r of runs) {
-    traces.push(line(r, r.steps, "loss", `${r.name} train`));
-    traces.push(line(r, r.evals, "val_loss", `${r.name} val`,
-                     {trace: {mode: "lines+markers", line: {color: r.color, dash: "dash", width: 1.5},
-                              marker: {size: 6}}}));
+    traces.push(line(r, r.steps, "loss", `${r.name} train loss`));
+    traces.push(line(r, r.evals, "val_loss", `${r.name} val loss`,
+                     {trace: {mode: "lines+markers", line: {color: r.valColor, dash: "dash", width: 2},
+                              marker: {size: 6, color: r.valColor}}}));
   }
-  return [traces, layout("loss (train, val)")];
+  return [traces, layout("loss (train, val)", {showlegend: true})];
 }
 
 function chartLr() {

@@ -23,6 +23,7 @@ from trainer.checkpoint import Checkpoint, save_best, save_checkpoint
 from trainer.config import Config, model_signature
 from trainer.distributed import World, shard
 from trainer.errors import CheckpointError, ConfigError, TrainingDivergedError
+from trainer.resume import check_fixed_keys
 from trainer.run_artifacts import data_fingerprint
 from trainer.schedule import lr_at
 from trainer.tokens import BatchSampler, PreparedData
@@ -71,6 +72,7 @@ def check_checkpoint_matches(cfg: Config, data: PreparedData, ckpt: Checkpoint) 
             f"the data now gives {data.tokenizer_hash[:12]}); "
             "use a new [run] name or restore the original data"
         )
+    check_fixed_keys(cfg, ckpt)  # a new seed or init_from: refused, not silently ignored
     want = model_signature(cfg.model)
     have = (saved.get("config") or {}).get("model") or {}
     diff = [f"{k} {have.get(k)!r} -> {v!r}" for k, v in want.items() if have.get(k) != v]

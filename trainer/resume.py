@@ -109,6 +109,26 @@ def resume_warnings(cfg: Config, ckpt: Checkpoint, ranks: int) -> list[str]:
     return out
 
 
+def check_fixed_keys(cfg: Config, ckpt: Checkpoint) -> None:
+    """Refuse (one line) a resume that sets a key fixed for the life of a run to something new: [train] seed (it
+    picks the eval batches and samples, so val losses would stop being comparable) and [train] init_from (the
+    weights came from the checkpoint; a new source would be ignored)."""
+    saved = (ckpt.state.get("config") or {}).get("train") or {}
+    name, t = ckpt.path.name, cfg.train
+    was = saved.get("seed")
+    if was is not None and was != t.seed:
+        raise CheckpointError(f"resuming {name} with [train] seed = {t.seed}, but it was trained with seed {was}: "
+                              "the seed is fixed for a run (it picks the eval batches and samples); drop the new "
+                              f"seed (or pass --train.seed={was}), or start a new [run] name")
+    was = saved.get("init_from")
+    if t.init_from is not None and (was is None or Path(was).expanduser().resolve()
+                                    != Path(t.init_from).expanduser().resolve()):
+        had = f"was started from {was}" if was is not None else "was trained from scratch (no init_from)"
+        raise CheckpointError(f"resuming {name} with [train] init_from = {t.init_from}, but the run {had}: a resume "
+                              "continues from its checkpoint's weights; drop init_from, or start a new [run] name "
+                              "to fine-tune from it")
+
+
 def _plain(value: Any) -> Any:
     """A config value as state.json holds it (tuples are lists there)."""
     return list(value) if isinstance(value, tuple) else value

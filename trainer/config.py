@@ -38,7 +38,10 @@ class DataConfig:
     """Where the text comes from and how it is tokenized."""
 
     dataset: str | None = None  # a named dataset ("shakespeare"); exclusive with path
-    path: str | None = None  # any local UTF-8 text file
+    # A UTF-8 text file, a .jsonl file (each record's text_field is a document), a folder (its *.txt and *.jsonl
+    # files, by name) or a list of these; documents are joined with <|endoftext|> lines between them.
+    path: str | tuple[str, ...] | None = None
+    text_field: str = "text"  # the field of each .jsonl record that holds its text
     tokenizer: str = "bpe"
     val_fraction: float = 0.1
     root: str = "data"  # where named datasets are downloaded (and their token caches kept)
@@ -164,7 +167,9 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("model", "dtype"): (lambda v: v in MODEL_DTYPES, "one of " + ", ".join(f'"{d}"' for d in MODEL_DTYPES)),
     ("data", "tokenizer"): (lambda v: v == "bpe", '"bpe" (byte-level BPE trained on the training split)'),
     ("data", "dataset"): (lambda v: v == "shakespeare", '"shakespeare" (or use path = "FILE.txt")'),
-    ("data", "path"): (lambda v: v != "", "a path to a UTF-8 text file"),
+    ("data", "path"): (lambda v: "" not in ((v,) if isinstance(v, str) else v),
+                       "a UTF-8 text file, a .jsonl file, a folder of them, or a list of these"),
+    ("data", "text_field"): (lambda v: v != "", "the name of the .jsonl records' text field"),
     ("data", "val_fraction"): (lambda v: 0 < v < 1, "a number strictly between 0 and 1"),
     ("data", "root"): (lambda v: v != "", "a directory path"),
     ("optim", "lr"): (lambda v: 0 < v <= 10, "a positive number, at most 10"),
@@ -201,7 +206,9 @@ def _coerce(section: str, key: str, hint: Any, value: Any, source: str) -> Any:
     """Check `value` against the field's type hint, returning it in canonical form or raising ConfigError."""
     origin = typing.get_origin(hint)
     if origin in (types.UnionType, typing.Union):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        # str | tuple[str, ...] (data.path): a list takes the tuple form, anything else the first.
+        inner = next((a for a in options if typing.get_origin(a) is tuple and isinstance(value, list)), options[0])
         # TOML has no null; "none" (from the CLI or a file) restores an optional key's default meaning.
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and inner is not str):
             return None
@@ -230,6 +237,10 @@ def _coerce(section: str, key: str, hint: Any, value: Any, source: str) -> Any:
         raise ConfigError(f"{where} has the wrong type ({type(value).__name__}): expected a string")
     if origin is tuple:
         args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:  # a list of any length but zero
+            if isinstance(value, (list, tuple)) and value:
+                return tuple(_coerce(section, key, args[0], v, source) for v in value)
+            raise ConfigError(f"{where} is not allowed: expected a list of at least one string")
         if isinstance(value, (list, tuple)) and len(value) == len(args):
             return tuple(_coerce(section, key, a, v, source) for a, v in zip(args, value, strict=True))
         raise ConfigError(f"{where} has the wrong type: expected a list of {len(args)} numbers")
@@ -366,9 +377,18 @@ def _anchor_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     for section, key in FILE_RELATIVE_PATHS:
         table = out.get(section)
         value = table.get(key) if isinstance(table, dict) else None
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
-            table[key] = str(base / value)
+        if value is not None:
+            table[key] = _anchored(value, lambda v: str(base / v))
     return out
+
+
+def _anchored(value: Any, anchor: Callable[[str], str]) -> Any:
+    """A relative path string (or each in a list: data.path) made absolute by anchor; anything else as it is."""
+    if isinstance(value, list):
+        return [_anchored(v, anchor) for v in value]
+    if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+        return anchor(value)
+    return value
 
 
 def load_config_text(text: str, source: str = "config", overrides: Sequence[str] = (),
@@ -394,8 +414,8 @@ def _anchor_typed_paths(merged: dict[str, Any], overrides: Sequence[str]) -> dic
     for section, key in CWD_RELATIVE_OVERRIDES:
         table = merged.get(section)
         value = table.get(key) if (section, key) in typed and isinstance(table, dict) else None
-        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
-            table[key] = os.path.abspath(value)
+        if value is not None:
+            table[key] = _anchored(value, os.path.abspath)
     return merged
 
 

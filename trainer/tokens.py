@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from trainer.config import Config
-from trainer.data import clean_text, fetch_shakespeare, read_text_file, write_text_atomic
+from trainer.data import EOT, clean_text, fetch_shakespeare, read_texts, write_text_atomic
 from trainer.errors import ConfigError, DataError
 
-EOT = "<|endoftext|>"
 CACHE_FORMAT = 1
 
 
@@ -84,21 +83,33 @@ class PreparedData:
     train: np.ndarray
     val: np.ndarray
     text_sha256: str | None = None  # of the source text as read (None: a run directory's own copy of the data)
+    text_files: tuple[Path, ...] = ()  # every file the text was read from (text_path: the first path configured)
 
     def tokenizer(self) -> Any:
         """The tokenizer object."""
         return load_tokenizer(self.tokenizer_path)
 
+    def text_label(self) -> str:
+        """Where the text came from, for messages: its file, or the first few of its files."""
+        if len(self.text_files) <= 1:
+            return str(self.text_path)
+        more = f" and {len(self.text_files) - 3} more" if len(self.text_files) > 3 else ""
+        return ", ".join(map(str, self.text_files[:3])) + more
 
-def text_source(cfg: Config) -> tuple[Path, Path]:
-    """(text file, directory the cache goes in) for the configured dataset, fetching named datasets."""
+
+def text_source(cfg: Config) -> tuple[list[Path], Path]:
+    """(the configured text paths, directory the cache goes in) for the dataset, fetching named datasets."""
     d = cfg.data
     if d.path is not None:
-        path = Path(d.path)
-        base = Path(d.cache_dir) if d.cache_dir else path.parent
-        return path, base / f"{path.name}.helios"
+        paths = [Path(p) for p in ((d.path,) if isinstance(d.path, str) else d.path)]
+        base = Path(d.cache_dir) if d.cache_dir else paths[0].parent
+        if len(paths) == 1:
+            return paths, base / f"{paths[0].name}.helios"
+        # Several paths share one cache only when they are the same list (meta.json's text hash guards the rest).
+        key = sha256_bytes("\n".join(str(p.resolve()) for p in paths).encode("utf-8"))[:8]
+        return paths, base / f"{paths[0].name}+{len(paths) - 1}-{key}.helios"
     base = Path(d.cache_dir) if d.cache_dir else Path(d.root)
-    return fetch_shakespeare(Path(d.root)), base / "shakespeare"
+    return [fetch_shakespeare(Path(d.root))], base / "shakespeare"
 
 
 def _split_point(text: str, val_fraction: float) -> int:
@@ -111,9 +122,9 @@ def _split_point(text: str, val_fraction: float) -> int:
 def prepare_data(cfg: Config, tokenizer_json: str | None = None) -> PreparedData:
     """Fetch/read, clean, split, train the tokenizer and tokenize; cached under the dataset's directory.
     `tokenizer_json` (fine-tuning with init_from): tokenize with that tokenizer instead of training one."""
-    text_path, base = text_source(cfg)
-    raw = read_text_file(text_path)
-    text_hash = sha256_bytes(raw.encode("utf-8"))
+    paths, base = text_source(cfg)
+    raw, files = read_texts(paths, cfg.data.text_field)
+    text_hash = sha256_bytes(raw.encode("utf-8"))  # of every file's text: the cache key and the run's fingerprint
     vocab = cfg.model.vocab_size
     given = sha256_bytes(tokenizer_json.encode("utf-8")) if tokenizer_json else None
     cache = base / (f"bpe-{vocab}-val{cfg.data.val_fraction:g}" + (f"-tok{given[:12]}" if given else ""))
@@ -134,8 +145,8 @@ def prepare_data(cfg: Config, tokenizer_json: str | None = None) -> PreparedData
     train = np.memmap(cache / "train.bin", dtype=dtype, mode="r", shape=(meta["train_tokens"],))
     val = np.memmap(cache / "val.bin", dtype=dtype, mode="r", shape=(meta["val_tokens"],))
     tok_path = cache / "tokenizer.json"
-    data = PreparedData(cache, text_path, tok_path, sha256_bytes(tok_path.read_bytes()), meta["tokenizer_vocab"],
-                        train, val, text_hash)
+    data = PreparedData(cache, paths[0], tok_path, sha256_bytes(tok_path.read_bytes()), meta["tokenizer_vocab"],
+                        train, val, text_hash, tuple(files))
     check_fits(cfg, data)
     return data
 

@@ -170,6 +170,8 @@ def test_optimizer_keeps_a_half_working_copy_of_its_masters(dtype):
     half = HALF[dtype]
     cfg = GPTConfig(n_layer=1, n_embd=16, n_head=2, n_kv_head=2, block_size=8, vocab_size=32)
     models = [GPT(cfg, seed=0) for _ in range(2)]
+    for model in models:  # laid out for a half working copy (a wider entry alignment where the device's is 64+)
+        model.pack_parameters(half=True)
     opts = [AdamW(models[0].arena, lr=1e-2), AdamW(models[1].arena, lr=1e-2, working_dtype=dtype)]
     assert opts[1].working.dtype == half
     np.testing.assert_array_equal(opts[1].working.numpy(), models[1].arena.data.numpy().astype(half))

@@ -86,8 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="checkpoint to use: a name in the run directory (ckpt-3000, ckpt-best) or a path "
                              "(default: latest; latest is not moved)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
-    ev.add_argument("--split", choices=["val", "train", "both"], default="val",
-                    help="which split (default val; train needs the run's training text)")
+    ev.add_argument("--split", choices=["val", "train", "both"], default=None,
+                    help="which split (default val, or none with --data; train needs the run's training text)")
+    ev.add_argument("--data", default=None, metavar="PATH",
+                    help="also (or, without --split, only) a held-out text: a file, .jsonl file or folder as [data] "
+                         "path takes, tokenized with the run's tokenizer")
     ev.add_argument("--eval-iters", default=None, metavar="N|all",
                     help="batches per split (default: the run's train.eval_iters); all: every window of the split")
 
@@ -398,10 +401,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Print the loss and perplexity of a run's latest checkpoint on its validation (and/or training) split."""
+    """Print the loss and perplexity of a run's latest checkpoint on its validation and/or training split and/or a
+    held-out text (--data)."""
     from trainer.config import MAX_EVAL_ITERS
     from trainer.loop import check_data_fit, evaluate, evaluate_whole
-    from trainer.session import load_run, training_tokens
+    from trainer.session import held_out_tokens, load_run, training_tokens
 
     whole = args.eval_iters == "all"
     if args.eval_iters is not None and not whole and not (args.eval_iters.isdigit() and int(args.eval_iters) > 0):
@@ -409,21 +413,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.eval_iters is not None and not whole and int(args.eval_iters) > MAX_EVAL_ITERS:  # before any model
         raise TrainerError(f"--eval-iters {args.eval_iters} is too many: at most {MAX_EVAL_ITERS:,} batches (and at "
                            "most those that cover the split); --eval-iters all scores every window once")
+    if args.data is not None and not Path(args.data).exists():  # before any model
+        raise TrainerError(f"--data {args.data} does not exist: name a text file, a .jsonl file or a folder of them")
     loaded = load_run(Path(args.run), args.backend, choice=args.ckpt)
     if loaded.note:
         print(f"trainer: note: {loaded.note}", file=sys.stderr)
     cfg = loaded.cfg
     if args.eval_iters is not None and not whole:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_iters=int(args.eval_iters)))
-    splits = ["val", "train"] if args.split == "both" else [args.split]
+    split = args.split or (None if args.data else "val")
+    splits = (["val", "train"] if split == "both" else [split] if split else []) + (["data"] if args.data else [])
+    names = {"val": "val", "train": "train", "data": args.data}
     result: dict = {"checkpoint": loaded.checkpoint, "step": loaded.trainer.step,
                     "eval_iters": "all" if whole else cfg.train.eval_iters}
+    if args.data:
+        result["data"] = args.data
     done: list[str] = []
     try:
         for split in splits:  # val first: it needs nothing but the run directory
-            tokens = loaded.data.val if split == "val" else training_tokens(loaded)
+            if split == "data":
+                tokens = held_out_tokens(loaded, Path(args.data))
+            else:
+                tokens = loaded.data.val if split == "val" else training_tokens(loaded)
             if not whole:
-                check_data_fit(cfg, None, len(tokens), cfg.train.batch_size, split)
+                check_data_fit(cfg, None, len(tokens), cfg.train.batch_size, names[split])
             if whole:
                 loss, result[f"{split}_tokens"] = evaluate_whole(cfg, loaded.backend, tokens)
             else:
@@ -434,7 +447,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if done and args.json:
             print(json.dumps(result))
         elif done:
-            parts = [f"{s} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f}"
+            parts = [f"{names[s]} loss {result[f'{s}_loss']:.4f} (perplexity {result[f'{s}_perplexity']:,.2f}"
                      + (f", {result[f'{s}_tokens']:,} tokens)" if whole else ")") for s in done]
             print(f"{loaded.checkpoint} (step {loaded.trainer.step}): " + ", ".join(parts))
     return 0

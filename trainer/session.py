@@ -16,7 +16,7 @@ from trainer.backend import Backend, create_backend
 from trainer.checkpoint import load_chosen
 from trainer.config import Config, config_from_dict
 from trainer.data import write_text_atomic
-from trainer.errors import CheckpointError, ConfigError, TrainerError
+from trainer.errors import CheckpointError, ConfigError, DataError, TrainerError
 from trainer.loop import Trainer, check_checkpoint_matches
 from trainer.tokens import PreparedData, prepare_data
 
@@ -118,6 +118,24 @@ def training_tokens(loaded: LoadedRun) -> np.ndarray:
         raise TrainerError("the training text changed since this run (its tokenizer differs): only the "
                            "validation split, kept in the run directory, can be evaluated")
     return data.train
+
+
+def held_out_tokens(loaded: LoadedRun, path: Path) -> np.ndarray:
+    """The tokens of a held-out text (`trainer eval --data`: a file, .jsonl file or folder, read as [data] path
+    is), cleaned like the training text and tokenized with the run's tokenizer."""
+    from trainer.data import clean_text, read_texts
+    from trainer.tokens import encode
+
+    try:
+        text, _ = read_texts([path], loaded.cfg.data.text_field)
+    except TrainerError as exc:
+        raise type(exc)(f"--data: {exc}") from None
+    tokens = encode(loaded.data.tokenizer(), clean_text(text))
+    need = loaded.cfg.model.block_size + 1
+    if len(tokens) < need:
+        raise DataError(f"--data {path} is {len(tokens)} tokens under the run's tokenizer: evaluating needs at least "
+                        f"block_size + 1 = {need}")
+    return tokens
 
 
 def describe_data(data: PreparedData) -> dict[str, Any]:

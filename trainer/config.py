@@ -172,7 +172,8 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("data", "text_field"): (lambda v: v != "", "the name of the .jsonl records' text field"),
     ("data", "val_fraction"): (lambda v: 0 < v < 1, "a number strictly between 0 and 1"),
     ("data", "root"): (lambda v: v != "", "a directory path"),
-    ("optim", "lr"): (lambda v: 0 < v <= 10, "a positive number, at most 10"),
+    # No cap: a learning rate costs no memory or time, and a huge one is how users (and tests) provoke a NaN.
+    ("optim", "lr"): (lambda v: 0 < v < math.inf, "a positive finite number"),
     ("optim", "eps"): (lambda v: 0 < v <= 1, "a positive number, at most 1"),
     ("optim", "weight_decay"): _upto(100, 0), ("optim", "grad_clip"): _upto(1e9, 0),
     ("optim", "betas"): (lambda v: all(0 <= b < 1 for b in v), "two numbers in [0, 1), e.g. [0.9, 0.95]"),

@@ -63,13 +63,17 @@ def test_a_half_written_log_line_does_not_swallow_the_next_event(tmp_path):
 
 
 def test_a_damaged_token_cache_is_rebuilt(tiny_config, tmp_path, corpus, capsys):
-    cfg = tiny_config(train={"max_iters": 2})
+    # A copy of the corpus: its token cache folder is this test's alone (other tests' configs add caches beside the
+    # shared corpus, and a glob over those could pick one this run never used).
+    own = tmp_path / "verse.txt"
+    own.write_bytes(corpus.read_bytes())
+    cfg = tiny_config(data={"path": str(own)}, train={"max_iters": 2})
     assert run(cfg, capsys) == 0
-    cache = next((corpus.parent / f"{corpus.name}.helios").glob("bpe-257-*"))
+    (cache,) = (own.parent / f"{own.name}.helios").glob("bpe-257-*")
     train_bin = cache / "train.bin"
     good = train_bin.read_bytes()
     train_bin.write_bytes(good[: len(good) // 2])  # as if a copy or a disk had cut it short
-    assert run(tiny_config("again", train={"max_iters": 2}), capsys) == 0
+    assert run(tiny_config("again", data={"path": str(own)}, train={"max_iters": 2}), capsys) == 0
     assert train_bin.read_bytes() == good
 
 

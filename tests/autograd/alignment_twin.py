@@ -10,7 +10,6 @@ loads into a fresh model.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 
@@ -22,6 +21,7 @@ from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
 from autograd.optim import AdamW
 from helios.device import device_info
+from tests.autograd.twins import gpt_config, twin_models
 from trainer.backends.torch_model import GPT as TorchGPT
 from trainer.config import ModelConfig
 
@@ -36,17 +36,11 @@ CONFIGS = {
 
 def configs(name: str) -> tuple[ModelConfig, GPTConfig]:
     mc = ModelConfig(dropout=0.0, **CONFIGS[name])
-    return mc, GPTConfig(**{f.name: getattr(mc, f.name) for f in dataclasses.fields(GPTConfig)})
+    return mc, gpt_config(mc)
 
 
-def twins(name: str, seed: int) -> tuple[TorchGPT, GPT]:
-    mc, gc = configs(name)
-    torch.manual_seed(seed)
-    tmodel = TorchGPT(mc)
-    tmodel.init_weights(seed)
-    model = GPT(gc, seed=seed)
-    model.load_state_dict({n: p.detach().numpy() for n, p in tmodel.named_parameters()})
-    return tmodel, model
+def twins(name: str, seed: int):
+    return twin_models(configs(name)[0], seed)
 
 
 def batch(seed: int, cfg: GPTConfig) -> tuple[np.ndarray, np.ndarray]:

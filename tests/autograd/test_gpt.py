@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import autograd
-from autograd.nn import GPT, GPTConfig
+from autograd.nn import GPT
 from autograd.optim import AdamW
 from helios import runtime as rt
-from trainer.backends.torch_model import GPT as TorchGPT
+from tests.autograd.twins import gpt_config, twin_models
 from trainer.config import ModelConfig
 
 B, T, V = 3, 37, 517
@@ -28,17 +28,11 @@ def _configs(arch: str):
     if arch == "llama":
         common.update(n_kv_head=1, bias=False, tie_embeddings=False, norm_eps=1e-6)
     mc = ModelConfig(**common)
-    return mc, GPTConfig(**{f.name: getattr(mc, f.name) for f in dataclasses.fields(GPTConfig)})
+    return mc, gpt_config(mc)
 
 
 def _twins(arch: str, seed: int = 0):
-    mc, gc = _configs(arch)
-    torch.manual_seed(seed)
-    tmodel = TorchGPT(mc)
-    tmodel.init_weights(seed)
-    model = GPT(gc, seed=seed)
-    model.load_state_dict({name: p.detach().numpy() for name, p in tmodel.named_parameters()})
-    return tmodel, model
+    return twin_models(_configs(arch)[0], seed)
 
 
 def _batch(seed: int):

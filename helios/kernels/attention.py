@@ -7,10 +7,12 @@ because it needs no float atomics and is deterministic: a preprocess kernel D = 
 query-parallel kernel for dQ, and a key-parallel kernel for dK/dV that also sums over the query heads of
 each KV group (GQA), so every gradient element is written exactly once by one invocation.
 
-Two variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only; lavapipe) and
-"tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
-(helios.kernels.selection, shape = (head_dim,)) picks by device type; head dims over 128 (up to 256, any
-multiple of 4) run "rowwise" everywhere, even when a variant is forced.
+Three variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only, K/V moved as 64-bit
+words; lavapipe), "rowwise_vec4" (the same with vec4 loads, for devices without shaderInt64) and "tiled"
+(shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
+(helios.kernels.selection, shape = (head_dim,)) picks by device type and features; head dims over 128 (up to
+256, any multiple of 4), and devices whose shared memory or subgroups the tiles do not fit, run rowwise, even
+when "tiled" is forced.
 
 Mixed precision: qkv, o, do and dqkv share one io dtype (float32, bfloat16 or float16: the variant's
 "bf16_"/"fp16_" prefix, taken from qkv); lse (and the backward's Delta) are float32 whatever it is, and scores,

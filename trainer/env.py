@@ -39,6 +39,16 @@ def ckpt_delay_s() -> float:
         raise ConfigError(f"HELIOS_CKPT_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.2") from None
 
 
+def work_delay_s() -> float:
+    """HELIOS_WORK_DELAY_S: sleep this long before each eval batch and each sampled token of the evals and samples
+    during training (a test hook that makes them long enough to signal in the middle of one)."""
+    raw = os.environ.get("HELIOS_WORK_DELAY_S", "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else 0.0
+    except ValueError:
+        raise ConfigError(f"HELIOS_WORK_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.05") from None
+
+
 def torch_threads() -> int:
     """HELIOS_TORCH_THREADS: CPU threads for the torch backend (default: every core this process may use)."""
     raw = os.environ.get("HELIOS_TORCH_THREADS", "").strip()
@@ -58,3 +68,4 @@ def check_all() -> None:
     inject_nan_steps()
     step_delay_s()
     ckpt_delay_s()
+    work_delay_s()

@@ -54,10 +54,12 @@ class Controls:
 
 
 def sample_text(backend: Backend, tokenizer: Any, prompt: str, n: int, temperature: float, top_k: int | None,
-                rng: np.random.Generator) -> str:
-    """Generate n tokens after prompt and decode them (ids the tokenizer does not know are dropped)."""
+                rng: np.random.Generator, stop: Callable[[], bool] | None = None) -> str:
+    """Generate n tokens after prompt and decode them (ids the tokenizer does not know are dropped); `stop` is
+    asked after each token, and a true answer ends the sample there."""
     ids = tokenizer.encode(prompt or DEFAULT_PROMPT, add_special_tokens=False).ids or [0]
-    out = backend.generate(np.asarray(ids, dtype=np.int32), n, temperature, top_k, rng)
+    on_token = None if stop is None else (lambda _id: not stop())
+    out = backend.generate(np.asarray(ids, dtype=np.int32), n, temperature, top_k, rng, on_token=on_token)
     known = [int(i) for i in out if int(i) < tokenizer.get_vocab_size()]
     return tokenizer.decode(known)
 
@@ -169,6 +171,7 @@ class Trainer:
         self.best_val, self.best_step, self.evals_since_best = math.inf, None, 0
         self.peak: Any = None  # the backend's helios.peak.Peak, set by run()
         self._peak_remeasured = False
+        self._work_delay = env.work_delay_s()
 
     # --- events and checkpoints ---------------------------------------------------------------------
 
@@ -218,11 +221,12 @@ class Trainer:
                 "best_val_loss": self.best_val if math.isfinite(self.best_val) else None,
                 "best_step": self.best_step, "evals_since_best": self.evals_since_best}
 
-    def track_best(self, loss: float) -> bool:
+    def track_best(self, loss: float | None) -> bool:
         """After an eval: note a new best (and write ckpt-best under train.keep_best); True when early stopping
-        is due (train.early_stop_patience evals without a lower val loss). Every rank calls it: rank 0 decides."""
+        is due (train.early_stop_patience evals without a lower val loss). Every rank calls it: rank 0 decides.
+        A loss of None (an eval cut short by a stop request) counts for neither."""
         t = self.cfg.train
-        if self.world.is_main:
+        if self.world.is_main and loss is not None:
             if math.isfinite(loss) and loss < self.best_val:
                 self.best_val, self.best_step, self.evals_since_best = loss, self.step, 0
                 if t.keep_best:
@@ -248,22 +252,35 @@ class Trainer:
             self._tokenizer = self.data.tokenizer()
         return self._tokenizer
 
-    def do_eval(self) -> float:
-        """Evaluate on the validation split and log an `eval` event."""
+    def stop_asked(self) -> bool:
+        """Whether a stop was requested: asked between the batches of an eval and the tokens of a sample, so a
+        Ctrl-C does not wait for a long one (after HELIOS_WORK_DELAY_S, a test hook)."""
+        if self._work_delay:
+            time.sleep(self._work_delay)
+        return self.controls.stop_requested is not None
+
+    def do_eval(self) -> float | None:
+        """Evaluate on the validation split and log an `eval` event; None (nothing logged) when a stop request
+        cut it short."""
         if not self.world.is_main:
             return float("nan")
         t0 = time.perf_counter()
-        loss = evaluate(self.cfg, self.backend, self.data.val, self.global_batch)
+        loss = evaluate(self.cfg, self.backend, self.data.val, self.global_batch, stop=self.stop_asked)
+        if self.controls.stop_requested is not None:
+            return None
         self.emit("eval", step=self.step, val_loss=loss, ms=(time.perf_counter() - t0) * 1000)
         return loss
 
-    def do_sample(self) -> str:
-        """Generate a short sample (seeded by the step, so resumed runs sample the same) and log it."""
+    def do_sample(self) -> str | None:
+        """Generate a short sample (seeded by the step, so resumed runs sample the same) and log it; None
+        (nothing logged) when a stop request cut it short."""
         if not self.world.is_main:
             return ""
         rng = np.random.default_rng([self.cfg.train.seed, self.step])
         text = sample_text(self.backend, self.tokenizer, DEFAULT_PROMPT, self.cfg.train.sample_tokens,
-                           SAMPLE_TEMPERATURE, SAMPLE_TOP_K, rng)
+                           SAMPLE_TEMPERATURE, SAMPLE_TOP_K, rng, stop=self.stop_asked)
+        if self.controls.stop_requested is not None:
+            return None
         self.emit("sample", step=self.step, prompt=DEFAULT_PROMPT, text=text)
         return text
 
@@ -339,7 +356,8 @@ class Trainer:
             if t.eval_interval and self.step % t.eval_interval == 0:
                 early_stop = self.track_best(self.do_eval())
                 last_eval = self.step
-            if t.sample_interval and t.sample_tokens and self.step % t.sample_interval == 0:
+            if (t.sample_interval and t.sample_tokens and self.step % t.sample_interval == 0
+                    and not self.controls.stop_requested):
                 self.do_sample()
                 last_sample = self.step
             if t.ckpt_interval and self.step % t.ckpt_interval == 0:
@@ -370,8 +388,13 @@ class Trainer:
                 time.sleep(delay)
         if last_eval != self.step:
             self.track_best(self.do_eval())
-        if t.sample_tokens and last_sample != self.step:
+        if t.sample_tokens and last_sample != self.step and not self.controls.stop_requested:
             self.do_sample()
+        if self.controls.stop_requested:  # during the last eval or sample: the steps are done, the stop honoured
+            if last_ckpt != self.step:
+                self.save(self.controls.stop_requested)
+            self.emit("end", step=self.step, status="stopped", reason=self.controls.stop_requested)
+            return "stopped"
         if last_ckpt != self.step:
             self.save("end")
         self.emit("end", step=self.step, status="done")

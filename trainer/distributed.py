@@ -167,9 +167,10 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
     `check()` runs first (it raises on a config or resume the ranks would refuse). SIGTERM, SIGINT and SIGUSR1
     sent to this launcher reach every rank (through mpiexec), which agree on a step, checkpoint once and exit;
     the launcher then exits with their code. mpiexec runs in its own process group, so a terminal's Ctrl-C
-    reaches it once (from here), not twice (a second Ctrl-C is mpiexec's "abort now"). If this launcher is
-    killed outright, mpiexec gets SIGTERM from the kernel (a parent-death signal) and the ranks stop the
-    same way: no rank outlives its launcher.
+    reaches it once (from here), not twice. A second Ctrl-C is not passed on (to mpiexec it means "abort",
+    which ends in MPI's error noise and exit 255): as torchrun does, the launcher ends the job's processes
+    itself and exits 130 with one line. If this launcher is killed outright, mpiexec gets SIGTERM from the
+    kernel (a parent-death signal) and the ranks stop the same way: no rank outlives its launcher.
     """
     import subprocess
 
@@ -188,8 +189,15 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
 
     jobs: list[subprocess.Popen] = []
     pending: list[int] = []  # signals that arrived while mpiexec was being started: passed on once it runs
+    interrupts = [0]  # SIGINTs so far: the second ends the job at once
 
     def forward(signum: int, _frame) -> None:
+        if signum == signal.SIGINT:
+            interrupts[0] += 1
+            if interrupts[0] > 1:
+                if jobs:
+                    end_job(jobs[0].pid)
+                return
         if jobs:
             jobs[0].send_signal(signum)
         else:
@@ -201,10 +209,16 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
         jobs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=own_group_dying_with_launcher))
         for signum in pending:
             jobs[0].send_signal(signum)
+        if interrupts[0] > 1:  # both Ctrl-Cs came while mpiexec was starting
+            end_job(jobs[0].pid)
         code = jobs[0].wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if interrupts[0] > 1:
+        print("trainer: interrupted again: the ranks were stopped at once, without a checkpoint; the run directory "
+              "keeps its latest complete checkpoint, and the same command resumes from it", file=sys.stderr)
+        return 130
     if code < 0:  # mpiexec itself was killed by a signal (not through this launcher)
         code = 128 - code
     if code not in (0, 2, 130):  # 2 and 130: a rank has said why already
@@ -212,3 +226,49 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
               "MPI ended the others; the run directory keeps its latest complete checkpoint, and the same "
               "command resumes from it", file=sys.stderr)
     return code
+
+
+def _children() -> dict[int, list[int]]:
+    """Each live process's child pids, from /proc (empty where there is no /proc)."""
+    out: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in filter(str.isdigit, entries):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(name))
+    return out
+
+
+def end_job(root: int, wait_s: float = 5.0) -> None:
+    """SIGKILL mpiexec (pid `root`) and every process below it on this machine: its MPI proxies and the ranks
+    (each in its own session, so no process group reaches them all). All are stopped (SIGSTOP) before any is
+    killed, so none lives to print MPI's error noise about the others; then waits up to wait_s for them to go.
+    Ranks on other machines end with their proxies (die_with_parent)."""
+    children, tree, i = _children(), [root], 0
+    while i < len(tree):
+        tree += children.get(tree[i], [])
+        i += 1
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_running(pid) for pid in tree[1:]):
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Whether pid is alive and not a zombie (a killed rank waiting to be reaped is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False

@@ -1,6 +1,7 @@
 """Signals to a `trainer run --nproc 2` launcher, with the real mpiexec and real signals, as `kill`, `timeout`,
 systemd, Slurm and a terminal send them: SIGUSR1 checkpoints every rank and goes on; SIGTERM and Ctrl-C
-checkpoint once and stop every rank, and the launcher exits when they do; a SIGKILLed launcher (or a killed
+checkpoint once and stop every rank, and the launcher exits when they do; a second Ctrl-C ends every rank at
+once and the launcher exits 130 with one line; a SIGKILLed launcher (or a killed
 MPI proxy) leaves no rank behind. Process trees are read from /proc."""
 
 from __future__ import annotations
@@ -136,6 +137,33 @@ def test_signals_to_the_launcher_reach_every_rank_and_it_exits_with_them(make_co
     assert load_latest(run_dir).step == end[-1]["step"] == ckpts[-1]["step"] < 400
     assert f"resume with: {shlex.quote(sys.executable)} -m trainer run {config} --nproc 2" in out
     assert out.count("run directory:") == 1
+
+
+def test_a_second_ctrl_c_ends_every_rank_at_once_and_the_launcher_exits_130_with_one_line(make_config, tmp_path):
+    config = make_config("twice", train=TRAIN)
+    run_dir = tmp_path / "runs/twice"
+    job = _launch(config)
+    try:
+        tree = _job_tree(job, run_dir)
+        job.send_signal(signal.SIGINT)  # a terminal's Ctrl-C, twice
+        time.sleep(0.05)
+        job.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = job.communicate(timeout=30)
+        took = time.monotonic() - sent
+        left = _wait_all_gone(tree, 5)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+        for pid in [p for p in tree if _alive(p)]:
+            os.kill(pid, signal.SIGKILL)
+    assert job.returncode == 130, err[-3000:]
+    assert not left, f"processes outlived their launcher: {left}"
+    assert took < 5.0
+    assert err.strip().splitlines()[-1].startswith("trainer: interrupted again: the ranks were stopped at once")
+    for noise in ("[mpiexec@", "[proxy:", "a rank died", "Traceback", "BAD TERMINATION"):
+        assert noise not in err, err[-3000:]
 
 
 def test_a_sigkilled_launcher_leaves_no_rank_behind_and_they_checkpoint(make_config, tmp_path):

@@ -1,4 +1,10 @@
-"""Every environment switch helios reads, in one place."""
+"""The environment switches helios reads to steer itself (the HELIOS_* switches, and the cache and driver
+variables they depend on), one function each.
+
+Not every variable helios reads or writes is here yet: helios/device.py reads HELIOS_LOCAL_RANK (set by
+trainer.distributed), helios/driver.py reads and sets MESA_SHADER_CACHE_DIR (and reads MESA_GLSL_CACHE_DIR,
+XDG_CACHE_HOME and HOME), and helios/bench/harness.py sets defaults for OMP_WAIT_POLICY, OPENBLAS_THREAD_TIMEOUT
+and GOTO_THREAD_TIMEOUT before numpy loads BLAS."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """`python -m helios.bench [NAME ...] [--quick] [--json] [options]`: run benchmark modules, print records.
 
-With no NAME every kernel benchmark runs (not `tune`, which writes tuning results). Options after the
+With no NAME the kernel benchmarks of DEFAULT_ORDER run: not `tune` (it writes tuning results), `bf16` (dtype
+pairs of kernels the others time) or `replay` (training steps, not kernels). Options after the
 names go to each module; an option one module does not know is ignored by it.
 
 A benchmark module has `run(args) -> iterable of records` (dicts with "event": "bench"), and may have
@@ -28,7 +29,8 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
-# Run when no name is given: every kernel benchmark, in a readable order (`tune` writes files: ask for it).
+# Run when no name is given: the kernel benchmarks, in a readable order (`tune` writes files, `bf16` and `replay`
+# are run by name: ask for them).
 DEFAULT_ORDER = ("limits", "dispatch", "elementwise", "rows", "cross_entropy", "embedding", "adamw", "matmul",
                  "attention")
 
@@ -37,7 +39,8 @@ def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m helios.bench", description="helios benchmarks; `NAME --help` shows a benchmark's options",
         epilog="benchmarks: " + ", ".join(sorted(BENCHMARKS)))
-    parser.add_argument("names", metavar="NAME", nargs="*", help="benchmarks to run (default: all but tune)")
+    parser.add_argument("names", metavar="NAME", nargs="*", help="benchmarks to run (default: all but "
+                        + ", ".join(sorted(set(BENCHMARKS) - set(DEFAULT_ORDER))) + ")")
     return parser
 
 

@@ -38,10 +38,12 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from helios.kernels.matmul_select import BLOCKS  # the tilings --variant names
+
     parser.add_argument("--quick", action="store_true", help="a subset that runs in under a minute on lavapipe")
     parser.add_argument("--shapes", type=parse_shapes, help="MxNxK,... instead of the default shapes")
     parser.add_argument("--layouts", default="nn", help="comma-separated of nn, nt, tn, tt (default nn)")
-    parser.add_argument("--variant", help="a tiling (reg8x16, tiled128, cm64, ...) or 'all'; default: the op's choice")
+    parser.add_argument("--variant", help=f"a tiling ({', '.join(BLOCKS)}) or 'all'; default: the op's choice")
     parser.add_argument("--repeats", type=int, default=None, help="timed samples per figure (median)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
                         help="dtype of a, b and C, and of the torch reference (default fp32; numpy is fp32 only)")

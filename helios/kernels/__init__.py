@@ -1,4 +1,5 @@
-"""One file per op family: numpy reference, SPIR-V builders, variants, grids, op functions."""
+"""The op families (one file each; attention and matmul a front file and a file per kernel group): numpy
+references, SPIR-V builders, variants, grids, op functions; and the host-side modules they share."""
 
 from __future__ import annotations
 

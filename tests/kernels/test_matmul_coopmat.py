@@ -2,8 +2,9 @@
 `<dtype>_out32_<cm>` (f32 C) of every `matmul_<layout>`, for bf16 and fp16 and cm in cm64, cm128 and their
 `_emulated` lowerings.
 
-- SPIR-V: every variant is valid (test_matmul.py's test_spirv_valid checks each; here the emulated ones are checked
-  to be plain SPIR-V, the native ones to use the extension), and the DSL refuses ill-formed cooperative-matrix code.
+- SPIR-V: every variant is valid (test_opspecs.py's test_spirv_valid checks each kernel of the matmul spec; here the
+  emulated ones are checked to be plain SPIR-V, the native ones to use the extension), and the DSL refuses
+  ill-formed cooperative-matrix code.
 - Selection: fed DeviceInfos like an H100's, an RDNA3 card's and lavapipe's (own and GPU profile), the "matmul"
   rule picks cm tilings exactly where offered; a forced cm tiling gives way to the table where it cannot run.
 - Numerics, through the op with a forced tiling: every layout, dtype, C dtype and epilogue at awkward shapes
@@ -51,7 +52,7 @@ def _restore_choice():
 @pytest.mark.parametrize("tiling", mc.CHOICES)
 @pytest.mark.parametrize("dtype", list(mc.DTYPES))
 def test_cm_variants_are_what_their_lowering_says(dtype, tiling):
-    """Emulated variants are plain SPIR-V, native ones use the extension (spirv-val of every variant: test_matmul.py;
+    """Emulated variants are plain SPIR-V, native ones use the extension (spirv-val of every variant: test_opspecs.py;
     the lowering does not depend on the layout, so two layouts are read)."""
     for layout, name in (("nt", f"{dtype}_{tiling}"), ("tn", f"{dtype}_out32_{tiling}")):
         module = mm.KERNELS[layout].module(name)

@@ -30,6 +30,49 @@ def training_seconds(events: list[dict[str, Any]]) -> float:
     return total + ((last - start) if start is not None else 0.0)
 
 
+CLIP_WARN_RATE = 0.2  # past this share of the steps after warmup, clipping is the run's normal, not a guard
+
+
+def warmup_of(config_event: dict[str, Any]) -> int:
+    """The warmup steps of the run a `config` event starts: schedule.warmup_iters, never past lr_decay_iters
+    (trainer.schedule.warmup_steps, from the logged config)."""
+    sched = (config_event.get("config") or {}).get("schedule") or {}
+    warmup, decay = sched.get("warmup_iters") or 0, sched.get("lr_decay_iters")
+    return min(warmup, decay) if isinstance(decay, int) else warmup
+
+
+def clips(step_event: dict[str, Any]) -> bool | None:
+    """Whether a step's gradient was clipped (clip_coef < 1); None when the step logged no clip_coef."""
+    coef = step_event.get("clip_coef")
+    if not isinstance(coef, (int, float)) or isinstance(coef, bool) or not math.isfinite(coef):
+        return None
+    return coef < 1
+
+
+def clip_warning(clipped: int, counted: int) -> str | None:
+    """One line when more than CLIP_WARN_RATE of `counted` steps after warmup clipped (else None)."""
+    if not counted or clipped / counted <= CLIP_WARN_RATE:
+        return None
+    return (f"warning: {clipped:,} of {counted:,} steps after warmup ({clipped / counted:.0%}) clipped their "
+            "gradient norm to optim.grad_clip; that many usually means a learning rate too high for the batch, or a "
+            "batch too small: try a lower optim.lr or a larger train.batch_size")
+
+
+def clip_rate(events: list[dict[str, Any]]) -> tuple[int, int]:
+    """(steps clipped, steps with a clip_coef) after warmup, each process's warmup from its own `config` event."""
+    clipped = counted = 0
+    warmup = 0
+    for e in events:
+        if e["event"] == "config":
+            warmup = warmup_of(e)
+        elif e["event"] == "step" and isinstance(e.get("step"), int) and e["step"] > warmup:
+            clip = clips(e)
+            if clip is not None:
+                counted += 1
+                clipped += clip
+    return clipped, counted
+
+
 def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[str, Any]:
     """Headline numbers: progress, losses, throughput, skips, checkpoints, wall time (None where unknown).
     `alive`: whether the run's trainer process still exists (telemetry.events.trainer_alive), for the status."""
@@ -43,6 +86,7 @@ def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[s
     speeds = _num([s.get("tok_per_s") for s in steps[1:]]) or _num([s.get("tok_per_s") for s in steps])
     vals = _num([e.get("val_loss") for e in evals])
     clipped = sum(1 for s in steps if isinstance(s.get("clip_coef"), (int, float)) and s["clip_coef"] < 1)
+    late_clipped, late_steps = clip_rate(events)
     mfus = _num([s.get("mfu") for s in steps])
     # The peak MFU divides by: the last run's, or the figure it re-measured when MFU passed 100%.
     peak_event = next((e for e in reversed(events) if e["event"] in ("peak", "config") and e.get("peak_flops")), {})
@@ -69,6 +113,8 @@ def summarize(events: list[dict[str, Any]], alive: bool | None = None) -> dict[s
         "peak_bytes_in_use": int(max(peaks)) if peaks else None,
         "pool_bytes_reserved": int(max(reserved)) if reserved else None,
         "clipped_steps": clipped,
+        "clipped_after_warmup": late_clipped,
+        "steps_after_warmup": late_steps,
         "skips": dict(Counter(e.get("reason") for e in events if e["event"] == "skip")),
         "checkpoints": len(ckpts),
         "last_checkpoint": ckpts[-1].get("path") if ckpts else None,
@@ -111,4 +157,5 @@ def format_summary(s: dict[str, Any]) -> str:
         ("wall time", f"{s['wall_s']:.1f} s"),
     ]
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    warning = clip_warning(s.get("clipped_after_warmup") or 0, s.get("steps_after_warmup") or 0)
+    return "\n".join([f"{k:<{width}}  {v}" for k, v in rows] + ([warning] if warning else []))

@@ -96,6 +96,42 @@ class BudgetWatch:
                 "budget to that or more, or train a smaller batch or model")
 
 
+class ClipWatch:
+    """One warning when more than telemetry.summary.CLIP_WARN_RATE of the steps after warmup clip their gradient:
+    judged once CLIP_WINDOW of them have run (or all this process will run, if fewer), and on every step after,
+    until it warns."""
+
+    CLIP_WINDOW = 100
+
+    def __init__(self) -> None:
+        self.warmup, self.window = 0, 0
+        self.clipped = self.counted = 0
+        self.told = False
+
+    def start(self, config: dict[str, Any]) -> None:
+        """A `config` event: this process's warmup and how many steps after it it will run."""
+        from telemetry.summary import warmup_of
+
+        self.warmup = warmup_of(config)
+        ahead = config["max_iters"] - max(config["start_step"], self.warmup)
+        self.window = min(self.CLIP_WINDOW, ahead)
+
+    def check(self, record: dict[str, Any]) -> str | None:
+        """The warning for a step event that brings the clip rate past the threshold (once per run), else None."""
+        from telemetry.summary import clip_warning, clips
+
+        clip = clips(record)
+        if self.told or record["step"] <= self.warmup or clip is None:
+            return None
+        self.counted += 1
+        self.clipped += clip
+        if self.counted < self.window:
+            return None
+        line = clip_warning(self.clipped, self.counted)
+        self.told = line is not None
+        return line
+
+
 class StepClock:
     """The ETA from the steps after the first: the first step of a process compiles kernels (seconds to
     minutes on a cold cache) and would make the estimate absurd."""
@@ -125,6 +161,7 @@ class PlainProgress:
         self.start = self.total = 0
         self.compiled, self.compile_ms = 0, 0.0
         self.budget = BudgetWatch()
+        self.clip = ClipWatch()
 
     def compiling(self, kernel: str, count: int, ms: float) -> None:
         """A new kernel pipeline was built: a line every 10th once compiling has taken a second (a cold
@@ -139,9 +176,11 @@ class PlainProgress:
         ev = record["event"]
         if ev == "config":
             self.start, self.total = record["start_step"], record["max_iters"]
+            self.clip.start(record)
         if ev == "step":
             step = record["step"]
             self._print(self.budget.check(record))
+            self._print(self.clip.check(record))
             eta = self.clock.eta(step, self.total)
             if not logged(step, self.log_interval, self.start, self.total):
                 return
@@ -182,6 +221,7 @@ class RichProgress:
         self.compiled = 0
         self.start = self.total = 0
         self.budget = BudgetWatch()
+        self.clip = ClipWatch()
 
     def compiling(self, kernel: str, count: int, ms: float) -> None:
         """Show the kernel being compiled in the bar (a cold start compiles dozens before step 1 ends)."""
@@ -193,6 +233,7 @@ class RichProgress:
         ev = record["event"]
         if ev == "config":
             self.start, self.total = record["start_step"], record["max_iters"]
+            self.clip.start(record)
             self.progress.start()
             self.task = self.progress.add_task("train", total=self.total, completed=self.start,
                                                loss="-", tok_s="-", eta="-", status="")
@@ -204,9 +245,9 @@ class RichProgress:
                                  eta=eta, status=mfu_text(record))
             if logged(step, self.log_interval, self.start, self.total):
                 self.say(step_line(record, self.total, eta))
-            note = self.budget.check(record)
-            if note:
-                self.say(note)
+            for note in (self.budget.check(record), self.clip.check(record)):
+                if note:
+                    self.say(note)
             return
         line = describe(record)
         if line:

@@ -115,11 +115,28 @@ def test_backward_is_deterministic(variant):
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
-def test_dropout_drops_about_p_and_depends_on_seed():
+def test_dropout_drops_about_p_and_depends_on_seed(variant):
+    """The reference's mask drops about p and changes with seed and offset, and the kernels apply that mask: o and
+    dqkv match the reference with it, within the op spec's tolerances, and not the reference with another seed's.
+    Head dim 48, full, softcap 3 and p = 0.25: the spec case's pipelines."""
     keep = A.attention_reference.dropout_keep(2, 2, 64, 0.3, 1, 0)
     assert abs(1 - keep[..., :].mean() - 0.3) < 0.02
     assert (keep != A.attention_reference.dropout_keep(2, 2, 64, 0.3, 2, 0)).any()
     assert (keep != A.attention_reference.dropout_keep(2, 2, 64, 0.3, 1, 1)).any()
+
+    spec = spec_of("flash_attention")
+    B, T, H, Hkv, D = 2, 33, 2, 2, 48
+    kw = dict(causal=False, softcap=3.0, dropout_p=0.25, seed=1, offset=0)
+    qkv, do = _inputs(B, T, H, Hkv, D, seed=6)
+    q = rt.from_numpy(qkv)
+    o, lse = A.flash_attention(q, B, T, H, Hkv, D, **kw)
+    ro, _ = A.reference(qkv.astype(np.float64), B, T, H, Hkv, D, **kw)
+    spec.tolerance["o"].check(o.numpy(), ro, "f32", "o")
+    other, _ = A.reference(qkv.astype(np.float64), B, T, H, Hkv, D, **{**kw, "seed": 2})
+    assert _rel(o.numpy(), other) > 1e-2  # negative control: another mask is far outside the tolerance
+    dqkv = A.flash_attention_backward(q, o, lse, rt.from_numpy(do), B, T, H, Hkv, D, **kw).numpy()
+    want = A.reference_backward(qkv.astype(np.float64), do.astype(np.float64), B, T, H, Hkv, D, **kw, o=o.numpy())
+    spec.tolerance["dqkv"].check(dqkv, want, "f32", "dqkv")
 
 
 @pytest.mark.parametrize("bad", [dict(head_dim=30), dict(head_dim=260), dict(n_kv_head=4), dict(dropout_p=1.0)])

@@ -62,9 +62,11 @@ def test_deterministic_and_offset_dependent():
 
 def test_expected_value_matches_torch_semantics():
     """Like torch.nn.functional.dropout: zeros or x / (1 - p), mean preserved."""
-    x = np.random.default_rng(2).standard_normal(50_000).astype(np.float32)
+    x = np.random.default_rng(2).uniform(0.5, 1.5, 50_000).astype(np.float32)  # positive: the mean is ~1, not ~0
     p = 0.2
     y = D.dropout(rt.from_numpy(x), p, 11, 0).numpy()
+    # mean(y) - mean(x) has standard deviation sqrt(mean(x^2) p / (1 - p) / n) ~ 0.0023: 0.012 is over 5 of them.
+    assert abs(y.mean() - x.mean()) < 0.012
     t = torch.nn.functional.dropout(torch.from_numpy(x), p, training=True).numpy()
     assert set(np.unique(np.round(y[y != 0] / x[y != 0], 5))) == set(np.unique(np.round(t[t != 0] / x[t != 0], 5)))
     assert abs((y != 0).mean() - (t != 0).mean()) < 0.01

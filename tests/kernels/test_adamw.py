@@ -60,7 +60,7 @@ def test_ten_steps_of_grad_norm_and_adamw_match_numpy():
 
 
 def test_ten_steps_match_torch_adamw():
-    torch = pytest.importorskip("torch")
+    import torch
     params, mask, grads = _arena(seed=2)
     n = params.size
     bounds = np.cumsum([0] + SIZES)

@@ -39,8 +39,9 @@ def test_in_place(dtype, width, force):
 
 def test_matches_trainer_torch_backend():
     """The torch reference backend uses the same (half-split) convention and table."""
-    torch = pytest.importorskip("torch")
-    tm = pytest.importorskip("trainer.backends.torch_model")
+    import torch
+
+    from trainer.backends import torch_model as tm
     b, t, h, hkv, d = 2, 6, 2, 1, 8
     x = np.random.default_rng(5).standard_normal((b, t, (h + 2 * hkv) * d)).astype(np.float32)
     cos, sin = (torch.tensor(a, dtype=torch.float32) for a in R.rope_table(t, d, 10000.0))

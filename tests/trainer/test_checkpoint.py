@@ -5,14 +5,13 @@ from __future__ import annotations
 import errno
 
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
-pytest.importorskip("torch")
-
-from trainer import checkpoint  # noqa: E402
-from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
-from trainer.cli import main  # noqa: E402
-from trainer.errors import CheckpointError  # noqa: E402
-from trainer.runlock import RunLock  # noqa: E402
+from trainer import checkpoint
+from trainer.checkpoint import latest_path, load_checkpoint
+from trainer.cli import main
+from trainer.errors import CheckpointError
+from trainer.runlock import RunLock
 
 
 def run(cfg, *extra):

@@ -16,13 +16,12 @@ import sys
 import time
 
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
-pytest.importorskip("torch")
-
-from telemetry.events import read_events  # noqa: E402
-from tests.conftest import REPO, run_python  # noqa: E402
-from tests.trainer.conftest import TINY  # noqa: E402
-from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
+from telemetry.events import read_events
+from tests.conftest import REPO, run_python
+from tests.trainer.conftest import TINY
+from trainer.checkpoint import latest_path, load_checkpoint
 
 QUICK = {"train": {"max_iters": 4, "eval_interval": 2, "ckpt_interval": 0, "sample_tokens": 0}}
 

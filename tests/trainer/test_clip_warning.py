@@ -7,11 +7,10 @@ import subprocess
 import sys
 
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
 from telemetry.summary import clip_warning
 from tests.conftest import REPO
-
-pytest.importorskip("torch")
 
 CAUSES = "a learning rate too high for the batch, or a batch too small: try a lower optim.lr or a larger " \
          "train.batch_size"

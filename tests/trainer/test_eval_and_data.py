@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
 from tests.trainer.conftest import make_corpus
-
-pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
 SHORT = {"max_iters": 4, "ckpt_interval": 4, "sample_tokens": 0}

@@ -8,13 +8,12 @@ import re
 import subprocess
 
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
 from tests.conftest import run_python
 from tests.trainer.conftest import make_corpus, write_config
 from trainer.data import clean_text
 from trainer.tokens import _split_point
-
-pytest.importorskip("torch")
 
 
 def trainer(*args: str) -> subprocess.CompletedProcess:

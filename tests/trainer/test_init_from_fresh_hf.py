@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
 from tests.trainer.conftest import make_corpus, write_config
 from trainer.checkpoint import load_latest
 
 transformers = pytest.importorskip("transformers")
-pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
 FROZEN = {"optim": {"lr": 1e-9, "weight_decay": 0.0}, "schedule": {"warmup_iters": 0, "min_lr": 0.0}}
@@ -31,7 +31,6 @@ def _run(config: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def fresh_hf(tmp_path_factory) -> Path:
     """A 2-layer GPT2LMHeadModel as transformers initialises it (zero biases), with a BPE tokenizer.json."""
-    import torch
 
     from trainer.tokens import train_bpe
 

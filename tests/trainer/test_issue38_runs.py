@@ -9,12 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
-pytest.importorskip("torch")
-
-from tests.conftest import run_python  # noqa: E402
-from tests.trainer.conftest import make_corpus, write_config  # noqa: E402
+from tests.conftest import run_python
+from tests.trainer.conftest import make_corpus, write_config
 
 QUICK = {"train": {"max_iters": 4, "eval_interval": 2, "ckpt_interval": 0, "sample_tokens": 0}}
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
-pytest.importorskip("torch")
-
-from tests.trainer.conftest import parity_config  # noqa: E402
-from trainer.backend import create_backend  # noqa: E402
-from trainer.config import load_config  # noqa: E402
-from trainer.loop import Trainer  # noqa: E402
-from trainer.tokens import prepare_data  # noqa: E402
+from tests.trainer.conftest import parity_config
+from trainer.backend import create_backend
+from trainer.config import load_config
+from trainer.loop import Trainer
+from trainer.tokens import prepare_data
 
 PARITY = parity_config(steps=60, eval_interval=20, log_interval=20)
 

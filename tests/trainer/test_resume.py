@@ -6,12 +6,11 @@ import json
 
 import numpy as np
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
-pytest.importorskip("torch")
-
-from telemetry.events import read_events  # noqa: E402
-from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
-from trainer.cli import main  # noqa: E402
+from telemetry.events import read_events
+from trainer.checkpoint import latest_path, load_checkpoint
+from trainer.cli import main
 
 STEP_FIELDS = {"event", "t", "step", "loss", "lr", "grad_norm", "clip_coef", "skipped", "tok_per_s", "step_ms",
                "fwd_ms", "bwd_ms", "opt_ms", "wait_ms", "dispatches", "submits", "barriers", "pool_bytes",

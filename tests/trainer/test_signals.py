@@ -9,13 +9,11 @@ import subprocess
 import sys
 import time
 
-import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
-pytest.importorskip("torch")
-
-from telemetry.events import read_events  # noqa: E402
-from tests.conftest import REPO, run_python  # noqa: E402
-from trainer.checkpoint import latest_path, load_checkpoint  # noqa: E402
+from telemetry.events import read_events
+from tests.conftest import REPO, run_python
+from trainer.checkpoint import latest_path, load_checkpoint
 
 
 def wait_for(predicate, timeout: float = 60.0, proc: subprocess.Popen | None = None):

@@ -6,11 +6,10 @@ import math
 
 import numpy as np
 import pytest
+import torch  # noqa: F401  (a pinned test dependency: a missing torch is an error, not a skip)
 
-pytest.importorskip("torch")
-
-from trainer.backend import Backend, create_backend, sample_logits  # noqa: E402
-from trainer.config import load_config_text  # noqa: E402
+from trainer.backend import Backend, create_backend, sample_logits
+from trainer.config import load_config_text
 
 GPT2 = "[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\nblock_size = 16\nvocab_size = 300\n"
 LLAMA = ('[model]\narch = "llama"\nn_layer = 2\nn_head = 4\nn_kv_head = 2\nn_embd = 32\nblock_size = 16\n'

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -125,14 +124,6 @@ def cuda_sample(fn: Fn) -> float:
     return float(start.elapsed_time(end))
 
 
-def time_host(fn: Fn, repeats: int = 10, warmup: int = 2, cuda: bool = False) -> float:
-    """Median ms of a reference callable on the host (or on CUDA via events when cuda=True)."""
-    sample = cuda_sample if cuda else host_sample
-    for _ in range(warmup):
-        fn()
-    return statistics.median(sample(fn) for _ in range(repeats))
-
-
 def time_pair(device_fn: Fn, ref_fn: Fn | None, repeats: int = 10, warmup: int = 2, cuda_ref: bool = False,
               target_ms: float = 20.0) -> tuple[float, float | None]:
     """Median ms of device_fn and ref_fn, run interleaved (A B A B) so neither gets a quiet machine alone."""
@@ -241,8 +232,3 @@ def format_table(records: Sequence[dict]) -> str:
     if records:
         lines.append(f"device: {records[0].get('device')}")
     return "\n".join(lines)
-
-
-def print_table(records: Sequence[dict], file=None) -> None:
-    """Print `format_table(records)` (CLI layer only; library code never prints)."""
-    print(format_table(records), file=file or sys.stdout)

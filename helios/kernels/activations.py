@@ -97,11 +97,6 @@ def _bounds(lo: float | None, hi: float | None) -> dict:
     return {"lo": -math.inf if lo is None else float(lo), "hi": math.inf if hi is None else float(hi)}
 
 
-def clamp_min(x: Tensor, lo: float) -> Tensor:
-    """max(x, lo)."""
-    return clamp(x, lo, None)  # noqa: F821 - declared by pointwise() below
-
-
 # -- numpy references (float64-capable) ------------------------------------------------------------------
 def reference_gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(GELU_K0 * (x + GELU_K1 * x**3)))

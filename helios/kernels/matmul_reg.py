@@ -141,7 +141,7 @@ def reg_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
 
 
 # name -> parameters (layout and vec are added per kernel): small, medium and large blocks, and the
-# addressed block that CPU drivers with device addresses run (see REG_ADDRESSED).
+# addressed block (reg12x8a) that CPU drivers with device addresses run.
 # Bigger blocks load less per FMA but JIT superlinearly slower on lavapipe (cold compile of one pipeline,
 # measured: 8x8 0.4 s, 16x16 2.2 s, 32x16 11 s, 64x16 73 s; Mesa's disk cache makes later runs instant),
 # so 32x16 is the largest offered.
@@ -151,7 +151,6 @@ REG_TILINGS = {
     "reg32x16": {"tm": 32, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg12x8a": {"tm": 12, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True},
 }
-# With A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
+# reg12x8a: with A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
 # per-lane loop, so loads stop dominating and a block whose 96 accumulators spill less wins: on lavapipe 25,
 # 1.4x the table's descriptor-bound tilings over the default config's training shapes (docs/BENCHMARKS.md).
-REG_ADDRESSED = "reg12x8a"

@@ -30,10 +30,6 @@ from helios.spirv.shader import BindingInfo, PushField, ShaderModule, SpecConsta
 from helios.spirv.types import DType, ScalarType, SpirvError, VectorType, boolean, f32, i32, u32, vec
 from helios.spirv.values import Value, check_literal, literal_type, python_number
 
-_VEC3_BUILTINS = {
-    "GlobalInvocationId": "global_id", "LocalInvocationId": "local_id",
-    "WorkgroupId": "workgroup_id", "NumWorkgroups": "num_workgroups",
-}
 _PUSH_TYPES = (f32, u32, i32)
 
 

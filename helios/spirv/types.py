@@ -107,8 +107,6 @@ bf16 = ScalarType("bf16", "float", 16)
 fp16 = ScalarType("fp16", "float", 16)
 boolean = ScalarType("bool", "bool", 32)
 
-SCALARS = {t.name: t for t in (f32, f16, bf16, fp16, i32, u32, u16, u64, boolean)}
-
 
 @cache
 def vec(elem: ScalarType, n: int) -> VectorType:

@@ -1,8 +1,8 @@
 """Pointwise activations beyond their op specs' derived tests (tests/kernels/test_opspecs.py: forward and backward
 of exp, log, sqrt, relu, gelu, silu, clamp and softcap in every access and dtype against the float64 references,
 finite differences, spirv-val): the references against PyTorch (kinks and bounds included), extreme inputs, small
-inputs where only relative accuracy shows, clamp's NaN, infinities and inputs exactly at a bound, clamp_min, and
-the shape error.
+inputs where only relative accuracy shows, clamp's NaN, infinities and inputs exactly at a bound, and the shape
+error.
 
 Tolerances: 1e-5 relative for the forward ops (lavapipe's exp/log are polynomial approximations a few ulp off; our
 tanh is ~2 ulp), plus an absolute floor of 1e-6 at the zeros of gelu/silu where relative error is meaningless;
@@ -84,11 +84,6 @@ def test_clamp_special_values(access):
         dx = A.clamp_backward(rt.from_numpy(x), rt.from_numpy(dy), lo, hi).numpy()
         grad = np.where(np.isnan(x), 0.0, xt.grad.numpy())  # torch passes dy at NaN; helios (and our reference) not
         np.testing.assert_array_equal(dx, grad)
-
-
-def test_clamp_min():
-    x = np.random.default_rng(0).standard_normal((5, 9)).astype(np.float32)
-    np.testing.assert_array_equal(A.clamp_min(rt.from_numpy(x), 0.25).numpy(), np.maximum(x, np.float32(0.25)))
 
 
 def test_shape_mismatch_and_bad_scalars_raise():

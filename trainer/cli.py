@@ -270,6 +270,8 @@ def cmd_run(args: argparse.Namespace, overrides: list[str]) -> int:
         finally:
             progress.close()
             backend.on_compile(None)
+    if outcome == "stalled":  # the launcher's watchdog named a stalled peer: it reports, and ends the job
+        world.wait_to_be_ended(f"ckpt-{trainer.step}" if world.is_main else "")
     if world.is_main:
         print(f"run directory: {run_dir}")
         if outcome == "stopped":
@@ -546,9 +548,10 @@ def _warn_if_no_cache(world) -> None:
         print(f"trainer: warning: {warning}", file=sys.stderr)
 
 
-def _check_launch(args: argparse.Namespace, extra: list[str]) -> None:
+def _check_launch(args: argparse.Namespace, extra: list[str]) -> float:
     """The `--nproc` launcher's checks: a bad config, a resume that cannot split over the ranks or a run directory
-    another trainer holds is one line here, before any rank starts (and no MPI abort follows it)."""
+    another trainer holds is one line here, before any rank starts (and no MPI abort follows it). Returns the
+    watchdog's timeout (train.watchdog_s)."""
     from trainer.config import load_config
     from trainer.runlock import check_free
 
@@ -556,6 +559,7 @@ def _check_launch(args: argparse.Namespace, extra: list[str]) -> None:
     check_free(cfg.run.dir)
     resume.check_launch(cfg, args.nproc)
     _warn_if_oversubscribed(args.nproc)
+    return cfg.train.watchdog_s
 
 
 def _warn_about_schedule(cfg) -> None:

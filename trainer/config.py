@@ -93,6 +93,7 @@ class TrainConfig:
     init_tokenizer: str | None = None  # the tokenizer.json for init_from's weights (a source without its own)
     keep_best: bool = False  # also keep ckpt-best: the checkpoint of the lowest val loss (never rotated out)
     early_stop_patience: int = 0  # stop after this many evals without a lower val loss (0: never)
+    watchdog_s: float = 600.0  # --nproc: end the job when a rank makes no progress for this long (0: never)
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "checkpoint_activations"): (lambda v: v in ("none", "block"), 'one of "none", "block"'),
     ("train", "init_tokenizer"): (lambda v: v != "", "a path to a tokenizer.json file"),
     ("train", "early_stop_patience"): _upto(1_000_000, 0),
+    ("train", "watchdog_s"): _upto(7 * 86400, 0),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
     ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
                       "letters, digits, '_', '-', '.' (no slashes, not only dots)"),

@@ -15,6 +15,11 @@ and plots.
 mpiexec nor a rank outlives it (parent-death signals). A resume on another rank count keeps the global batch
 (trainer/resume.py).
 
+Under `--nproc` a watchdog (train.watchdog_s) ends a job one of whose ranks makes no progress: each rank touches
+a heartbeat file after each step and while it waits in a collective; the launcher names a rank whose file is older
+than watchdog_s, the others leave their collective (`PeerStalled`), rank 0 checkpoints when it is not the stalled
+one, and the launcher ends every process and exits STALLED_EXIT.
+
 Without an MPI launcher (no PMI/OMPI environment) nothing here imports mpi4py: `World()` is one rank.
 """
 
@@ -24,6 +29,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +41,19 @@ from trainer.errors import TrainerError
 
 # Set by MPICH's hydra (PMI_*), Open MPI (OMPI_*) and Slurm's PMI2/PMIx.
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+# Set by the --nproc launcher for its ranks: the directory of their heartbeat files (launcher plumbing, not a switch).
+HEARTBEAT_DIR_VAR = "HELIOS_HEARTBEAT_DIR"
+STALLED_EXIT = 4  # the launcher's exit code when its watchdog ended the job over a stalled rank
+STALL_GRACE_S = 60.0  # how long the launcher waits for the other ranks' checkpoint after naming a stalled rank
+_BEAT_EVERY_S = 0.25  # a waiting rank touches its heartbeat at most this often
+
+
+class PeerStalled(Exception):
+    """Raised in a rank waiting in a collective once the launcher's watchdog has named a stalled rank."""
+
+    def __init__(self, rank: int):
+        super().__init__(f"rank {rank} made no progress")
+        self.rank = rank
 
 
 def launched_size() -> int:
@@ -55,6 +74,9 @@ class World:
     local_rank: int = 0
     comm: Any = field(default=None, repr=False)
     reduce_ms: float = 0.0  # time in the last Allreduce (the transfer, plus waiting for the slowest rank)
+    heartbeat_dir: str | None = None  # the --nproc launcher's watchdog reads this rank's heartbeat file there
+    _armed: bool = field(default=False, repr=False)  # watched from this rank's first completed step on
+    _last_beat: float = field(default=0.0, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -67,7 +89,7 @@ class World:
             from mpi4py import MPI
 
             t0 = time.perf_counter()
-            self.comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
+            self._wait(self.comm.Iallreduce(MPI.IN_PLACE, flat, op=MPI.SUM))
             self.reduce_ms = (time.perf_counter() - t0) * 1000.0
             flat *= np.float32(1.0 / self.size)
         return flat
@@ -79,13 +101,58 @@ class World:
         from mpi4py import MPI
 
         buf = np.asarray(flags, dtype=np.int32)
-        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        self._wait(self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.MAX))
         return [bool(f) for f in buf]
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""
         if self.size > 1:
-            self.comm.Barrier()
+            self._wait(self.comm.Ibarrier())
+
+    def _wait(self, request: Any) -> None:
+        """Wait for a nonblocking collective: sleeping between tests (MPICH's blocking wait spins a core at 100%
+        for as long as a peer is late), touching the heartbeat (this rank is alive), and raising PeerStalled
+        once the launcher's watchdog has named a stalled rank (the collective would never complete)."""
+        pause = 0.0
+        while not request.Test():
+            if self.heartbeat_dir is not None:
+                try:
+                    with open(os.path.join(self.heartbeat_dir, "stalled")) as f:
+                        raise PeerStalled(int(f.read() or -1))
+                except (FileNotFoundError, ValueError):
+                    pass
+                self.beat(waiting=True)
+            time.sleep(pause)
+            pause = min(0.005, pause + 0.0002)  # the first tests come at once: a short wait stays short
+
+    def beat(self, waiting: bool = False) -> None:
+        """Tell the launcher's watchdog this rank is alive: after each step (the first one arms the watch, so a
+        first step's compile is not timed) and, rate-limited, while it waits in a collective or evaluates."""
+        if self.heartbeat_dir is None or (waiting and not self._armed):
+            return
+        now = time.monotonic()
+        if waiting and now - self._last_beat < _BEAT_EVERY_S:
+            return
+        self._armed, self._last_beat = True, now
+        path = os.path.join(self.heartbeat_dir, f"rank-{self.rank}")
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            open(path, "w").close()
+        except OSError:
+            pass
+
+    def wait_to_be_ended(self, note: str) -> None:
+        """After PeerStalled (and rank 0's checkpoint): tell the launcher this rank is done (`note`: the checkpoint
+        written, or "") and wait for it to end the job; MPI cannot finalize with a peer stopped."""
+        if self.heartbeat_dir is not None:
+            with open(os.path.join(self.heartbeat_dir, f"done-{self.rank}.tmp"), "w") as f:
+                f.write(note)
+            os.replace(os.path.join(self.heartbeat_dir, f"done-{self.rank}.tmp"),
+                       os.path.join(self.heartbeat_dir, f"done-{self.rank}"))
+        time.sleep(STALL_GRACE_S + 30.0)
+        sys.stderr.flush()
+        os._exit(STALLED_EXIT)
 
     def abort(self, code: int) -> None:
         """End every rank of the job (after this one has said why): MPI_Abort, so no rank waits forever."""
@@ -121,7 +188,8 @@ def _init() -> World:
                            "pip install mpi4py mpich (make test installs both)") from None
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
-    w = World(rank=comm.Get_rank(), size=comm.Get_size(), local_rank=local, comm=comm)
+    w = World(rank=comm.Get_rank(), size=comm.Get_size(), local_rank=local, comm=comm,
+              heartbeat_dir=os.environ.get(HEARTBEAT_DIR_VAR) or None)
     # A machine with several GPUs gives each local rank its own (helios.device reads this); an explicit
     # HELIOS_DEVICE wins. On one device (or lavapipe) the ranks share it.
     os.environ.setdefault("HELIOS_LOCAL_RANK", str(local))
@@ -161,10 +229,73 @@ def die_with_parent(signum: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
 
 
-def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None = None) -> int:
+class Watchdog:
+    """The launcher's side of the progress watch: the ranks' heartbeat files in a directory of its own."""
+
+    def __init__(self, nproc: int, timeout_s: float):
+        self.nproc, self.timeout_s = nproc, timeout_s
+        self.dir = tempfile.mkdtemp(prefix="helios-heartbeat-")
+
+    def stalled(self) -> int | None:
+        """The rank whose heartbeat is oldest and older than timeout_s (ranks without one yet are not watched)."""
+        now, ages = time.time(), {}
+        for rank in range(self.nproc):
+            try:
+                ages[rank] = now - os.stat(os.path.join(self.dir, f"rank-{rank}")).st_mtime
+            except OSError:
+                continue
+        late = [rank for rank, age in ages.items() if age > self.timeout_s]
+        return max(late, key=ages.__getitem__) if late else None
+
+    def name(self, rank: int) -> None:
+        """Tell the other ranks (waiting in a collective) that `rank` stalled."""
+        with open(os.path.join(self.dir, "stalled.tmp"), "w") as f:
+            f.write(str(rank))
+        os.replace(os.path.join(self.dir, "stalled.tmp"), os.path.join(self.dir, "stalled"))
+
+    def done(self, rank: int) -> str | None:
+        """What a rank reported when it finished after a stall (its checkpoint, or ""), None before it did."""
+        try:
+            with open(os.path.join(self.dir, f"done-{rank}")) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def end_stalled(job: Any, watch: Watchdog, rank: int) -> int:
+    """Report a stalled rank in one line, let the others checkpoint (rank 0 writes), end every process of the job
+    and return STALLED_EXIT."""
+    n = watch.nproc
+    print(f"trainer: error: rank {rank} of {n} made no progress for {watch.timeout_s:g} s ([train] watchdog_s): no "
+          "step completed and no collective joined (stopped, or hung in the device driver); ending the job",
+          file=sys.stderr, flush=True)
+    watch.name(rank)
+    deadline = time.monotonic() + STALL_GRACE_S
+    while (time.monotonic() < deadline and job.poll() is None
+           and any(watch.done(r) is None for r in range(n) if r != rank)):
+        time.sleep(0.05)
+    saved = watch.done(0) if rank != 0 else None
+    end_job(job.pid)
+    job.wait()
+    if saved:
+        print(f"trainer: rank 0 wrote {saved}; the same command resumes from it", file=sys.stderr)
+    else:
+        why = ("rank 0, the one writer, is the stalled rank" if rank == 0 else
+               f"rank 0 did not finish one within {STALL_GRACE_S:g} s")
+        print(f"trainer: no checkpoint was written ({why}); the run directory keeps its latest complete "
+              "checkpoint, and the same command resumes from it", file=sys.stderr)
+    return STALLED_EXIT
+
+
+def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], float | None] | None = None) -> int:
     """Run `python -m trainer ARGV` as nproc MPI ranks and return the job's exit code.
 
-    `check()` runs first (it raises on a config or resume the ranks would refuse). SIGTERM, SIGINT and SIGUSR1
+    `check()` runs first (it raises on a config or resume the ranks would refuse) and returns the watchdog's
+    timeout (train.watchdog_s; 0 or None: no watch): a rank with no progress for that long is named, the others
+    checkpoint, and the launcher ends the job and returns STALLED_EXIT (see end_stalled). SIGTERM, SIGINT and SIGUSR1
     sent to this launcher reach every rank (through mpiexec), which agree on a step, checkpoint once and exit;
     the launcher then exits with their code. mpiexec runs in its own process group, so a terminal's Ctrl-C
     reaches it once (from here), not twice. A second Ctrl-C is not passed on (to mpiexec it means "abort",
@@ -176,9 +307,10 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
 
     if nproc < 1:
         raise TrainerError(f"--nproc must be at least 1, got {nproc}")
-    if check is not None:
-        check()
+    timeout_s = check() if check is not None else None
+    watch = Watchdog(nproc, timeout_s) if timeout_s and nproc > 1 else None
     cmd = [mpiexec(), "-n", str(nproc), sys.executable, "-m", "trainer", *argv]
+    child_env = dict(os.environ, **({HEARTBEAT_DIR_VAR: watch.dir} if watch is not None else {}))
     launcher = os.getpid()
 
     def own_group_dying_with_launcher() -> None:  # runs in the child between fork and exec
@@ -198,6 +330,10 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
                 if jobs:
                     end_job(jobs[0].pid)
                 return
+        if watch is not None and signum != signal.SIGUSR1:  # a stalled rank 0 could not acknowledge it
+            os.write(2, f"trainer: {signal.Signals(signum).name}: passed on to the ranks, which stop after the step "
+                        f"in flight with a checkpoint; a rank that makes no progress is ended after "
+                        f"{watch.timeout_s:g} s\n".encode())
         if jobs:
             jobs[0].send_signal(signum)
         else:
@@ -206,15 +342,25 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], None] | None =
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
         # stdin from /dev/null: mpiexec is not in the terminal's foreground group, and would stop if it read it.
-        jobs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=own_group_dying_with_launcher))
+        jobs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=own_group_dying_with_launcher,
+                                     env=child_env))
         for signum in pending:
             jobs[0].send_signal(signum)
         if interrupts[0] > 1:  # both Ctrl-Cs came while mpiexec was starting
             end_job(jobs[0].pid)
-        code = jobs[0].wait()
+        code = None
+        while code is None:
+            try:
+                code = jobs[0].wait(timeout=None if watch is None else min(1.0, watch.timeout_s / 4))
+            except subprocess.TimeoutExpired:
+                stalled = watch.stalled() if watch is not None and interrupts[0] < 2 else None
+                if stalled is not None:
+                    return end_stalled(jobs[0], watch, stalled)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if watch is not None:
+            watch.close()
     if interrupts[0] > 1:
         print("trainer: interrupted again: the ranks were stopped at once, without a checkpoint; the run directory "
               "keeps its latest complete checkpoint, and the same command resumes from it", file=sys.stderr)

@@ -21,7 +21,7 @@ from trainer import env
 from trainer.backend import CUMULATIVE_COUNTERS, Backend
 from trainer.checkpoint import Checkpoint, save_best, save_checkpoint
 from trainer.config import Config, model_signature
-from trainer.distributed import World, shard
+from trainer.distributed import PeerStalled, World, shard
 from trainer.errors import CheckpointError, ConfigError, TrainingDivergedError
 from trainer.resume import check_fixed_keys
 from trainer.run_artifacts import data_fingerprint
@@ -257,6 +257,7 @@ class Trainer:
         Ctrl-C does not wait for a long one (after HELIOS_WORK_DELAY_S, a test hook)."""
         if self._work_delay:
             time.sleep(self._work_delay)
+        self.world.beat(waiting=True)  # a long eval or sample is progress for the launcher's watchdog
         return self.controls.stop_requested is not None
 
     def do_eval(self) -> float | None:
@@ -300,11 +301,24 @@ class Trainer:
     # --- the loop ---------------------------------------------------------------------------------------
 
     def run(self, writer: Any) -> str:
-        """Train to max_iters logging to writer (a MetricsWriter); returns "done", "stopped" (a stop request) or
-        "early_stopped" (train.early_stop_patience evals without a better val loss).
+        """Train to max_iters logging to writer (a MetricsWriter); returns "done", "stopped" (a stop request),
+        "early_stopped" (train.early_stop_patience evals without a better val loss) or "stalled" (the launcher's
+        watchdog named a stalled peer: rank 0 has checkpointed the last whole step).
 
         Raises TrainingDivergedError under nan_policy = "stop" after checkpointing the last good state.
         """
+        self._step_rng: dict | None = None  # the sampler's state before the step in flight drew its batches
+        try:
+            return self._train(writer)
+        except PeerStalled as exc:
+            if self._step_rng is not None:  # the step in flight is dropped: its parameters were not updated
+                self.sampler.set_state(self._step_rng)
+            if self.step not in self.saved_steps:
+                self.save(f"rank {exc.rank} stalled")
+            self.emit("end", step=self.step, status="stalled", reason=f"rank {exc.rank} made no progress")
+            return "stalled"
+
+    def _train(self, writer: Any) -> str:
         self.writer = writer
         cfg, t, b = self.cfg, self.cfg.train, self.backend
         peak = self.peak = b.device_peak()
@@ -325,11 +339,14 @@ class Trainer:
         last_eval = last_sample = last_ckpt = -1
         while self.step < t.max_iters:
             lr = lr_at(self.step, cfg.schedule, cfg.optim.lr)
+            self._step_rng = self.sampler.state() if self.world.size > 1 else None
             micro = [shard(self.sampler.next(), self.world) for _ in range(t.grad_accum)]
             t0 = time.perf_counter()
             res = b.train_step(micro, lr, cfg.optim.grad_clip, t.spike_threshold, inject_nan=self.step + 1 in inject)
             step_s = time.perf_counter() - t0
             self.step += 1
+            self._step_rng = None
+            self.world.beat()
             now = b.counters()
             counters = {k: now[k] - prev.get(k, 0) if k in CUMULATIVE_COUNTERS else now[k] for k in now}
             prev = now

@@ -90,8 +90,9 @@ def build_figure(events: list[dict[str, Any]], title: str = "") -> Any:
         ax.text(0.5, 0.5, memory_note(events), ha="center", va="center", transform=ax.transAxes)
     ax.set(title="device memory (MiB)", xlabel="step")
     ax = axes[1, 2]
-    for key in ("fwd_ms", "bwd_ms", "opt_ms", "wait_ms"):
-        ax.plot(*_series(events, "step", key), lw=0.8, label=key[:-3])
+    for key in ("fwd_ms", "bwd_ms", "opt_ms", "wait_ms", "comm_ms"):  # comm_ms: data-parallel runs only
+        if key != "comm_ms" or any(_series(events, "step", key)[1]):
+            ax.plot(*_series(events, "step", key), lw=0.8, label=key[:-3])
     ax.set(title="step time (ms)", xlabel="step")
     ax.legend(fontsize="small")
     resumes = resume_steps(events)

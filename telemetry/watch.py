@@ -99,7 +99,8 @@ class Dashboard:
         curves.add_row("memory", sparkline(mem), _human_bytes(mem[-1]) if mem else "-")
 
         mfu = s.get("mfu")
-        times_ms = "  ".join(f"{k[:-3]} {s.get(k, 0):.1f}" for k in ("fwd_ms", "bwd_ms", "opt_ms", "wait_ms"))
+        times_ms = "  ".join(f"{k[:-3]} {s.get(k, 0):.1f}" for k in ("fwd_ms", "bwd_ms", "opt_ms", "wait_ms", "comm_ms")
+                             if k != "comm_ms" or k in s)  # comm: data-parallel runs only
         counts = "  ".join(f"{k} {s.get(k, 0)}" for k in ("dispatches", "submits", "barriers", "pool_regions",
                                                           "pool_classes", "device_allocs"))
         perf = (f"{s.get('step_ms', 0):.1f} ms/step  ({times_ms} ms)  mfu "

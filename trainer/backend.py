@@ -42,6 +42,8 @@ class StepResult:
     clip_coef: the factor gradients were scaled by (1.0 when not clipped).
     replayed / record_ms: whether the optimizer step was a replay, and the host recording time.
     wait_ms: time the host spent blocked waiting on the device (the step's one host read).
+    comm_ms: data parallelism: the gradient reduce, which also waits for this rank's forward and backward on the
+    device (a replayed step's fwd_ms is only its submit), then downloads, Allreduces and uploads (0 on one rank).
     """
 
     loss: float
@@ -57,6 +59,7 @@ class StepResult:
     dtype: str = "fp32"  # what the model computed in ("fp32", "bf16", "fp16")
     loss_scale: float | None = None  # fp16's dynamic loss scale after this step (None without scaling)
     loss_scale_overflows: int | None = None  # fp16: steps skipped for overflow so far in this run (device counter)
+    comm_ms: float = 0.0  # data parallelism: the gradient reduce, with its wait for the device (see above)
 
 
 def _import_backends() -> None:

@@ -357,7 +357,7 @@ class Trainer:
                       record_ms=res.record_ms, dtype=res.dtype, loss_scale=res.loss_scale,
                       loss_scale_overflows=res.loss_scale_overflows, **counters,
                       mfu=self.mfu(fpt * tok_s), rss_mb=rss_mb(),
-                      **({"world_size": self.world.size, "allreduce_ms": self.world.reduce_ms}
+                      **({"world_size": self.world.size, "allreduce_ms": self.world.reduce_ms, "comm_ms": res.comm_ms}
                          if self.world.size > 1 else {}))
             if res.skipped:
                 self.emit("skip", step=self.step, reason=res.skipped, loss=res.loss, grad_norm=res.grad_norm,

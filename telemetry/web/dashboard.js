@@ -8,7 +8,7 @@ const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 const VAL_PALETTE = ["#ff7f0e", "#1f77b4", "#d62728", "#2ca02c", "#bcbd22", "#17becf", "#2ca02c", "#8c564b"];
 const DASHES = ["solid", "dash", "dot", "dashdot"];
 const TIME_PARTS = [["fwd_ms", "fwd", "#4c78a8"], ["bwd_ms", "bwd", "#f58518"], ["opt_ms", "opt", "#54a24b"],
-                    ["wait_ms", "wait", "#b279a2"]];
+                    ["wait_ms", "wait", "#b279a2"], ["comm_ms", "comm", "#e45756"]];
 const PEAK_KEY = "pool_peak_in_use";  // the most bytes live tensors held during the step
 const KEEP_SAMPLES = 3;
 const MIB = 1048576;

@@ -147,8 +147,11 @@ class HeliosBackend(Backend):
             else:
                 fwd_ms += _ms(t0)
         self._last_step_keys = self._step_keys
+        comm_ms = 0.0
         if self.world is not None and self.world.size > 1:
+            t0 = time.perf_counter()
             self._reduce_gradients(loss_sum)
+            comm_ms = _ms(t0)
         t0 = time.perf_counter()
         # The update is skipped on the device when this check is NaN/Inf or above the spike threshold;
         # adding 0 * loss makes a NaN loss poison it too.
@@ -189,7 +192,7 @@ class HeliosBackend(Backend):
         loss_scale = float(scale_state[0]) if scale_state is not None else None
         overflows = int(scale_state[2]) if scale_state is not None else None
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms,
-                          dtype=self.dtype, loss_scale=loss_scale, loss_scale_overflows=overflows)
+                          dtype=self.dtype, loss_scale=loss_scale, loss_scale_overflows=overflows, comm_ms=comm_ms)
 
     def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None, host=None) -> None:
         """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds.

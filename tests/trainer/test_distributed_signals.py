@@ -26,6 +26,15 @@ TRAIN = {"batch_size": 4, "max_iters": 400, "ckpt_interval": 0, "eval_interval":
 pytestmark = pytest.mark.usefixtures("needs_mpiexec")
 
 
+def _reap(job, tree) -> None:
+    """End what a test's job left running: the launcher, then every process of its tree still alive."""
+    if job.poll() is None:
+        job.kill()
+        job.communicate()
+    for pid in [p for p in tree if _alive(p)]:
+        os.kill(pid, signal.SIGKILL)
+
+
 def _launch(config: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HELIOS_INJECT", "PMI_"))}
     env.update(PYTHONUNBUFFERED="1", HELIOS_STEP_DELAY_S="0.1")  # steps slow enough to signal mid-run
@@ -153,11 +162,7 @@ def test_a_second_ctrl_c_ends_every_rank_at_once_and_the_launcher_exits_130_with
         took = time.monotonic() - sent
         left = _wait_all_gone(tree, 5)
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
-        for pid in [p for p in tree if _alive(p)]:
-            os.kill(pid, signal.SIGKILL)
+        _reap(job, tree)
     assert job.returncode == 130, err[-3000:]
     assert not left, f"processes outlived their launcher: {left}"
     assert took < 5.0
@@ -197,10 +202,6 @@ def test_ranks_whose_mpi_proxy_dies_end_with_it(make_config, tmp_path):
         _, err = job.communicate(timeout=60)
         left = _wait_all_gone(ranks, 30)
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
-        for pid in [p for p in tree if _alive(p)]:
-            os.kill(pid, signal.SIGKILL)
+        _reap(job, tree)
     assert not left, f"ranks outlived their MPI proxy: {left}"
     assert job.returncode not in (0, 2, 130) and "a rank died or was killed" in err

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.trainer.test_distributed_signals import TRAIN, _alive, _events, _job_tree, _launch, _rank_pids
+from tests.trainer.test_distributed_signals import TRAIN, _events, _job_tree, _launch, _rank_pids, _reap, _wait_all_gone
 from trainer.checkpoint import load_latest
 from trainer.distributed import STALLED_EXIT
 
@@ -45,17 +45,14 @@ def test_a_stalled_rank_is_named_and_the_job_ends_with_rank_0s_checkpoint(make_c
             job.send_signal(signal.SIGTERM)
         _, err = job.communicate(timeout=60)
         took = time.monotonic() - stopped
+        left = _wait_all_gone(tree, 5)  # before the clean-up below kills whatever is left
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
-        for pid in [p for p in tree if _alive(p)]:
-            os.kill(pid, signal.SIGKILL)
+        _reap(job, tree)
     lines = err.strip().splitlines()
     assert job.returncode == STALLED_EXIT, err[-3000:]
     assert took < 15.0, took
     assert busy < 0.5, f"the waiting rank used {busy:.0%} of a core"
-    assert not [p for p in tree if _alive(p)], "a process outlived the launcher"
+    assert not left, f"processes outlived the launcher: {left}"
     report = [line for line in lines if "made no progress" in line]
     assert len(report) == 1 and report[0].startswith(f"trainer: error: rank {stalled} of 2 made no progress for 2 s")
     if sigterm:

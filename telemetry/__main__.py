@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -189,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"telemetry: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # stdout's reader went away (`... | head`): say nothing more, and keep Python's exit-time flush from
+        # reporting the closed pipe (as trainer.cli does).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

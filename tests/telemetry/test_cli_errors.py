@@ -4,6 +4,8 @@ the plot labels and marks what it shows."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -11,7 +13,7 @@ import pytest
 
 from telemetry.plot import build_figure, memory_note, resume_steps
 from telemetry.watch import wait_for_run
-from tests.conftest import run_python
+from tests.conftest import REPO, run_python
 from tests.telemetry.runlog import config_event, run_events, step_event, write_run
 
 
@@ -144,3 +146,16 @@ def test_many_malformed_lines_in_a_real_log_give_a_bounded_number_of_warnings(tm
     proc = run_python("-m", "telemetry", "summary", str(run), timeout=30)
     assert proc.returncode == 0 and "step 30 / 30" in proc.stdout
     assert len(proc.stderr.splitlines()) == 11 and "more malformed lines skipped" in proc.stderr
+
+
+def test_summary_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`telemetry summary RUN | head -c 10`: the reader is gone before the summary is written; no traceback."""
+    run = write_run(tmp_path / "run", run_events(12))
+    read, write = os.pipe()
+    os.close(read)  # every write to the pipe now fails with EPIPE (BrokenPipeError in Python)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "telemetry", "summary", str(run)], stdout=write,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=60)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

@@ -19,9 +19,8 @@ import torch
 import autograd
 from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
-from autograd.optim import AdamW
 from helios.device import device_info
-from tests.autograd.twins import gpt_config, twin_models
+from tests.autograd.twins import GRAD_CLIP, gpt_config, twin_models, twin_optimizers
 from trainer.backends.torch_model import GPT as TorchGPT
 from trainer.config import ModelConfig
 
@@ -85,19 +84,14 @@ def run(name: str) -> dict:
     out["grad_err"] = max(rel(p.grad.numpy(), tgrads[n]) for n, p in model.named_parameters())
 
     tmodel, model = twins(name, seed=3)
-    lr, betas, eps, wd, clip = 3e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
-    decay = [p for n, p in tmodel.named_parameters() if tmodel.decays(n, p)]
-    no_decay = [p for n, p in tmodel.named_parameters() if not tmodel.decays(n, p)]
-    topt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr, betas=betas, eps=eps)
-    opt = AdamW(model.arena, lr=lr, betas=betas, eps=eps, weight_decay=wd, grad_clip=clip)
+    topt, opt = twin_optimizers(tmodel, model)
     out["step_err"] = 0.0
     for step in range(15):
         x, y = batch(100 + step, cfg)
         topt.zero_grad()
         tloss = torch_loss(tmodel, x, y, cfg.vocab_size)
         tloss.backward()
-        torch.nn.utils.clip_grad_norm_(tmodel.parameters(), clip)
+        torch.nn.utils.clip_grad_norm_(tmodel.parameters(), GRAD_CLIP)
         topt.step()
         model.zero_grad()
         loss = model(x, y)

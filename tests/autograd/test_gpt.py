@@ -16,7 +16,7 @@ import autograd
 from autograd.nn import GPT
 from autograd.optim import AdamW
 from helios import runtime as rt
-from tests.autograd.twins import gpt_config, twin_models
+from tests.autograd.twins import GRAD_CLIP, gpt_config, twin_models, twin_optimizers
 from trainer.config import ModelConfig
 
 B, T, V = 3, 37, 517
@@ -70,19 +70,14 @@ def test_loss_and_every_gradient_match_torch(arch):
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_twenty_adamw_steps_track_torch(arch):
     tmodel, model = _twins(arch, seed=3)
-    lr, betas, eps, wd, clip = 3e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
-    decay = [p for n, p in tmodel.named_parameters() if tmodel.decays(n, p)]
-    no_decay = [p for n, p in tmodel.named_parameters() if not tmodel.decays(n, p)]
-    topt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr, betas=betas, eps=eps)
-    opt = AdamW(model.arena, lr=lr, betas=betas, eps=eps, weight_decay=wd, grad_clip=clip)
+    topt, opt = twin_optimizers(tmodel, model)
     for step in range(20):
         x, y = _batch(100 + step)
         topt.zero_grad()
         tloss = torch.nn.functional.cross_entropy(tmodel(torch.tensor(x, dtype=torch.long)).view(-1, V),
                                                   torch.tensor(y, dtype=torch.long).view(-1))
         tloss.backward()
-        torch.nn.utils.clip_grad_norm_(tmodel.parameters(), clip)
+        torch.nn.utils.clip_grad_norm_(tmodel.parameters(), GRAD_CLIP)
         topt.step()
         model.zero_grad()
         loss = model(x, y)

@@ -10,9 +10,14 @@ from typing import Any
 from telemetry.events import run_status
 
 
+def finite_number(value: Any) -> bool:
+    """Whether a logged value is a finite real number (not None, a bool, NaN or Inf): what the log's readers show."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _num(values: list[Any]) -> list[float]:
     """The finite numbers among values (a NaN loss is logged as null; a log from elsewhere may hold NaN)."""
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    return [float(v) for v in values if finite_number(v)]
 
 
 def training_seconds(events: list[dict[str, Any]]) -> float:
@@ -44,7 +49,7 @@ def warmup_of(config_event: dict[str, Any]) -> int:
 def clips(step_event: dict[str, Any]) -> bool | None:
     """Whether a step's gradient was clipped (clip_coef < 1); None when the step logged no clip_coef."""
     coef = step_event.get("clip_coef")
-    if not isinstance(coef, (int, float)) or isinstance(coef, bool) or not math.isfinite(coef):
+    if not finite_number(coef):
         return None
     return coef < 1
 

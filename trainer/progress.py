@@ -5,15 +5,16 @@ Both are listeners: the loop hands them every event it logs.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import IO, Any
 
+from telemetry.summary import finite_number
+
 
 def fmt_num(value: Any, spec: str) -> str:
     """A number formatted by spec; "nan" for None (the log's form of NaN/Inf), NaN or Inf, never a TypeError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not finite_number(value):
         return "nan"
     return format(value, spec)
 

@@ -20,7 +20,7 @@ def check_device(model_cfg, info) -> None:
     dtype = resolve_dtype(model_cfg.dtype, info)
     why = run_refusal(info, "f32" if dtype == "fp32" else dtype)
     if why is not None:
-        clamp = f", clamped to {info.limits_from}" if getattr(info, "limits_from", "") else ""
+        clamp = f", clamped to {info.limits_from}" if info.limits_from else ""
         raise DeviceUnfitError(f"the Vulkan device '{info.name}' ({info.driver_name}{clamp}) cannot train "
                                f"model.dtype = \"{model_cfg.dtype}\": {why}")
 

@@ -73,33 +73,41 @@ def test_tuned_figures_are_set_beside_the_tiling_the_table_picks():
 
 def test_one_call_keeps_the_first_figures_and_skips_what_the_budget_leaves_no_time_for(tmp_path):
     """`all` on lavapipe at tiny sizes with a 45 s budget and steps of at least 30 s: the first training figure is
-    measured and written, and the budget is spent before the GPU tests (the last step), which say so."""
+    measured and written, and the budget is spent before the GPU tests (the last step), which say so.
+
+    Each measured step goes through an interpreter that first waits 2 s, so the budget runs out by the GPU tests
+    however fast the machine is (a fast CI box once ran all nine steps in 13 s, inside the budget)."""
     import time
 
+    slow_python = tmp_path / "slow_python"
+    slow_python.write_text(f'#!/bin/bash\ncase "$1" in tools/gpu_report.py|-c) ;; *) sleep 2;; esac\n'
+                           f'exec {sys.executable} "$@"\n')
+    slow_python.chmod(0o755)
+    out = tmp_path / "report"
     env = {**os.environ, "HELIOS_REPORT_SETUP": "0", "GPU_REPORT_QUICK": "1", "GPU_REPORT_BUDGET_S": "45",
-           "GPU_REPORT_MIN_STEP_S": "30", "PYTHON": sys.executable}
+           "GPU_REPORT_MIN_STEP_S": "30", "PYTHON": str(slow_python)}
     env.pop("OUT", None)
     t0 = time.monotonic()
-    res = subprocess.run(["bash", str(SCRIPT), "all", str(tmp_path)], capture_output=True, text=True, env=env,
+    res = subprocess.run(["bash", str(SCRIPT), "all", str(out)], capture_output=True, text=True, env=env,
                          timeout=120)
     seconds = time.monotonic() - t0
     assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]  # 3: the budget skipped or cut steps
     assert seconds < 55
 
     def step_records(name):
-        return [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        return [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
 
     train = step_records("train_bf16")
     assert train[-1]["status"] == "ok"
     figures = [r for r in train if r.get("event") == "bench_train"]
     assert figures and figures[0]["dtype"] == "bf16" and figures[0]["tok_s"] > 0
-    index = (tmp_path / "index.txt").read_text()
+    index = (out / "index.txt").read_text()
     plan = next(line for line in index.splitlines() if line.startswith("plan: ")).split()[1:]
     assert plan[:2] == ["info", "train_bf16"] and plan[-1] == "gpu_tests"
     statuses = {name: step_records(name)[-1]["status"] for name in plan}
     assert set(statuses.values()) <= {"ok", "cut", "skipped"}, statuses
     assert statuses["gpu_tests"] == "skipped" and "gpu_tests: skipped, budget spent" in index
-    assert not (tmp_path / "gpu_tests.log").exists()
-    report = json.loads((tmp_path / "report.json").read_text())
+    assert not (out / "gpu_tests.log").exists()
+    report = json.loads((out / "report.json").read_text())
     assert [s["step"] for s in report["steps"]] == plan
-    assert "| gpu_tests | skipped |" in (tmp_path / "report.md").read_text()
+    assert "| gpu_tests | skipped |" in (out / "report.md").read_text()

@@ -70,11 +70,22 @@ def _import_backends() -> None:
 _BACKENDS: Registry[type[Backend]] = Registry("backend", discover=_import_backends, missing=BackendUnavailableError)
 
 
+@dataclass(frozen=True)
+class SampleStats:
+    """What the last `generate` did: tokens drawn, how often the window slid (a KV cache's refills past
+    block_size, see `window_start`), and its wall seconds."""
+
+    tokens: int = 0
+    refills: int = 0
+    seconds: float = 0.0
+
+
 class Backend(ABC):
     """A model plus its AdamW optimizer on some device. A concrete backend declares `name` (its --backend
     value), which registers the class by that name."""
 
     name: str
+    sample_stats: SampleStats = SampleStats()  # set by each generate()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -109,7 +120,8 @@ class Backend(ABC):
         `on_token(id)` is called as each token is drawn (streaming); returning False stops early. `top_k` and
         `top_p` (nucleus) narrow the draw as `sample_logits` does.
 
-        The context is cropped to the last block_size tokens; sampling draws only from rng.
+        The context is the window `window_start` keeps (at most block_size tokens; past block_size it slides by
+        half a window at a time); sampling draws only from rng. After the call, `sample_stats` says what it did.
         """
 
     @abstractmethod
@@ -219,6 +231,35 @@ def flops_per_token(model_cfg: ModelConfig, n_params: int) -> float:
     m = model_cfg
     n = n_params - (m.block_size * m.n_embd if m.arch == "gpt2" else 0)
     return 6.0 * n + 12.0 * m.n_layer * m.n_head * m.head_dim * m.block_size
+
+
+def window_start(length: int, start: int, block_size: int) -> int:
+    """Where the context of the next draw starts, for `length` tokens so far and the current window `start`.
+
+    The window grows until it holds block_size tokens; the draw after that slides it to the last
+    block_size // 2 tokens (at least 1), which then grow again. A kept token's K/V depend on its position
+    (gpt2's learned embeddings) and, past the first layer, on the tokens it attended to, which a slide drops:
+    so a slide refills a KV cache, once per block_size // 2 + 1 tokens instead of once per token (a one-token
+    slide each draw). Every backend uses this window, so both sample the same tokens for the same seed.
+    """
+    if length - start <= block_size:
+        return start
+    return length - max(1, block_size // 2)
+
+
+def first_window(prompt_length: int, block_size: int) -> int:
+    """The window of the first draw: the prompt's last block_size tokens."""
+    return max(0, prompt_length - block_size)
+
+
+def window_refills(prompt_length: int, n: int, block_size: int) -> int:
+    """How many times `window_start` slides the window over n draws after a prompt (a KV cache's refills)."""
+    start, refills = first_window(prompt_length, block_size), 0
+    for length in range(prompt_length, prompt_length + n):
+        new = window_start(length, start, block_size)
+        refills += new != start
+        start = new
+    return refills
 
 
 def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator,

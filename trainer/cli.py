@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--ignore-eot", action="store_true",
                         help="keep generating past the end-of-text token (default: stop there)")
     sample.add_argument("--backend", choices=backends, default=None, help="default: the run's own")
+    sample.add_argument("--json", action="store_true",
+                        help="print each sample as one JSON line (text, tokens, seconds, tok/s, and the sampling "
+                             "window's KV-cache refills past block_size) instead of streaming the text")
     sample.add_argument("--ckpt", default=None, metavar="NAME",
                           help="checkpoint to use: a name in the run directory (ckpt-3000, ckpt-best) or a path "
                              "(default: latest; latest is not moved)")

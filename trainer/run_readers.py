@@ -18,7 +18,7 @@ from trainer.errors import TrainerError
 
 def cmd_sample(args: argparse.Namespace) -> int:
     """Stream samples from a run's latest checkpoint."""
-    from trainer.sampling import stream_sample
+    from trainer.sampling import sample_record, stream_sample
     from trainer.session import load_run
 
     if args.tokens < 0 or not math.isfinite(args.temperature) or args.temperature < 0 or args.top_k < 0:
@@ -42,13 +42,18 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
     try:
         for k in range(args.num_samples):
-            if k:
+            if k and not args.json:
                 write("\n---\n")
-            write(args.prompt)
-            stream_sample(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens, args.temperature,
-                          args.top_k or None, rng, write, stop_at_eot=not args.ignore_eot,
-                          top_p=args.top_p if args.top_p < 1 else None)
-        write("\n")
+            if not args.json:
+                write(args.prompt)
+            text = stream_sample(loaded.backend, loaded.trainer.tokenizer, args.prompt, args.tokens,
+                                 args.temperature, args.top_k or None, rng, (lambda _: None) if args.json else write,
+                                 stop_at_eot=not args.ignore_eot, top_p=args.top_p if args.top_p < 1 else None)
+            if args.json:  # one line per sample, with what the sampler did (trainer/backend.py SampleStats)
+                write(json.dumps({"event": "sample", "prompt": args.prompt, "text": text,
+                                  **sample_record(loaded.backend.sample_stats, loaded.cfg.model.block_size)}) + "\n")
+        if not args.json:
+            write("\n")
     except KeyboardInterrupt:  # what was printed stays; no traceback
         write("\n")
         return 130

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.backend import Backend
+from trainer.backend import Backend, SampleStats
 from trainer.loop import DEFAULT_PROMPT
 from trainer.tokens import EOT
 
@@ -41,3 +41,10 @@ def stream_sample(backend: Backend, tokenizer: Any, prompt: str, n: int, tempera
     if text != shown[0] and text.startswith(shown[0]):
         write(text[len(shown[0]):])
     return text
+
+
+def sample_record(stats: SampleStats, block_size: int) -> dict:
+    """The JSON fields of a sample's stats (`trainer sample --json`): tokens, seconds, tok/s, window refills."""
+    return {"tokens": stats.tokens, "seconds": round(stats.seconds, 4),
+            "tok_s": round(stats.tokens / stats.seconds, 1) if stats.seconds > 0 else None,
+            "refills": stats.refills, "block_size": block_size}

@@ -10,6 +10,13 @@ Row views (cache, positions, attention output) must start on the device's offset
 width's rows do not (an odd width on a 256-byte device), a step starts at the last position that does
 and recomputes the few cached rows since then from the kept token ids; where they do (every width that
 is a multiple of 4 floats on a 16-byte device), a step computes exactly the new rows.
+
+With `capture=True` a one-token step is recorded once per cache position into a reusable command buffer
+(helios.runtime.capture) and replayed when that position comes again (a sampling window that slides back
+over positions it has filled before): a replay records nothing on the host. Its token id travels in a fixed
+device buffer written before each replay; everything else it binds (cache rows, parameters, its outputs) is
+the same memory every time, and the logits it returns are that step's fixed output, rewritten by the next
+replay of the same position.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from autograd.nn.layers import LayerNorm
 class KVCache:
     """Per-layer QKV rows of up to `block_size` positions for one sequence; `feed` appends tokens."""
 
-    def __init__(self, model: GPT, offset_alignment: int | None = None):
+    def __init__(self, model: GPT, offset_alignment: int | None = None, capture: bool = False):
         from helios import runtime as rt
 
         cfg = model.cfg
@@ -40,6 +47,9 @@ class KVCache:
             offset_alignment = device_info().min_storage_buffer_offset_alignment
         self.offset_alignment = offset_alignment
         self.unit = row_unit(offset_alignment, cfg.n_embd, self.width, cfg.n_head * cfg.head_dim)
+        self.capture = capture
+        self._steps: dict[tuple[int, int], tuple] = {}  # (first row, end) -> (Capture, ids tensor, logits)
+        self.replays = 0  # one-token steps replayed from a capture (no host recording)
 
     @staticmethod
     def supports(cfg) -> bool:
@@ -49,27 +59,66 @@ class KVCache:
         return cfg.n_embd % 4 == 0 and width % 4 == 0 and (cfg.n_head * cfg.head_dim) % 4 == 0
 
     def reset(self) -> None:
+        """Forget the cached positions (kept captures stay valid: they are keyed by position)."""
         self.length = 0
+
+    def close(self) -> None:
+        """Free the captured steps (their command buffers and pinned memory)."""
+        for cap, _, _ in self._steps.values():
+            cap.close()
+        self._steps.clear()
 
     def feed(self, ids) -> object:
         """Append token ids (1-D) at the next positions; returns the last position's logits, [1, vocab]."""
-        from helios import ops
         from helios import runtime as rt
 
-        cfg, model = self.cfg, self.model
+        cfg = self.cfg
         ids = np.asarray(ids, dtype=np.int32).reshape(-1)
         n, p0 = ids.shape[0], self.length
         t = p0 + n
         if n == 0 or t > cfg.block_size:
             raise ValueError(f"feed: {n} tokens after {p0} cached do not fit block_size {cfg.block_size}")
         self.ids[p0:t] = ids
+        one = n == 1
         p0 = p0 // self.unit * self.unit  # rows from an aligned start: recompute the cached ones since it
+        window = np.ascontiguousarray(self.ids[None, p0:t])
+        self.length = t
+        if not (self.capture and one):
+            return self._step(rt.from_numpy(window), p0, t)
+        if (p0, t) in self._steps:
+            cap, ids_t, logits = self._steps[(p0, t)]
+            cap.write_input(ids_t, window)
+            cap.replay()
+            self.replays += 1
+            return logits
+        from helios.runtime.capture import Capture
+
+        ids_t = rt.from_numpy(window)  # made before the scope: an upload inside it would be frozen in
+        gather = self._gather_index(t - p0)
+        with Capture() as cap:
+            logits = self._step(ids_t, p0, t, gather)
+        self._steps[(p0, t)] = (cap, ids_t, logits)
+        return logits
+
+    def _gather_index(self, n: int):
+        """The [[n - 1]] index that gathers the last row where no view may start there (else None)."""
+        from helios import runtime as rt
+
+        if (n - 1) * self.cfg.n_embd * 4 % self.offset_alignment:
+            return rt.from_numpy(np.array([[n - 1]], np.int32))
+        return None
+
+    def _step(self, ids, p0: int, t: int, gather=None) -> object:
+        """Rows p0..t-1 of token ids [1, t - p0] through every layer (their QKV rows written into the cache);
+        the logits of row t - 1."""
+        from helios import ops
+
+        cfg, model = self.cfg, self.model
         n = t - p0
-        ids = np.ascontiguousarray(self.ids[None, p0:t])
         C, W, H, Hkv, D = cfg.n_embd, self.width, cfg.n_head, cfg.kv_heads, cfg.head_dim
         llama = cfg.arch == "llama"
         pos = None if llama else model.wpe.weight.data.view(p0 * C, (cfg.block_size - p0, C))
-        x = ops.embedding(rt.from_numpy(ids), model.wte.weight.data, pos)  # [n, C]
+        x = ops.embedding(ids, model.wte.weight.data, pos)  # [n, C]
         for block, cache in zip(model.h, self.rows, strict=True):
             attn = block.attn
             _linear(_norm(block.ln_1, x), attn.c_attn, out=cache.view(p0 * W, (n, W)))
@@ -84,11 +133,9 @@ class KVCache:
                 x = _linear(ops.swiglu(_linear(h, mlp.w_gate), _linear(h, mlp.w_up)), mlp.w_down, residual=x)
             else:
                 x = _linear(_linear(h, mlp.c_fc, gelu=True), mlp.c_proj, residual=x)
-        self.length = t
-        if (n - 1) * C * 4 % self.offset_alignment:  # no view starts there: gather the row by the embedding
-            last = ops.embedding(rt.from_numpy(np.array([[n - 1]], np.int32)), x)
-        else:
-            last = x.view((n - 1) * C, (1, C))
+        if gather is None:
+            gather = self._gather_index(n)
+        last = x.view((n - 1) * C, (1, C)) if gather is None else ops.embedding(gather, x)
         last = _norm(model.ln_f, last)
         head = model.wte.weight if cfg.tie_embeddings else model.lm_head.weight
         return ops.matmul(last, head.data, trans_b=True)

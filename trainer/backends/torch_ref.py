@@ -14,7 +14,17 @@ import numpy as np
 
 from helios.peak import Peak
 from trainer import env
-from trainer.backend import COUNTER_KEYS, OTHER_BACKENDS_STATE, Backend, StepResult, flops_per_token, sample_logits
+from trainer.backend import (
+    COUNTER_KEYS,
+    OTHER_BACKENDS_STATE,
+    Backend,
+    SampleStats,
+    StepResult,
+    first_window,
+    flops_per_token,
+    sample_logits,
+    window_start,
+)
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
 
@@ -169,15 +179,22 @@ class TorchBackend(Backend):
     @_no_grad
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
                  rng: np.random.Generator, on_token=None, top_p: float | None = None) -> np.ndarray:
-        """n sampled tokens after prompt_ids (full recompute per token: this is the reference, not the fast path)."""
+        """n sampled tokens after prompt_ids (full recompute of the window per token: this is the reference, not
+        the fast path). The window is `window_start`'s, as helios's KV cache uses it."""
         ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
         if not ids:
             raise ValueError("generate needs a non-empty prompt")
+        t0 = time.perf_counter()
         out = []
+        block = self.cfg.block_size
+        start, refills = first_window(len(ids), block), 0
         self.model.eval()
         try:
             for _ in range(n):
-                ctx = torch.tensor([ids[-self.cfg.block_size:]], dtype=torch.int64)
+                new = window_start(len(ids), start, block)
+                refills += new != start
+                start = new
+                ctx = torch.tensor([ids[start:]], dtype=torch.int64)
                 logits = self.model(ctx)[0, -1].double().numpy()
                 nxt = sample_logits(logits, temperature, top_k, rng, top_p)
                 ids.append(nxt)
@@ -186,6 +203,7 @@ class TorchBackend(Backend):
                     break
         finally:
             self.model.train()
+            self.sample_stats = SampleStats(len(out), refills, time.perf_counter() - t0)
         return np.asarray(out, dtype=np.int32)
 
     def state_dict(self) -> dict[str, np.ndarray]:

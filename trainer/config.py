@@ -304,8 +304,9 @@ def _check_relations(cfg: Config, source: str) -> Config:
     if defaulted:
         s = dataclasses.replace(s, lr_decay_iters=t.max_iters)
     # A warmup longer than the run (lr_decay_iters left to default to max_iters) is not an error: the schedule
-    # warms up over the whole run instead (trainer.schedule.warmup_warning says so), as nanoGPT and HF do.
-    if s.lr_decay_iters < s.warmup_iters and not defaulted:
+    # warms up over the whole run instead (trainer.schedule.warmup_warning says so), as nanoGPT and HF do. A run's
+    # resolved.json spells the default out (lr_decay_iters = max_iters): the same schedule, so accepted too.
+    if s.lr_decay_iters < s.warmup_iters and not defaulted and s.lr_decay_iters != t.max_iters:
         raise bad("[schedule] lr_decay_iters", s.lr_decay_iters, f"must be at least warmup_iters ({s.warmup_iters})")
     if s.min_lr > cfg.optim.lr:
         raise bad("[schedule] min_lr", s.min_lr, f"must not exceed optim.lr ({cfg.optim.lr})")

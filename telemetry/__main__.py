@@ -126,19 +126,21 @@ def _serve(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: expected 0-65535 (0 picks a free port)")
-    try:
-        server = start(args.run_dirs, args.host, args.port)
-    except ValueError as exc:  # NotTelemetryError included
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
-                         "pick another --host or --port (0 picks a free port)") from None
-    try:
+    server = None
+    try:  # one try from the bind on: a Ctrl-C just after the URL line is printed ends quietly too
+        try:
+            server = start(args.run_dirs, args.host, args.port)
+        except ValueError as exc:  # NotTelemetryError included
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
+                             "pick another --host or --port (0 picks a free port)") from None
         server.serve_forever(poll_interval=0.25)
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        if server is not None:
+            server.server_close()
     return 0
 
 

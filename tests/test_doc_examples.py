@@ -116,7 +116,7 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
     "python tools/step_memory.py configs/alpha-8l.toml --batch 20 --dtype bf16": ParseOnly("as above, in bf16"),
     "python tools/bench_distributed.py configs/shakespeare.toml --ranks 1,2,4 --steps 25": ParseOnly(
         "trains on 1, 2 and 4 ranks for minutes"),
-    "tools/bench_distributed.py --ranks 1": Mention("the 1-rank figure of the command above"),
+    "python tools/bench_distributed.py --ranks 1": Mention("the 1-rank figure of the command above"),
     "python -m helios.bench matmul --quick --layouts nn,nt,tn --variant all": Quick(
         "--repeats 1 --shapes 64x64x64", BENCHES),
     "python -m helios.bench matmul --quick --layouts nn,nt,tn": ParseOnly(SAME + "the `--variant all` one above"),
@@ -125,9 +125,9 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
     "python -m helios.bench matmul --dtype bf16": Quick(BENCH, BENCHES),
     "python tools/bench_train.py configs/shakespeare.toml --helios-dtypes fp32,bf16,fp16 --torch-dtypes '' "
     "--rounds 3 --steps 20": ParseOnly("trains three dtypes for minutes"),
-    "tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 40 --rounds 1": ParseOnly(
+    "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 40 --rounds 1": ParseOnly(
         "trains for minutes"),
-    "tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 100 --rounds 2": ParseOnly(
+    "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 100 --rounds 2": ParseOnly(
         "trains for minutes"),
     "python tools/bench_sample.py configs/shakespeare.toml --rounds 3": ParseOnly(
         "helios vs HF generate at 200 and 400 tokens, 3 rounds (~30 s; ~8 s of CPU even at --rounds 1 --tokens 8)"),

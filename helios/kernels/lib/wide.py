@@ -7,7 +7,7 @@ the natural 128-bit load, so wide ("u64x2") variants are lavapipe variants.
 
 A bf16 or fp16 vec4 is 8 bytes: one u64 word, unpacked in registers by shifts (a bf16 is the top half of
 an f32) or GLSL UnpackHalf2x16 (fp16, exact), and packed after rounding. Maps (elementwise.py), row kernels
-(rows.py, reduce.py), matmul (matmul_common.py) and attention read and write through `WideView`.
+(lib/row_workers.py, rows/reduce.py), matmul (matmul/common.py) and attention read and write through `WideView`.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn
 Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entry per grid z.
 
 Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
-`reg8x8`, `reg16x16`, `reg32x16` (matmul_reg.py: no shared memory, for lavapipe) and shared-memory tiled
-`tiled32`, `tiled64`, `tiled128` (matmul_tiled.py: for GPUs); `<tiling>` loads vec4s and needs the
+`reg8x8`, `reg16x16`, `reg32x16` (matmul/reg.py: no shared memory, for lavapipe) and shared-memory tiled
+`tiled32`, `tiled64`, `tiled128` (matmul/tiled.py: for GPUs); `<tiling>` loads vec4s and needs the
 contiguous dimensions to be multiples of 4, `<tiling>_scalar` works for every shape. Half precision also
-has the cooperative-matrix tilings `cm64`, `cm128` and their `_emulated` lowerings (matmul_coopmat.py: the
-matrix units; every shape, no `_scalar` form). matmul_select.py picks the tiling (matrix units for bf16/fp16
+has the cooperative-matrix tilings `cm64`, `cm128` and their `_emulated` lowerings (matmul/coopmat.py: the
+matrix units; every shape, no `_scalar` form). matmul/select.py picks the tiling (matrix units for bf16/fp16
 where the device has them, else tuned winner or table). Epilogue parts are specialization constants.
 
 Dtypes (mixed precision, helios.kernels.contract.dtypes): a and b share one io dtype, f32, bf16 or fp16; C is

@@ -18,7 +18,7 @@ which lane holds which element of a cooperative matrix is opaque. bf16 operands 
 
 Each tiling comes native (the matrix units' instructions) and emulated (`<tiling>_emulated`: the same kernel
 with the cooperative-matrix ops lowered to plain SPIR-V, helios/spirv/coopmat_emulated.py). The "matmul" rule
-(matmul_select.py) picks native tilings only on real matrix units and emulated ones only where
+(matmul/select.py) picks native tilings only on real matrix units and emulated ones only where
 DeviceInfo.cooperative_matrix_emulated (the GPU profile on lavapipe, or HELIOS_COOPMAT=emulate); tests force
 them with `selection.force("matmul", "cm64_emulated")`.
 """

@@ -1,4 +1,5 @@
-"""LayerNorm and RMSNorm over the last axis, forward and backward, one worker per row (`rows.py`).
+"""LayerNorm and RMSNorm over the last axis, forward and backward, one worker per row
+(`lib/row_workers.py`).
 
 Forward (one dispatch): cached variants load the row into registers once and take mean and variance in
 two register passes; streaming variants take them in one sweep (Welford per invocation, then Chan's

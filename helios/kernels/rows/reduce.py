@@ -1,7 +1,7 @@
 """Reductions: sum/mean/max over the last axis or over everything, column sums (`sum_rows`, bias
 gradients) and a two-stage sum of squares over many tensors (`sumsq`, gradient norms).
 
-Over the last axis a worker (subgroup or workgroup, see `rows.py`) reduces each row; over everything,
+Over the last axis a worker (subgroup or workgroup, see `lib/row_workers.py`) reduces each row; over everything,
 workgroups reduce grid-stride shares into partials and a second launch of the same kernel reduces those.
 Column sums give invocations columns and workgroups chunks of rows, then sum the chunks' partials.
 Every kernel also reads bf16 and fp16 inputs ("bf16_*", "fp16_*" variants): they add up in f32 and write

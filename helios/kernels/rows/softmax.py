@@ -5,7 +5,7 @@ in registers, write y once. Streaming variants (longer rows): an online pass kee
 sum rescaled whenever the max grows, then a second pass writes exp(x - max) / sum: two reads and one
 write of the row instead of three reads and two writes. The running max starts at -FLT_MAX rather than
 -inf so that masked (-inf) entries give exp(-inf) = 0, never inf - inf. Backward:
-dx = y * (dy - sum(y * dy)). Variants and their choice: `rows.py`. bf16 and fp16 variants ("bf16_*",
+dx = y * (dy - sum(y * dy)). Variants and their choice: `lib/row_workers.py`. bf16 and fp16 variants ("bf16_*",
 "fp16_*") read and write 16-bit rows; the exps, max and sums stay f32 and each output is rounded once.
 """
 

@@ -84,7 +84,7 @@ def test_rule_picks_emulation_in_a_process_that_asks_for_it():
     """HELIOS_COOPMAT=emulate before the device exists: the unforced rule runs the matrix-unit kernels."""
     script = (
         "import numpy as np, helios.runtime as rt\n"
-        "from helios.kernels import attention as A, selection\n"
+        "from helios.kernels import attention as A\nfrom helios.kernels.contract import selection\n"
         "assert selection.choose('attention', (64,), 'fp16') == 'coopmat_emulated'\n"
         "x = np.random.default_rng(0).standard_normal((2, 33, 8 * 64)).astype(np.float16)\n"
         "o, _ = A.flash_attention(rt.from_numpy(x), 2, 33, 4, 2, 64)\n"

@@ -304,7 +304,7 @@ def test_rule_picks_the_emulation_when_asked():
     code = (
         "import numpy as np, helios.runtime as rt\n"
         "from helios.device import get_device\n"
-        "from helios.kernels import matmul as mm, selection\n"
+        "from helios.kernels import matmul as mm\nfrom helios.kernels.contract import selection\n"
         "info = get_device().info\n"
         "assert info.cooperative_matrix_emulated, info.cooperative_matrix\n"
         "a = np.random.default_rng(0).standard_normal((33, 7)).astype(np.float16)\n"

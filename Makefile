@@ -67,7 +67,7 @@ test: $(VENV)/.installed
 # variants in the default run already.
 test-gpu-profile: $(VENV)/.installed
 	$(NOPT) $(PY) -m pytest -q $(XDIST) --profile=gpu tests/kernels tests/autograd -k "not spirv_valid" -m "not forced" \
-	  --ignore=tests/kernels/test_matmul_coopmat.py --ignore=tests/kernels/test_attention_coopmat.py \
+	  --ignore=tests/kernels/matmul/test_matmul_coopmat.py --ignore=tests/kernels/attention/test_attention_coopmat.py \
 	  --ignore=tests/kernels/test_bench_half.py $(PYTEST_ARGS)
 
 test-subgroups: $(VENV)/.installed

@@ -124,7 +124,7 @@ def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None, *, ho
     """Rows of `table` for int32 ids (+ learned positions). Given `host_ids` (the host array the ids came
     from) or a captured step's fixed `plan` (with its host_ids), the backward scatter is the deterministic
     sorted one (bit-reproducible); otherwise float atomics. The rows come back shaped [*ids.shape, D]."""
-    from helios.kernels.embedding import scatter_plan
+    from helios.kernels.indexing.embedding import scatter_plan
 
     # Planned here, from ids the host already holds: the backward then sums each row's contributions in a fixed
     # order, so training is bit-reproducible (resume == uninterrupted run).
@@ -159,5 +159,5 @@ def _spec_op(function):
     return apply
 
 
-# exp, gelu, swiglu, softmax, layernorm, ...: one per op spec (helios.kernels.spec), derived, never listed.
+# exp, gelu, swiglu, softmax, layernorm, ...: one per op spec (helios.kernels.contract.spec), derived, never listed.
 globals().update({name: _spec_op(fn) for name, fn in S.FUNCTIONS.items() if name not in globals()})

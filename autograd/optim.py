@@ -46,10 +46,10 @@ class AdamW:
         self.growth_interval = 0
 
     def enable_loss_scaling(self, initial_scale: float | None = None, growth_interval: int | None = None) -> None:
-        """Dynamic loss scaling (helios.kernels.loss_scale): seed backward with `loss_scale` instead of 1;
+        """Dynamic loss scaling (helios.kernels.optim.loss_scale): seed backward with `loss_scale` instead of 1;
         each step unscales the gradients, skips on overflow and adapts the scale, all on the device."""
         from helios import runtime as rt
-        from helios.kernels.loss_scale import GROWTH_INTERVAL, INITIAL_SCALE, initial_state
+        from helios.kernels.optim.loss_scale import GROWTH_INTERVAL, INITIAL_SCALE, initial_state
 
         self.growth_interval = growth_interval or GROWTH_INTERVAL
         self.loss_scale_state = rt.from_numpy(initial_state(initial_scale or INITIAL_SCALE))
@@ -94,7 +94,7 @@ class AdamW:
 
     def step_values(self, lr: float) -> np.ndarray:
         """The step buffer's values for the next step at `lr` (write them before a captured step runs)."""
-        from helios.kernels.adamw import step_scalars
+        from helios.kernels.optim.adamw import step_scalars
 
         return step_scalars(lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=self.weight_decay,
                             step=self.step_count + 1)

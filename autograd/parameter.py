@@ -97,7 +97,7 @@ class ParameterArena:
     @property
     def working_dtype(self) -> str:
         """"f32", "bf16" or "fp16": the dtype the model computes with."""
-        from helios.kernels.dtypes import FLOAT_DTYPES
+        from helios.kernels.contract.dtypes import FLOAT_DTYPES
 
         return "f32" if self.working is None else FLOAT_DTYPES[self.working.dtype]
 
@@ -106,7 +106,7 @@ class ParameterArena:
         masters that every forward and backward reads; master weights, gradients and optimizer state stay
         fp32). The copy is made now from the masters and kept current by AdamW."""
         from helios import runtime as rt
-        from helios.kernels.dtypes import NUMPY
+        from helios.kernels.contract.dtypes import NUMPY
 
         if dtype not in NUMPY:
             raise ValueError(f"working dtype must be one of {', '.join(NUMPY)}, got {dtype!r}")

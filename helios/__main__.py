@@ -1,5 +1,5 @@
 """`python -m helios info [--json] [--limits NAME|FILE.json] [--list-limits]`: what device helios would use and
-what it offers (clamped to a real device's or a baseline's limits with --limits; helios.device_limits)."""
+what it offers (clamped to a real device's or a baseline's limits with --limits; helios.device.device_limits)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _human_bytes(n: int) -> str:
 
 
 def _executed_line(info: dict) -> str:
-    """What a probe dispatch saw of the subgroups kernels run (helios.subgroup_probe)."""
+    """What a probe dispatch saw of the subgroups kernels run (helios.device.subgroup_probe)."""
     executed = info["subgroup_size_executed"]
     if info["subgroup_size_verified"]:
         return f"executed      subgroup size {executed} (verified by a probe dispatch)"
@@ -69,14 +69,14 @@ def format_report(info: dict) -> str:
         lines.append("paths (what helios runs on this device, and what it refuses):")
         lines += [f"  {'open   ' if p['open'] else 'refused'} {p['name']:{width}}  {p['why']}" for p in info["paths"]]
     if info.get("limits_from"):
-        lines.append(f"limits        clamped to {info['limits_from']} (helios.device_limits; subgroup sizes are the "
-                     "running device's)")
+        lines.append(f"limits        clamped to {info['limits_from']} (helios.device.device_limits; subgroup sizes "
+                     "are the running device's)")
     return "\n".join(lines)
 
 
 def _limits_listing() -> str:
     """One line per built-in device-limits entry: name, subgroup size, shared memory, invocations, source."""
-    from helios import device_limits
+    from helios.device import device_limits
 
     lines = []
     for name, e in device_limits.table().items():
@@ -101,21 +101,22 @@ def main(argv: list[str] | None = None) -> int:
         print(_limits_listing())
         return 0
     try:
-        from helios import device_limits
+        from helios.device import device_limits
 
         limits = device_limits.load(args.limits) if args.limits else None
-        from helios import subgroup_probe
-        from helios.device import get_device
-        from helios.driver import slow_driver_note
+        from helios.device import get_device, subgroup_probe
+        from helios.device.driver import slow_driver_note
+        from helios.runtime.context import measure_subgroups
 
         device = get_device()
         device_info = device.info if limits is None else device_limits.clamp(device.info, limits)
         info = device_info.to_dict()
         # What kernels will see: one probe dispatch, reported here rather than refused, so info always prints.
-        measured = subgroup_probe.measure(device)
+        measured = measure_subgroups(device)
         info["subgroup_size_executed"] = measured.executed
         info["subgroup_size_verified"] = measured.consistent
-        from helios.kernels import device_paths, discover
+        from helios.kernels import discover
+        from helios.kernels.contract import device_paths
 
         discover()
         info["paths"] = [dataclasses.asdict(p) for p in device_paths.device_paths(device_info)]

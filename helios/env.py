@@ -1,8 +1,8 @@
 """The environment switches helios reads to steer itself (the HELIOS_* switches, and the cache and driver
 variables they depend on), one function each.
 
-Not every variable helios reads or writes is here yet: helios/device.py reads HELIOS_LOCAL_RANK (set by
-trainer.distributed), helios/driver.py reads and sets MESA_SHADER_CACHE_DIR (and reads MESA_GLSL_CACHE_DIR,
+Not every variable helios reads or writes is here yet: helios/device/__init__.py reads HELIOS_LOCAL_RANK (set by
+trainer.distributed), helios/device/driver.py reads and sets MESA_SHADER_CACHE_DIR (and reads MESA_GLSL_CACHE_DIR,
 XDG_CACHE_HOME and HOME), and helios/bench/harness.py sets defaults for OMP_WAIT_POLICY, OPENBLAS_THREAD_TIMEOUT
 and GOTO_THREAD_TIMEOUT before numpy loads BLAS."""
 
@@ -57,7 +57,8 @@ def memory_budget_mb() -> int | None:
 
 def device_limits() -> str | None:
     """HELIOS_DEVICE_LIMITS=<name or profile.json>: clamp what the device offers to a real device's or a baseline's
-    features and limits (helios.device_limits; `python -m helios info --list-limits` names them); None when unset."""
+    features and limits (helios.device.device_limits; `python -m helios info --list-limits` names them); None when
+    unset."""
     value = os.environ.get("HELIOS_DEVICE_LIMITS", "").strip()
     return value or None
 

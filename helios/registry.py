@@ -1,6 +1,6 @@
 """One registry mechanism for everything helios and the trainer look up by name: kernels (helios.spirv.registry),
-op specs (helios.kernels.spec), op functions (helios.ops), selection families (helios.kernels.selection) and
-trainer backends (trainer.backend).
+op specs (helios.kernels.contract.spec), op functions (helios.ops), selection families
+(helios.kernels.contract.selection) and trainer backends (trainer.backend).
 
 A module declares its entries when it is imported (`Registry.add`); a registry finds the entries it does not
 hold yet by running its one discovery hook, which imports the modules that declare them. A name declared
@@ -10,6 +10,7 @@ twice is an error that names both declarers, so nothing is ever silently replace
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
@@ -32,9 +33,19 @@ def import_modules(names: Iterable[str], errors: list[tuple[str, BaseException]]
 
 
 def package_modules(package: str) -> list[str]:
-    """The full names of a package's modules, sorted, found without importing them."""
-    path = importlib.import_module(package).__path__
-    return sorted(info.name for info in pkgutil.iter_modules(path, f"{package}."))
+    """The full names of a package's modules and subpackages, at every depth, sorted; found on disk without
+    importing any of them (only `package` itself is imported, for its path)."""
+    return sorted(_walk(importlib.import_module(package).__path__, f"{package}."))
+
+
+def _walk(path: Iterable[str], prefix: str) -> list[str]:
+    names = []
+    for info in pkgutil.iter_modules(path, prefix):
+        names.append(info.name)
+        if info.ispkg:
+            leaf = info.name.rsplit(".", 1)[1]
+            names += _walk([os.path.join(info.module_finder.path, leaf)], f"{info.name}.")
+    return names
 
 
 class Registry(Generic[T]):

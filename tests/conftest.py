@@ -71,7 +71,7 @@ def _dtype_name(dtype) -> str | None:
     """A kernel dtype name ("f32", "bf16", "fp16") for a name or a numpy dtype; None for integer dtypes."""
     if isinstance(dtype, str) and dtype in ("f32", "bf16", "fp16"):
         return dtype
-    from helios.kernels.dtypes import FLOAT_DTYPES
+    from helios.kernels.contract.dtypes import FLOAT_DTYPES
 
     try:
         return FLOAT_DTYPES.get(np.dtype(dtype))
@@ -81,9 +81,10 @@ def _dtype_name(dtype) -> str | None:
 
 def lacking(*features: str, dtype=None) -> str | None:
     """Why this device cannot run a test that needs `features` (FEATURES' DeviceInfo fields) and tensors in
-    `dtype` (helios.kernels.device_paths.dtype_unmet): a skip reason naming what it lacks; None when it has all."""
+    `dtype` (helios.kernels.contract.device_paths.dtype_unmet): a skip reason naming what it lacks; None when it has
+    all."""
     from helios.device import get_device
-    from helios.kernels.device_paths import dtype_unmet
+    from helios.kernels.contract.device_paths import dtype_unmet
 
     unknown = set(features) - set(FEATURES)
     if unknown:

@@ -1,4 +1,5 @@
-"""helios.device_limits: the table of real devices loads, a profile JSON parses, and a clamp only ever removes."""
+"""helios.device.device_limits: the table of real devices loads, a profile JSON parses, and a clamp only ever
+removes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helios import device_limits as dl
+from helios.device import device_limits as dl
 from helios.errors import SetupError
 from tests.conftest import run_python
 

@@ -1,8 +1,8 @@
-"""Every shipped device-limits entry (helios/device_limits.json), end to end and by selection alone.
+"""Every shipped device-limits entry (helios/device/device_limits.json), end to end and by selection alone.
 
 - A tiny `trainer run` under HELIOS_DEVICE_LIMITS=<entry> either trains (exit 0) or is refused before it starts
   (exit 2, one stderr line naming the device and what it lacks), never a traceback, and which of the two it
-  is matches what the start-up check (helios.kernels.device_paths.run_refusal) says in this process.
+  is matches what the start-up check (helios.kernels.contract.device_paths.run_refusal) says in this process.
 - The attention, matmul and row rules, asked on each entry's clamped DeviceInfo with its own subgroup sizes
   (device_limits.clamp(..., subgroups="entry"): 32- and 64-wide devices lavapipe cannot imitate), in the CPU
   and the GPU profile, choose variants whose modules meet the device contract, unless no variant of that
@@ -18,23 +18,23 @@ import dataclasses
 
 import pytest
 
-from helios import device_limits as dl
-from helios import profile as helios_profile
-from helios.kernels import selection
+from helios.device import device_limits as dl
+from helios.device import profile as helios_profile
 from helios.kernels.attention import ATTENTION_FORWARD
-from helios.kernels.attention_backward import ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_PRE
-from helios.kernels.attention_common import spec_values
-from helios.kernels.attention_coopmat import ATTENTION_FORWARD_COOPMAT
-from helios.kernels.attention_coopmat import LOWERINGS as ATTENTION_COOPMAT
-from helios.kernels.attention_coopmat import spec as coopmat_spec
-from helios.kernels.attention_coopmat_backward import ATTENTION_BACKWARD_DKV_COOPMAT, ATTENTION_BACKWARD_DQ_COOPMAT
-from helios.kernels.device_paths import closed_kernels, dtype_unmet, run_refusal
-from helios.kernels.dtypes import dtype_variant
+from helios.kernels.attention.backward import ATTENTION_BACKWARD_DKV, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_PRE
+from helios.kernels.attention.common import spec_values
+from helios.kernels.attention.coopmat import ATTENTION_FORWARD_COOPMAT
+from helios.kernels.attention.coopmat import LOWERINGS as ATTENTION_COOPMAT
+from helios.kernels.attention.coopmat import spec as coopmat_spec
+from helios.kernels.attention.coopmat_backward import ATTENTION_BACKWARD_DKV_COOPMAT, ATTENTION_BACKWARD_DQ_COOPMAT
+from helios.kernels.contract import selection
+from helios.kernels.contract.device_paths import closed_kernels, dtype_unmet, run_refusal
+from helios.kernels.contract.dtypes import dtype_variant
 from helios.kernels.matmul import KERNELS as MATMUL_KERNELS
 from helios.kernels.matmul import variant_name as matmul_variant
-from helios.kernels.matmul_coopmat import threads as coopmat_threads
-from helios.kernels.norms import RMSNORM, RMSNORM_BACKWARD
-from helios.kernels.softmax import SOFTMAX, SOFTMAX_BACKWARD
+from helios.kernels.matmul.coopmat import threads as coopmat_threads
+from helios.kernels.rows.norms import RMSNORM, RMSNORM_BACKWARD
+from helios.kernels.rows.softmax import SOFTMAX, SOFTMAX_BACKWARD
 from helios.runtime.contract import unmet_needs
 from tests.conftest import run_python
 from tests.trainer.conftest import make_corpus, write_config
@@ -49,7 +49,7 @@ ROW_COLS = (7, 32, 128, 768, 4096, 50304)
 
 
 def as_gpu(info):
-    """info as HELIOS_PROFILE=gpu makes it on this device (helios.profile.apply's changes for a CPU driver)."""
+    """info as HELIOS_PROFILE=gpu makes it on this device (helios.device.profile.apply's changes for a CPU driver)."""
     if not info.cpu_profile:
         return info
     return dataclasses.replace(info, profile="gpu", unified_memory=False, buffer_device_address=False,

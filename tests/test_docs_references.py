@@ -65,9 +65,9 @@ def test_named_commands_and_files_exist(doc):
 def test_the_check_finds_a_stale_name():
     stale = ("| `tools/` | `gpu_env.sh` (set-up), `bench_train_gpu.py`, `step_memory.py` |\n"
              "Run `.venv/bin/python -m trainer run configs/shakespeare.toml` or `python -m helios.benchh`;\n"
-             "see docs/TRAINER.md, docs/NOPE.md, scripts/loss_parity.py, trainer/loop.Trainer and tools/*.py.\n")
+             "see docs/TRAINER.md, docs/NOPE.md, tools/loss_parity.py, trainer/loop.Trainer and tools/*.py.\n")
     assert named_paths(stale) == {"tools/", "tools/gpu_env.sh", "tools/bench_train_gpu.py", "tools/step_memory.py",
                                   "configs/shakespeare.toml", "docs/TRAINER.md", "docs/NOPE.md",
-                                  "scripts/loss_parity.py", "trainer/loop.Trainer"}
+                                  "tools/loss_parity.py", "trainer/loop.Trainer"}
     assert named_modules(stale) == {"trainer", "helios.benchh"}
     assert missing(stale) == ["python -m helios.benchh", "docs/NOPE.md", "tools/bench_train_gpu.py"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helios.device import get_device
-from helios.driver import gathers_pay_off, mesa_version, slow_driver_note
+from helios.device.driver import gathers_pay_off, mesa_version, slow_driver_note
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def test_helios_info_prints_the_note_on_mesa_22():
 
 
 def test_lavapipe_vector_width_comes_from_the_device_name():
-    from helios.driver import lavapipe_vector_width
+    from helios.device.driver import lavapipe_vector_width
 
     info = get_device().info
     assert lavapipe_vector_width(dataclasses.replace(info, name="llvmpipe (LLVM 15.0.6, 128 bits)",
@@ -81,7 +81,7 @@ def mesa_env(monkeypatch, tmp_path):
 
 
 def test_each_vector_width_gets_its_own_mesa_shader_cache(mesa_env, tmp_path):
-    from helios.driver import isolate_mesa_shader_cache
+    from helios.device.driver import isolate_mesa_shader_cache
 
     assert isolate_mesa_shader_cache() is None and "MESA_SHADER_CACHE_DIR" not in os.environ  # default width
     mesa_env.setenv("LP_NATIVE_VECTOR_WIDTH", "128")
@@ -96,7 +96,7 @@ def test_each_vector_width_gets_its_own_mesa_shader_cache(mesa_env, tmp_path):
 @pytest.mark.parametrize("setting", [("MESA_SHADER_CACHE_DIR", "/somewhere/mine"),
                                      ("MESA_SHADER_CACHE_DISABLE", "true"), ("MESA_GLSL_CACHE_DIR", "/old/name")])
 def test_a_mesa_cache_the_user_chose_is_left_alone(mesa_env, setting):
-    from helios.driver import isolate_mesa_shader_cache
+    from helios.device.driver import isolate_mesa_shader_cache
 
     mesa_env.setenv("LP_NATIVE_VECTOR_WIDTH", "128")
     mesa_env.setenv(*setting)
@@ -105,7 +105,7 @@ def test_a_mesa_cache_the_user_chose_is_left_alone(mesa_env, setting):
 
 
 def test_mismatch_advice_names_the_cause_and_fix(mesa_env):
-    from helios.driver import subgroup_mismatch_advice
+    from helios.device.driver import subgroup_mismatch_advice
 
     info = get_device().info
     lavapipe = dataclasses.replace(info, driver_name="llvmpipe", driver_info="Mesa 25.0.7 (LLVM 15.0.6)")

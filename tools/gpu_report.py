@@ -173,7 +173,7 @@ def main(argv=None) -> int:
         if records:  # the device is opened only now, after the tuner has finished with it
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
             from helios.device import get_device
-            from helios.kernels import matmul_select as sel
+            from helios.kernels.matmul import select as sel
 
             info = get_device().info
             for rec in tune_vs_table(records, lambda M, N: sel.table_choice(info, M, N, 1)):

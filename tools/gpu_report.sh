@@ -113,7 +113,7 @@ esac
 [ "$part" = kernels ] && plan bf16_maps 1 "$PY" -m helios.bench bf16 --json
 case "$part" in all|tests) plan gpu_tests 1.5 "$PY" -m pytest -m gpu tests/kernels -q -p no:cacheprovider;; esac
 if [ "$part" = tests ]; then
-    plan kernel_tests 2 "$PY" -m pytest tests/kernels/test_matmul.py tests/kernels/test_attention.py -q -x \
+    plan kernel_tests 2 "$PY" -m pytest tests/kernels/matmul/test_matmul.py tests/kernels/attention/test_attention.py -q -x \
         -p no:cacheprovider
     plan replay 1 "$PY" -m helios.bench replay --json
 fi

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helios.peak import Peak
+from helios.ceilings.peak import Peak
 from helios.registry import Registry
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError

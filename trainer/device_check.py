@@ -15,7 +15,7 @@ def check_device(model_cfg, info) -> None:
     """Raise DeviceUnfitError naming the device, what it lacks and what would work instead, if `info`'s device
     cannot train a model of `model_cfg` (its storage dtype, "auto" resolved for the device)."""
     from autograd.nn.gpt import resolve_dtype
-    from helios.kernels.device_paths import run_refusal
+    from helios.kernels.contract.device_paths import run_refusal
 
     dtype = resolve_dtype(model_cfg.dtype, info)
     why = run_refusal(info, "f32" if dtype == "fp32" else dtype)

@@ -49,7 +49,7 @@ def precision(cfg: Config) -> tuple[str, str]:
 def mfu_peak() -> dict[str, float | str | None]:
     """The peak the helios backend's MFU divides by on this machine, and its source, without measuring:
     {"device", "peak_flops" (None until a run measures it), "source"}."""
-    from helios import peak
+    from helios.ceilings import peak
     from helios.device import device_info
     from helios.env import cache_dir
     from helios.errors import HeliosError

@@ -169,7 +169,7 @@ class Trainer:
         self._tokenizer: Any = None
         # The lowest val loss so far, its step, and the evals since it (ckpt-best and early stopping).
         self.best_val, self.best_step, self.evals_since_best = math.inf, None, 0
-        self.peak: Any = None  # the backend's helios.peak.Peak, set by run()
+        self.peak: Any = None  # the backend's helios.ceilings.peak.Peak, set by run()
         self._peak_remeasured = False
         self._work_delay = env.work_delay_s()
 

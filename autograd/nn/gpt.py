@@ -140,7 +140,7 @@ class GPT(Module):
         return sum(p.numel() for p in self.parameters())
 
 
-KERNEL_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "fp16"}  # config names -> helios.kernels.dtypes names
+KERNEL_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "fp16"}  # config names -> helios.kernels.contract.dtypes names
 MODEL_DTYPES = ("auto", *KERNEL_DTYPE)  # what model.dtype accepts
 
 
@@ -156,7 +156,8 @@ def auto_dtype(info) -> tuple[str, str]:
         return "fp32", "the device cannot keep 16-bit values in buffers (storageBuffer16BitAccess, shaderInt16)"
     if not info.cooperative_matrix_emulated:
         # What the matmul rule will run on the matrix units, not merely what the device lists.
-        from helios.kernels import coopmat_support, matmul_coopmat
+        from helios.kernels.lib import coopmat_support
+        from helios.kernels.matmul import coopmat as matmul_coopmat
 
         if matmul_coopmat.supported(info, "bf16"):
             return "bf16", "the device has bf16 matrix units"

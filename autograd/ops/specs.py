@@ -1,4 +1,4 @@
-"""One autograd Function per op spec (helios.kernels.spec) with `autograd=True`, named after it (Exp, Gelu,
+"""One autograd Function per op spec (helios.kernels.contract.spec) with `autograd=True`, named after it (Exp, Gelu,
 Softmax, LayerNorm, ...): forward and VJP are the spec's op functions. Scalars are keyword arguments of `apply`;
 gradients the spec says have sinks (a norm's dw and db) are added straight into the parameters' gradient arena
 (`ctx.grad_sink`), so accumulating them costs no dispatch. Index arguments (`indices`: ids, targets) get no
@@ -9,7 +9,7 @@ those its inputs need. A new spec needs no edit here."""
 from __future__ import annotations
 
 from autograd.function import ACCUMULATED, Function
-from helios.kernels.spec import OpSpec, as_tuple, specs
+from helios.kernels.contract.spec import OpSpec, as_tuple, specs
 
 
 def spec_function(spec: OpSpec) -> type[Function]:

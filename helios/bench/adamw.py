@@ -1,11 +1,11 @@
 """The optimizer ops' specs (adamw_step: one dispatch; grad_norm: one per tensor plus one; loss_scale_update: one
 invocation) timed from their declarations, and grad_norm + adamw_step as a training step runs them, vs numpy.
 
-Each spec runs its first test case's scalars and inputs (helios.kernels.spec) on an arena of n elements; FLOPs and
-bytes are the spec's (adamw 28 bytes per element, 32 with the decay mask; grad_norm 4). numpy runs preallocated
-in-place baselines doing the same work (clip, masked decay, moments, bias-corrected step; f32 dot products) where
-written below, else the spec's float64 reference. loss_scale_update does not grow with the arena: it runs once.
-"""
+Each spec runs its first test case's scalars and inputs (helios.kernels.contract.spec) on an arena of n elements;
+FLOPs and bytes are the spec's (adamw 28 bytes per element, 32 with the decay mask; grad_norm 4). numpy runs
+preallocated in-place baselines doing the same work (clip, masked decay, moments, bias-corrected step; f32 dot
+products) where written below, else the spec's float64 reference. loss_scale_update does not grow with the arena: it
+runs once. """
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _spec_record(spec, n: int, rng: np.random.Generator, repeats: int) -> tuple[
     """One spec's record on an arena of n elements (its f32 run: half_only arguments absent), with its device
     arguments and scalars."""
     import helios.runtime as rt
-    from helios.kernels import selection
+    from helios.kernels.contract import selection
 
     scalars = spec.scalar_cases()[0]
     host = [None if name in spec.half_only else a for name, a in zip(spec.args, spec.inputs(rng, (n,), **scalars),
@@ -87,7 +87,7 @@ def _spec_record(spec, n: int, rng: np.random.Generator, repeats: int) -> tuple[
 
 def _records(n: int, rng: np.random.Generator, repeats: int) -> list[dict]:
     """adamw_step and grad_norm from their specs, then grad_norm + adamw_step, for an arena of n elements."""
-    from helios.kernels.spec import spec_of
+    from helios.kernels.contract.spec import spec_of
 
     step, norm = spec_of("adamw_step"), spec_of("grad_norm")
     (step_record, step_args, hp), (norm_record, _, _) = (_spec_record(s, n, rng, repeats) for s in (step, norm))
@@ -112,7 +112,7 @@ def _records(n: int, rng: np.random.Generator, repeats: int) -> list[dict]:
 
 def once_records(rng: np.random.Generator, repeats: int) -> list[dict]:
     """The specs of FAMILIES whose work does not grow with the arena (loss_scale_update), once."""
-    from helios.kernels.spec import specs
+    from helios.kernels.contract.spec import specs
 
     return [_spec_record(s, 1, rng, repeats)[0] for f in FAMILIES for s in specs(f) if not s.sizes((1,))]
 

@@ -89,9 +89,9 @@ def helios_unfused(qkv: np.ndarray, do: np.ndarray, B: int, H: int, T: int, D: i
     """(forward, forward+backward) of helios's unfused ops, or None where they are not there yet."""
     try:
         import helios.runtime as rt
-        from helios.kernels.elementwise import masked_fill
         from helios.kernels.matmul import matmul
-        from helios.kernels.softmax import softmax, softmax_backward
+        from helios.kernels.pointwise.elementwise import masked_fill
+        from helios.kernels.rows.softmax import softmax, softmax_backward
     except ImportError:
         return None
     x = qkv.reshape(B, T, 3, H, D)
@@ -136,9 +136,9 @@ def records(shapes, rng: np.random.Generator, repeats: int, variant: str | None 
     (with_torch, where torch is there) and helios's unfused ops (with_helios_unfused), the variant forced if named."""
     import helios.runtime as rt
     from helios.kernels import attention as A
-    from helios.kernels import selection
-    from helios.kernels.attention_backward import backward_flops
-    from helios.kernels.spec import spec_of
+    from helios.kernels.attention.backward import backward_flops
+    from helios.kernels.contract import selection
+    from helios.kernels.contract.spec import spec_of
 
     selection.force("attention", variant)
     try:

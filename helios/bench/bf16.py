@@ -32,10 +32,10 @@ def _ops(n: int, dtype):
     """(name, fp32 bytes moved, launch) for each op on fresh tensors of `dtype`."""
     import helios.runtime as rt
     from helios import ops
-    from helios.kernels import activations as A
-    from helios.kernels import dropout as D
-    from helios.kernels import elementwise as E
-    from helios.kernels import fused as F
+    from helios.kernels.pointwise import activations as A
+    from helios.kernels.pointwise import dropout as D
+    from helios.kernels.pointwise import elementwise as E
+    from helios.kernels.pointwise import fused as F
 
     rng = np.random.default_rng(0)
     a, b, c = (rt.from_numpy(rng.standard_normal(n).astype(np.float32).astype(dtype)) for _ in range(3))

@@ -1,4 +1,4 @@
-"""Fused softmax cross-entropy, derived from its op spec (helios.kernels.cross_entropy): the spec's input generator
+"""Fused softmax cross-entropy, derived from its op spec (helios.kernels.rows.cross_entropy): the spec's input generator
 (targets with an ignored and an out-of-range row), its forward (loss and dlogits, all three dispatches) and its
 backward (dlogits scaled on the device by the loss's incoming gradient), each vs numpy doing the same work (and the
 forward against torch on CUDA where there is one).
@@ -61,9 +61,9 @@ def records(shapes, rng: np.random.Generator, repeats: int, torch_cuda=None) -> 
     """Per (rows, vocab): the forward and the backward against numpy, and the forward against torch_cuda (the
     torch module where CUDA runs the reference, else None)."""
     import helios.runtime as rt
-    from helios.kernels import selection
-    from helios.kernels.cross_entropy import flops, nbytes
-    from helios.kernels.spec import spec_of
+    from helios.kernels.contract import selection
+    from helios.kernels.contract.spec import spec_of
+    from helios.kernels.rows.cross_entropy import flops, nbytes
 
     spec = spec_of("cross_entropy")
     out = []

@@ -1,6 +1,6 @@
 """Elementwise kernels (add, bias add, swiglu, dropout, add_inplace, and every pointwise op spec's forward and
-backward: exp, gelu, ... from helios.kernels.spec) vs numpy doing the same work at 1M-16M elements (and vs torch on the
-same GPU, 1M-64M elements, where CUDA is available).
+backward: exp, gelu, ... from helios.kernels.contract.spec) vs numpy doing the same work at 1M-16M elements (and vs
+torch on the same GPU, 1M-64M elements, where CUDA is available).
 
 The numpy references write into preallocated arrays (`out=`), so they pay no page faults, and use float32
 throughout; multi-pass references (gelu, swiglu, dropout) use preallocated temporaries (other op specs: their
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _numpy_gelu(x, out, t):
     """0.5 x (1 + tanh(k0 (x + k1 x^3))) with two temporaries, float32."""
-    from helios.kernels.activations import GELU_K0, GELU_K1
+    from helios.kernels.pointwise.activations import GELU_K0, GELU_K1
 
     k0, k1 = np.float32(GELU_K0), np.float32(GELU_K1)
 
@@ -52,7 +52,7 @@ def _numpy_gelu(x, out, t):
 
 
 def _numpy_gelu_backward(x, dy, out, t, u):
-    from helios.kernels.activations import GELU_K0, GELU_K1
+    from helios.kernels.pointwise.activations import GELU_K0, GELU_K1
 
     k0, k1 = np.float32(GELU_K0), np.float32(GELU_K1)
 
@@ -122,10 +122,10 @@ def _torch_cases(torch, a, b, bias, rows: int) -> dict:
 def _records(n: int, repeats: int, torch) -> list[dict]:
     """Records for one size (its device tensors are freed when this returns)."""
     import helios.runtime as rt
-    from helios.kernels import elementwise as E
-    from helios.kernels import selection
-    from helios.kernels.device_paths import dtype_unmet
-    from helios.kernels.spec import specs
+    from helios.kernels.contract import selection
+    from helios.kernels.contract.device_paths import dtype_unmet
+    from helios.kernels.contract.spec import specs
+    from helios.kernels.pointwise import elementwise as E
 
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)

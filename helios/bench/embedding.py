@@ -1,8 +1,8 @@
-"""Token + position embedding, forward and backward, derived from its op spec (helios.kernels.embedding): the spec's
-input generator, forward, backward (with the sorted plan its host_kwargs build, as the trainer does once per batch)
-and numpy reference, at a GPT's batch shapes. The generator draws V = N // 3 + 1 table rows, so ids repeat about
-three times (the scatter's duplicate case). The backward variant is what the "embedding_backward" rule picks.
-
+"""Token + position embedding, forward and backward, derived from its op spec (helios.kernels.indexing.embedding):
+the spec's input generator, forward, backward (with the sorted plan its host_kwargs build, as the trainer does once
+per batch) and numpy reference, at a GPT's batch shapes. The generator draws V = N // 3 + 1 table rows, so ids
+repeat about three times (the scatter's duplicate case). The backward variant is what the "embedding_backward" rule
+picks.
 Counted: forward reads N ids and N rows of the table and of pos_table and writes N rows (N * D adds); backward
 reads dy twice (by id, by position), writes every row of both f32 gradients (zeroed or summed) and reads the plan
 (2 N * D adds).
@@ -35,9 +35,9 @@ def records(shapes, rng: np.random.Generator, repeats: int) -> list[dict]:
     """One record for the forward and one for the backward per (B, T, D), each against the spec's reference."""
     import helios.runtime as rt
     from helios.bench.harness import compare
-    from helios.kernels import selection
-    from helios.kernels.embedding import forward_variant
-    from helios.kernels.spec import spec_of
+    from helios.kernels.contract import selection
+    from helios.kernels.contract.spec import spec_of
+    from helios.kernels.indexing.embedding import forward_variant
 
     spec = spec_of("embedding")
     out = []

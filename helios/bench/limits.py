@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> list[dict]:
     import helios.runtime as rt
+    from helios.ceilings import kernels as L
     from helios.device import get_device
-    from helios.kernels import limits as L
 
     info = get_device().info
     repeats = args.repeats or (3 if args.quick else 7)
@@ -54,7 +54,7 @@ def run(args) -> list[dict]:
 def store_peaks(device: str, records: list[dict]) -> bool:
     """Keep this device's best FMA and copy figures in the cache dir: the trainer's MFU reads the FMA peak.
     False when the cache directory cannot be written."""
-    from helios.peak import store_limits
+    from helios.ceilings.peak import store_limits
 
     fma = [r["gflops"] for r in records if r["kernel"] == "limits_fma" and r.get("gflops")]
     copy = [r["gbps"] for r in records if r["kernel"] == "limits_copy" and r.get("gbps")]

@@ -38,7 +38,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from helios.kernels.matmul_select import BLOCKS  # the tilings --variant names
+    from helios.kernels.matmul.select import BLOCKS  # the tilings --variant names
 
     parser.add_argument("--quick", action="store_true", help="a subset that runs in under a minute on lavapipe")
     parser.add_argument("--shapes", type=parse_shapes, help="MxNxK,... instead of the default shapes")
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _host(layout: str, M: int, N: int, K: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """a and b of an MxNxK product in `layout`, from the matmul spec's input generator."""
-    from helios.kernels.spec import spec_of
+    from helios.kernels.contract.spec import spec_of
 
     return spec_of("matmul").inputs(np.random.default_rng(seed), (M, N, K), trans_a=layout[0] == "t",
                                     trans_b=layout[1] == "t")
@@ -92,8 +92,8 @@ def tilings(which: str | None, dtype: str = "f32") -> list[str | None]:
     """The tilings to time: [None] (the op's choice), one named tiling, or the device family's ("all"; for half
     dtypes also the cooperative-matrix tilings the device runs)."""
     from helios.device import get_device
-    from helios.kernels import matmul_coopmat as coopmat
-    from helios.kernels import matmul_select as sel
+    from helios.kernels.matmul import coopmat
+    from helios.kernels.matmul import select as sel
 
     if which is None:
         return [None]
@@ -129,9 +129,9 @@ def bench_shape(layout: str, M: int, N: int, K: int, tiling: str | None, repeats
     way to the table; the backward's products choose for their own layouts, so it says which tiling was asked)."""
     import helios.runtime as rt
     from helios.kernels import matmul as mm
-    from helios.kernels import selection
-    from helios.kernels.dtypes import NUMPY
-    from helios.kernels.spec import spec_of
+    from helios.kernels.contract import selection
+    from helios.kernels.contract.dtypes import NUMPY
+    from helios.kernels.contract.spec import spec_of
 
     spec = spec_of("matmul")
     a, b = _host(layout, M, N, K)

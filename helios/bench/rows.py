@@ -1,6 +1,6 @@
 """Row ops over the last axis, forward and backward: every row op spec (softmax, layernorm, rmsnorm, the reductions
-sum, mean and max, which have no backward, ... from helios.kernels.spec), vs numpy doing the same work (and torch on
-CUDA where there is one); the column sums, sumsq and the column copies (forward only) beside them.
+sum, mean and max, which have no backward, ... from helios.kernels.contract.spec), vs numpy doing the same work (and
+torch on CUDA where there is one); the column sums, sumsq and the column copies (forward only) beside them.
 
 The numpy baselines work in float32 into preallocated arrays (no page faults): softmax max, subtract, exp,
 sum, divide, and backward y * dy, row sums, dy - s, y * (.); the norms mean, centre, variance, rstd, scale
@@ -142,8 +142,8 @@ def _torch_forward(torch, name: str, args):
 
 def _records(rows: int, cols: int, rng: np.random.Generator, repeats: int, torch_cuda) -> list[dict]:
     import helios.runtime as rt
-    from helios.kernels import rows as rowlib
-    from helios.kernels.spec import specs
+    from helios.kernels.contract.spec import specs
+    from helios.kernels.lib import row_workers as rowlib
 
     shape, label, variant = (rows, cols), f"{rows}x{cols}", rowlib.choose(rows, cols)
     out = []
@@ -182,7 +182,7 @@ def case_records(rng: np.random.Generator, repeats: int) -> list[dict]:
     """The column copies (concat, slice_columns, copy_columns: forward only) once each, at their largest test
     case (their scalars say which columns move, so the sweep's shapes do not fit them)."""
     import helios.runtime as rt
-    from helios.kernels.spec import specs
+    from helios.kernels.contract.spec import specs
 
     out = []
     for spec in specs("layout"):

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def candidates(info, all_tilings: bool) -> list[str]:
-    from helios.kernels import matmul_select as sel
+    from helios.kernels.matmul import select as sel
 
     if all_tilings:  # the tuner times f32 matmuls: the half-only cooperative-matrix tilings are not candidates
         return [t for t in sel.BLOCKS if t not in sel.COOPMAT]
@@ -39,7 +39,7 @@ def tune_shape(layout: str, M: int, N: int, K: int, names: list[str], repeats: i
     import helios.runtime as rt
     from helios.bench.matmul import _host
     from helios.kernels import matmul as mm
-    from helios.kernels import selection
+    from helios.kernels.contract import selection
 
     a, b = _host(layout, M, N, K)
     ta, tb, c = rt.from_numpy(a), rt.from_numpy(b), rt.empty((M, N))
@@ -60,7 +60,7 @@ def tune_shape(layout: str, M: int, N: int, K: int, names: list[str], repeats: i
 
 def run(args) -> list[dict]:
     from helios.device import get_device
-    from helios.kernels import matmul_select as sel
+    from helios.kernels.matmul import select as sel
 
     info = get_device().info
     dev = device_name()

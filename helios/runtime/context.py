@@ -11,7 +11,7 @@ import operator
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,8 +20,11 @@ from helios.device import get_device
 from helios.errors import HeliosError, SetupError
 from helios.runtime.counters import Counters
 from helios.runtime.memory import BufferPool, MiB, Storage
-from helios.runtime.pipelines import PipelineCache
+from helios.runtime.pipelines import PipelineCache, cache_key
 from helios.runtime.recorder import CommandRecorder
+
+if TYPE_CHECKING:
+    from helios.device.subgroup_probe import SubgroupMeasurement
 
 
 class Runtime:
@@ -33,12 +36,12 @@ class Runtime:
         self.device = device = device or get_device()
         info = device.info
         self.info = info
-        # Before any kernel: refuse a device whose subgroups are not what it reports (helios.subgroup_probe).
+        # Before any kernel: refuse a device whose subgroups are not what it reports (helios.device.subgroup_probe).
         self.subgroups = None
         if verify_subgroups:
-            from helios import subgroup_probe
+            from helios.device import subgroup_probe  # the probe kernel registers only where a runtime verifies
 
-            self.subgroups = subgroup_probe.verify(device)
+            self.subgroups = subgroup_probe.verify(device, cache_key(device), measure_subgroups)
         self.counters = Counters()
         self.recorder = CommandRecorder(device, self.counters, flush_threshold=flush_threshold,
                                         push_descriptors=push_descriptors)
@@ -420,3 +423,23 @@ def configure(*, flush_threshold: int | None = None, eager_flush: int | None = N
     if eager_flush is not None and eager_flush < 0:
         raise HeliosError("eager_flush must be 0 (off) or positive")
     rt.recorder.configure(flush_threshold=flush_threshold, eager_flush=eager_flush)
+
+
+def measure_subgroups(device) -> SubgroupMeasurement:
+    """Dispatch the subgroup probe (helios.device.subgroup_probe.PROBE) once on a private runtime (so the process
+    runtime's pools, pipelines and counters stay as they were) and read what it saw."""
+    from helios.device import subgroup_probe
+    from helios.runtime.tensor import Tensor
+
+    runtime = Runtime(device, persist_pipelines=False, verify_subgroups=False, block_size=MiB, memory_budget=4 * MiB)
+    try:
+        words = subgroup_probe.PROBE_INVOCATIONS * len(subgroup_probe.FIELDS)
+        out = Tensor(runtime.pool.acquire(words * 4), 0, (subgroup_probe.PROBE_INVOCATIONS, len(subgroup_probe.FIELDS)),
+                     np.dtype(np.uint32))
+        variant = "arithmetic" if "arithmetic" in device.info.subgroup_ops else "basic"
+        runtime.launch(subgroup_probe.PROBE, [out], None, 1, variant=variant)
+        rows = out.numpy()
+        out.release()
+    finally:
+        runtime.close()
+    return subgroup_probe.interpret(rows, device.info)

@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from helios import driver, env
+from helios import env
+from helios.device import driver
 from helios.errors import HeliosError
 from helios.runtime import contract
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from helios.kernels import elementwise as E
-from helios.kernels import selection
+from helios.kernels.contract import selection
+from helios.kernels.lib import maps
+from helios.kernels.pointwise import elementwise as E
 from tests.conftest import needs_kernel
 
 
 @pytest.fixture
 def force():
-    """force(family, choice): helios.kernels.selection.force for this test only (restored after it)."""
+    """force(family, choice): helios.kernels.contract.selection.force for this test only (restored after it)."""
     saved: dict = {}
 
     def force_choice(family: str, choice) -> None:
@@ -23,7 +24,7 @@ def force():
         selection.force(family, before)
 
 
-@pytest.fixture(params=E.ACCESSES)
+@pytest.fixture(params=maps.ACCESSES)
 def access(request, force):
     """Run the test with each elementwise access variant forced (scalar, vec4 with a scalar tail, u64x2 where
     n % 4 == 0); skipped where the device contract refuses the variant (u64x2 without shaderInt64)."""

@@ -17,10 +17,10 @@ import pytest
 
 import helios.runtime as rt
 from helios import ops
-from helios.kernels import cross_entropy as C
-from helios.kernels import embedding as E
-from helios.kernels.dtypes import NUMPY, ROUNDING
-from helios.kernels.layout import reference_concat
+from helios.kernels.contract.dtypes import NUMPY, ROUNDING
+from helios.kernels.indexing import embedding as E
+from helios.kernels.indexing.layout import reference_concat
+from helios.kernels.rows import cross_entropy as C
 from tests.conftest import dtype_params
 
 

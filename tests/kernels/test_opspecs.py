@@ -1,4 +1,4 @@
-"""Every op spec (helios.kernels.spec) tested from its one declaration: forward and backward against the numpy
+"""Every op spec (helios.kernels.contract.spec) tested from its one declaration: forward and backward against the numpy
 reference at awkward shapes in every forced variant family choice and every dtype (one test per op, choice and
 dtype, every shape inside it, so each variant compiles once), gradients added into nonzero f32 sinks, the
 reference VJP against float64 finite differences, spirv-val validity of every variant, the derived autograd
@@ -13,16 +13,19 @@ import numpy as np
 import pytest
 
 import helios.runtime as rt
-from helios.kernels import adamw, loss_scale, matmul_select, optable, rope
-from helios.kernels import elementwise as E
+from helios.bench import optable
 from helios.kernels.attention import COOPMAT_VARIANTS as ATTENTION_MATRIX_VARIANTS
 from helios.kernels.attention import VARIANTS as ATTENTION_VARIANTS
-from helios.kernels.dtypes import NUMPY, variant_dtype
-from helios.kernels.layout import ACCESSES as COLUMN_ACCESSES
-from helios.kernels.reduce import SumRowsChoice
-from helios.kernels.rows import RowChoice
-from helios.kernels.spec import as_tuple, specs
-from tests.kernels.row_variants import LAYOUTS, layout_id
+from helios.kernels.contract.dtypes import NUMPY, variant_dtype
+from helios.kernels.contract.spec import as_tuple, specs
+from helios.kernels.indexing.layout import ACCESSES as COLUMN_ACCESSES
+from helios.kernels.lib import maps
+from helios.kernels.lib.row_workers import RowChoice
+from helios.kernels.matmul import select as matmul_select
+from helios.kernels.optim import adamw, loss_scale
+from helios.kernels.pointwise import rope
+from helios.kernels.rows.reduce import SumRowsChoice
+from tests.kernels.rows.row_variants import LAYOUTS, layout_id
 
 SPECS = specs()
 # What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers,
@@ -32,7 +35,7 @@ SPECS = specs()
 # (bound or through device addresses), the grad norm's first stage (a partial per invocation or per workgroup, as
 # the rule plans them or over a forced number of workgroups), the loss scale's one invocation, every attention
 # variant the rule can return (the matrix-unit ones where the device runs them: _unavailable).
-FORCED = {"elementwise": E.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
+FORCED = {"elementwise": maps.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
           "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"],
           "embedding_backward": ["sorted", "atomic", "scan"], "rope": rope.WIDTHS, "reduce_all": ["scalar", "vec4"],
           "sum_rows": [SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)],
@@ -95,7 +98,7 @@ def _unavailable(family: str, choice, dtype: str = "f32") -> str | None:
     """Why this device cannot run a forced choice in `dtype` (the rule refuses it), or None. What the device
     contract refuses (64-bit loads, float atomics, device addresses) is _unfit's."""
     from helios.device import get_device
-    from helios.kernels import selection
+    from helios.kernels.contract import selection
 
     info = get_device().info
     if (family, choice) == ("cross_entropy", "subgroup") and \
@@ -353,7 +356,7 @@ def test_backward_skips_the_gradients_not_needed(spec):
 def test_dropout_specs_run_every_awkward_shape(name):
     """Their shapes are a list of their own (each draws its own p, seed and offset), so nothing else makes sure it
     still holds the pointwise ops' awkward shapes."""
-    from helios.kernels.spec import AWKWARD_SHAPES, spec_of
+    from helios.kernels.contract.spec import AWKWARD_SHAPES, spec_of
 
     assert set(AWKWARD_SHAPES) <= set(spec_of(name).shapes)
 
@@ -365,8 +368,8 @@ def test_every_spec_is_complete(spec):
     kernel, inputs float32 (int32 for index args), and names that agree (saves, sinks, optional args, scalars);
     test_forward_and_backward_against_reference
     runs it in every dtype and forced choice."""
-    from helios.kernels import selection
-    from helios.kernels.dtypes import variant_dtype
+    from helios.kernels.contract import selection
+    from helios.kernels.contract.dtypes import variant_dtype
     from helios.spirv import registry
 
     assert callable(spec.reference) and callable(spec.forward) and callable(spec.inputs)
@@ -429,7 +432,7 @@ def test_helios_ops_finds_every_declared_op():
 
 def test_ops_table_is_current():
     assert optable.DOC.read_text() == optable.render(optable.DOC.read_text()), \
-        "docs/OPS.md's op table is stale: run python -m helios.kernels.optable"
+        "docs/OPS.md's op table is stale: run python -m helios.bench.optable"
 
 
 def test_bench_has_every_spec():

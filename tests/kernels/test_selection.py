@@ -1,4 +1,4 @@
-"""The selection contract (helios.kernels.selection): every family chooses through its rule and is forced
+"""The selection contract (helios.kernels.contract.selection): every family chooses through its rule and is forced
 through `selection.force`; no op takes a knob of its own.
 
 Rule-level tests hand the rule a stand-in DeviceInfo (the fields the rules read), so they check both device
@@ -15,11 +15,11 @@ import pytest
 
 import helios.runtime as rt
 from helios import ops
-from helios.kernels import cross_entropy as C
-from helios.kernels import layout as L
-from helios.kernels import reduce as R
-from helios.kernels import rope as P
-from helios.kernels import selection
+from helios.kernels.contract import selection
+from helios.kernels.indexing import layout as L
+from helios.kernels.pointwise import rope as P
+from helios.kernels.rows import cross_entropy as C
+from helios.kernels.rows import reduce as R
 
 FORCING_KEYWORDS = ("variant", "layout", "tiling")
 
@@ -39,7 +39,7 @@ def test_no_op_takes_a_forcing_keyword():
     for name in ops.__all__:
         params = inspect.signature(getattr(ops, name)).parameters
         knobs += [f"helios.ops.{name}({p}=)" for p in params if p in FORCING_KEYWORDS]
-    assert not knobs, f"force these through helios.kernels.selection instead: {', '.join(knobs)}"
+    assert not knobs, f"force these through helios.kernels.contract.selection instead: {', '.join(knobs)}"
 
 
 @pytest.mark.parametrize("family,bad", [
@@ -81,7 +81,7 @@ def test_cross_entropy_rule(force):
 
 
 def test_grad_norm_rule(force):
-    from helios.kernels import adamw as A
+    from helios.kernels.optim import adamw as A
 
     choose = lambda n, info: selection.choose("grad_norm", (n,), info=info)  # noqa: E731
     assert choose(70_001, _info()).variant == "vec4_lanes" and choose(3, _info(False)).variant == "scalar"

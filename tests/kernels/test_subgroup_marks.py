@@ -9,7 +9,6 @@ test would never run at those sizes. A mark names the registered kernels its tes
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from functools import cache
 
 import pytest
@@ -18,6 +17,7 @@ import tests.autograd
 import tests.kernels
 import tests.spirv
 from helios.kernels import discover
+from helios.registry import package_modules
 from helios.spirv import registry
 
 SUITES = (tests.kernels, tests.autograd, tests.spirv)
@@ -36,10 +36,10 @@ def marked_kernels() -> dict[str, list[str]]:
     """Kernel name -> the tests whose `subgroup` marks name it, over every module of SUITES."""
     named: dict[str, list[str]] = {}
     for suite in SUITES:
-        for info in pkgutil.iter_modules(suite.__path__):
-            if not info.name.startswith("test_"):
+        for name in package_modules(suite.__name__):  # the suite's subpackages too (tests/kernels/rows/, ...)
+            if not name.rsplit(".", 1)[1].startswith("test_"):
                 continue
-            module = importlib.import_module(f"{suite.__name__}.{info.name}")
+            module = importlib.import_module(name)
             tests = [(module.__name__, module)] + [(f"{module.__name__}::{n}", f) for n, f in vars(module).items()
                                                    if n.startswith("test_") and callable(f)]
             for where, obj in tests:

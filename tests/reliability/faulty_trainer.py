@@ -70,7 +70,7 @@ def val_enospc() -> None:
 
 
 def deterministic() -> None:
-    from helios.kernels import selection
+    from helios.kernels.contract import selection
 
     selection.force("embedding_backward", "deterministic")
 

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 import helios.runtime as rt
 from helios import ops
-from helios.kernels import activations as act
 from helios.kernels import attention as attn
-from helios.kernels import elementwise as ew
 from helios.kernels import matmul as mm
-from helios.kernels import norms
-from helios.kernels import reduce as red
-from helios.kernels import softmax as sm
+from helios.kernels.pointwise import activations as act
+from helios.kernels.pointwise import elementwise as ew
+from helios.kernels.rows import norms
+from helios.kernels.rows import reduce as red
+from helios.kernels.rows import softmax as sm
 
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 dims = st.integers(min_value=1, max_value=70)
@@ -157,7 +157,7 @@ def test_matmul(m, n, k, batch, trans_a, trans_b, seed, scale):
 
 
 # (head_dim, causal): the tiny trainer models' head_dim 16 (tests/trainer/conftest.py), and 64 as in the attention
-# op spec's causal cases (helios/kernels/attention.py): pipelines those tests build already.
+# op spec's causal cases (helios/kernels/attention/__init__.py): pipelines those tests build already.
 ATTENTION_SPECS = [(16, True), (64, True)]
 
 

@@ -86,7 +86,7 @@ def test_config_and_the_summary_go_on_without_the_cache(unwritable, tiny_config,
 def test_matmul_tuning_winners_serve_the_process_when_they_cannot_be_stored(tmp_path, monkeypatch):
     from helios.device import get_device
     from helios.env import cache_problem
-    from helios.kernels import matmul_select as sel
+    from helios.kernels.matmul import select as sel
 
     monkeypatch.setenv("HELIOS_CACHE_DIR", str(_a_file(tmp_path)))
     assert cache_problem() is not None

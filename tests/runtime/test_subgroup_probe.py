@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 
 from helios import runtime as rt
-from helios import subgroup_probe
-from helios.device import get_device
+from helios.device import get_device, subgroup_probe
+from helios.device.subgroup_probe import interpret, refusal
 from helios.runtime.pipelines import cache_key
-from helios.subgroup_probe import interpret, refusal
 from tests.trainer.conftest import make_corpus, write_config
 
 REPO = Path(__file__).resolve().parents[2]

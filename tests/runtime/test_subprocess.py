@@ -47,7 +47,7 @@ VALIDATION_SCRIPT = """
 import numpy as np
 from helios import runtime as rt
 from helios.device import get_device
-from helios.kernels.device_paths import dtype_unmet  # float16 tensors where the device stores them
+from helios.kernels.contract.device_paths import dtype_unmet  # float16 tensors where the device stores them
 from tests.runtime.kernels import ADD, ADD_INPLACE, AXPB, SCALE, groups
 
 def exercise():

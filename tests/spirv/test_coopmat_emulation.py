@@ -4,7 +4,7 @@ column layouts with strides, MulAdd, conversions between element types and uses,
 subgroup of a workgroup works on its own tiles; the modules are valid SPIR-V without the extension.
 
 The lowering is a builder switch, so these kernels run on any device; HELIOS_COOPMAT=emulate only decides
-whether the selection rules pick emulated kernels (tests/kernels/test_matmul_coopmat.py runs that path).
+whether the selection rules pick emulated kernels (tests/kernels/matmul/test_matmul_coopmat.py runs that path).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def test_registry_rejects_duplicates_and_finds_kernels():
 
 
 def test_registry_rejects_a_duplicate_from_the_same_build_function():
-    from helios.kernels.elementwise import map_kernel
+    from helios.kernels.lib.maps import map_kernel
 
     first = map_kernel("test_registry_same_origin", lambda b, x, index: x + 1.0)
     try:

@@ -149,7 +149,7 @@ def test_two_ranks_equal_one_rank(runs, arch, needs_mpiexec):
 def test_matmul_tuning_is_stored_per_profile(device):
     # A lavapipe tuning holds register tilings the GPU profile must not take, and the GPU profile's tiled
     # winners must not change the default profile's choices.
-    from helios.kernels import matmul_select
+    from helios.kernels.matmul import select as matmul_select
 
     own = dataclasses.replace(device.info, profile="")
     gpu = dataclasses.replace(device.info, profile="gpu")
@@ -158,7 +158,7 @@ def test_matmul_tuning_is_stored_per_profile(device):
 
 PROFILE_PROBE = """
 from helios import runtime as rt
-from helios.kernels import selection
+from helios.kernels.contract import selection
 def test_profile():
     r = rt.get_runtime()
     assert r.info.is_cpu and not r.info.cpu_profile and r.info.profile == "gpu"

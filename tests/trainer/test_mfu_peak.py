@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from helios import peak
 from helios.bench.limits import store_peaks
+from helios.ceilings import peak
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def test_unknown_devices_have_no_vendor_figure():
 def test_a_burst_of_load_in_one_round_does_not_lower_the_measurement(monkeypatch):
     # A fake clock: each dispatch takes 10 ms, or 20 ms while another job holds the cores (the first 0.25 s,
     # all of the first round). The figure must be the unloaded one.
-    from helios.kernels import limits as L
+    from helios.ceilings import kernels as L
 
     now = [0.0]
     monkeypatch.setattr(peak.time, "perf_counter", lambda: now[0])

@@ -45,7 +45,7 @@ def test_compile_progress_appears_once_compiling_is_slow():
 
 
 def test_the_runtime_reports_each_new_pipeline():
-    from helios.kernels import elementwise
+    from helios.kernels.pointwise import elementwise
 
     seen = []
     runtime = rt.get_runtime()

@@ -21,7 +21,7 @@ from autograd.nn.gpt import auto_dtype, resolve_dtype
 from autograd.optim import AdamW
 from helios import ops
 from helios import runtime as rt
-from helios.peak import Peak
+from helios.ceilings.peak import Peak
 from trainer.backend import (
     COUNTER_KEYS,
     OTHER_BACKENDS_STATE,
@@ -403,7 +403,7 @@ class HeliosBackend(Backend):
     def device_peak(self, remeasure_from: Peak | None = None) -> Peak | None:
         """The vendor's figure for a known device; else the FMA peak stored by `python -m helios.bench limits` or
         an earlier run, else measured now (about a second) and stored; measured again on request."""
-        from helios import peak
+        from helios.ceilings import peak
 
         if remeasure_from is not None:
             return peak.remeasure(self.device_name(), remeasure_from)

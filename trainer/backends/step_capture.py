@@ -17,7 +17,7 @@ import autograd
 from autograd.host_inputs import HostInputs
 from helios import ops
 from helios import runtime as rt
-from helios.kernels.embedding import FixedScatterPlan
+from helios.kernels.indexing.embedding import FixedScatterPlan
 from helios.runtime.capture import Capture, write_fixed
 
 

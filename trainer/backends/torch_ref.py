@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from helios.peak import Peak
+from helios.ceilings.peak import Peak
 from trainer import env
 from trainer.backend import (
     COUNTER_KEYS,
@@ -152,7 +152,7 @@ class TorchBackend(Backend):
     def _adamw(self, grads: list[torch.Tensor], lr: float, clip_coef: float) -> None:
         """p <- p*(1 - lr*wd) [decayed only] - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), g scaled by clip_coef.
 
-        The same arithmetic as helios/kernels/adamw.py (and torch.optim.AdamW), so the two backends agree.
+        The same arithmetic as helios/kernels/optim/adamw.py (and torch.optim.AdamW), so the two backends agree.
         """
         b1, b2 = self.optim.betas
         wd, eps = self.optim.weight_decay, self.optim.eps

@@ -1,0 +1,281 @@
+"""Op specs: one declaration per op gives its kernels, variant-selection family, op functions, numpy reference
+and VJP, input generator, awkward test shapes, tolerances and FLOP/byte counts; tests, autograd Functions, the
+helios.ops namespace, bench entries and docs/OPS.md's table are derived from the registry (`specs()`), not
+written again.
+
+An op maps named tensor arguments (`args`: x, or x, w, b) to named results (`outputs`: y, or y, mean, rstd; only the
+first takes a gradient). Its backward takes the tensors named by `saves` (any of args and outputs) and dy, and
+returns one gradient per float argument (dx, dw, db); the numpy reference and reference_backward take and return the
+same, on float64 arrays. Integer inputs (`indices`: token ids, targets) are int32 index arrays: the input generator
+returns them int32, tests pass them unrounded (to the references too), and they take no gradient: backward returns
+none for them and `grads` does not list them. Scalar arguments (clamp's bounds, the norms' eps) are keyword
+arguments of all four. Tests run every op in every dtype its kernels offer, with tolerances in roundings of the
+dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place,
+which the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in
+one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
+both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
+the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
+(autograd=False); ops taking a list of tensors (`packed`), writing into an argument they return (`inplace`),
+storing results in the dtype a scalar names (`dtype_scalar`), choosing through more than one selection family
+(`also_families`), taking tensors by keyword (`keyword_args`: adamw_step's clip_coef=, norm=) or a tensor only in a
+half dtype (`half_only`: AdamW's half working copy) say that too; test shapes may be `BroadcastShape`s (a row or
+column operand). A forced choice may run only some shapes (`choice_shapes`) or dtypes (`choice_dtypes`), where its
+compile cost or what it shares with other choices says so (matmul's tilings). Kernel discovery (importing every
+kernel module so that its specs register) is helios.kernels.discover, not the SPIR-V layer's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from helios.kernels import discover
+from helios.kernels.contract.dtypes import DTYPES, variant_dtype
+from helios.kernels.contract.op_functions import declare_ops
+from helios.kernels.contract.tolerance import POINTWISE_TOLERANCE, Tolerance
+from helios.registry import Registry
+from helios.spirv import Kernel
+
+# Pointwise ops: 1 and 7 elements (all tail), odd lengths (vec4 + a scalar tail), multiples of 4 (u64x2 runs).
+AWKWARD_SHAPES = ((1,), (7,), (33, 513), (1, 4097), (33, 12), (4096,))
+# Row ops: rows 1, 7, 33 of lengths 1 ... 4100 (odd, 4k + 1, multiples of 4: 8 fits the register tiers in the
+# 4-wide forms, 4100 streams in them), and a 3-D input.
+ROW_SHAPES = tuple((r, c) for r in (1, 7, 33) for c in (1, 7, 8, 33, 513, 4097, 4100) if r * c <= 40_000) + (
+    (2, 3, 33),)
+
+
+class BroadcastShape(tuple):
+    """A test shape whose last argument broadcasts over the first ones: `form` "row" (a row vector, shape[-1:]) or
+    "col" (a column, shape[:-1] + (1,)). It is the full shape everywhere else (element counts, FLOPs, bytes); only
+    the spec's input generator reads `operand` (broadcast_operand does, for any shape)."""
+
+    form: str
+
+    def __new__(cls, shape, form: str):
+        if form not in ("row", "col"):
+            raise ValueError(f"broadcast form must be 'row' or 'col', got {form!r}")
+        self = super().__new__(cls, shape)
+        self.form = form
+        return self
+
+    @property
+    def operand(self) -> tuple:
+        return self[-1:] if self.form == "row" else self[:-1] + (1,)
+
+    def __repr__(self) -> str:
+        return f"{tuple(self)!r} ({self.form} operand)"
+
+
+def broadcast_operand(shape) -> tuple:
+    """The broadcast operand's shape for a test shape: a BroadcastShape's operand, else the shape itself."""
+    return shape.operand if isinstance(shape, BroadcastShape) else tuple(shape)
+
+
+def normal_inputs(rng: np.random.Generator, shape, **_) -> np.ndarray:
+    """Standard normal scaled by 3, float32: the default input generator."""
+    return (rng.standard_normal(shape) * 3.0).astype(np.float32)
+
+
+def element_count(shape) -> tuple[int]:
+    """What an elementwise kernel's flops and bytes take: (n,)."""
+    return (math.prod(shape),)
+
+
+def rows_and_cols(shape) -> tuple[int, int]:
+    """What a row kernel's flops and bytes take: (rows, cols) over the last axis."""
+    return math.prod(shape[:-1]), shape[-1]
+
+
+def as_tuple(value) -> tuple:
+    """A single result as a 1-tuple; a tuple of results as is."""
+    return value if isinstance(value, tuple) else (value,)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: forward and VJP together, with everything tests, autograd, bench and docs need."""
+
+    name: str
+    doc: str
+    module: str                          # the kernel file that declares it
+    kernels: tuple[Kernel, ...]          # forward kernel, then backward kernel(s)
+    forward: Callable                    # helios op function: forward(*args, **scalars) -> y or (y, *statistics)
+    backward: Callable | None            # backward(*saved, dy, **scalars) -> dx, or (dx, dw, ...): one per float arg
+    reference: Callable                  # numpy forward(*args, **scalars), float64-capable, same results
+    reference_backward: Callable | None  # numpy backward(*saved, dy, **scalars), same gradients
+    inputs: Callable                     # (rng, shape, **scalars) -> one array per arg, in the op's domain: float32,
+    #                                      int32 for `indices`
+    args: tuple[str, ...] = ("x",)       # forward's tensor arguments
+    outputs: tuple[str, ...] = ("y",)    # forward's results; the first is the differentiable one
+    saves: tuple[str, ...] = ("x",)      # what backward takes before dy, by name (args and outputs)
+    family: str = "elementwise"          # the helios.kernels.contract.selection family that picks the variants
+    shapes: tuple = AWKWARD_SHAPES       # the kernel tests' shapes (1, 7, 33 x 513, ...)
+    sizes: Callable = element_count      # shape -> the arguments of the kernels' flops and bytes
+    tolerance: Mapping[str, Tolerance] = field(default_factory=lambda: POINTWISE_TOLERANCE, compare=False)
+    # ^ per output and gradient name (y, mean, dx, dw, ...)
+    autograd: bool = True                # autograd derives its Function (False: it has a hand-written one)
+    dtypes: tuple[str, ...] | None = None  # the dtypes tests run (None: every dtype the forward kernel offers)
+    f32: tuple[str, ...] = ()            # args, outputs and gradients stored f32 whatever the dtype (statistics,
+    #                                      parameter gradients)
+    input_bound: Mapping[str, float] = field(default_factory=dict, compare=False)
+    # ^ dtype -> |input| limit of the tests' inputs in that dtype, where larger ones would overflow its results
+    scalars: Mapping[str, tuple] = field(default_factory=dict, compare=False)
+    # ^ scalar keyword arguments -> test values; the k-th test case takes the k-th value of each (cycling shorter)
+    grad_scalars: tuple[str, ...] | None = None  # the scalars backward takes (None: all)
+    sinks: tuple[str, ...] = ()          # gradients backward can add into f32 sinks (dw: `dw_out=`, accumulate=True)
+    optional: Mapping[str, str | None] = field(default_factory=dict, compare=False)
+    # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias; None for an op
+    #   without a backward: adamw_step's decay_mask, clip_coef, norm); the tests run each shape again without each
+    indices: tuple[str, ...] = ()        # args that are int32 index arrays (ids, targets): no rounding, no gradient
+    backward_kwargs: tuple[str, ...] = ()  # keyword arguments that only backward takes, computed by its caller on the
+    #                                        host (the embedding scatter's sorted plan): the autograd Function keeps
+    #                                        them from apply for backward
+    host_kwargs: Callable | None = None  # (*host args) -> those keyword arguments, for the tests
+    also_families: tuple[str, ...] = ()  # other selection families its op functions choose through (sum over
+    #                                      everything: reduce_all); the tests force theirs alongside `family`'s
+    packed: bool = False                 # forward and reference take the tensor args as one list (concat's parts,
+    #                                      sumsq's tensors)
+    inplace: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # ^ output -> the arg it is written into (add_inplace's y is a): forward returns that argument's tensor itself,
+    #   which the derived test checks; forward-only ops (backward=None) alone, as a gradient would need the input
+    dtype_scalar: str | None = None      # the scalar naming the dtype outputs are stored in (cast's `dtype`); None:
+    #                                      outputs are stored in the dtype the op runs in (see result_storage)
+    keyword_args: tuple[str, ...] = ()   # args that forward and reference take by keyword, after the positional
+    #                                      ones (adamw_step's clip_coef=, norm=, working_copy=)
+    half_only: tuple[str, ...] = ()      # args given only when the op runs in a half dtype (adamw_step's working
+    #                                      copy: a f32 run has none): None in f32 runs, and so are their outputs
+    shape_scalars: Callable | None = None  # shape -> the scalar keyword arguments a test shape fixes (attention's
+    #                                        shapes are (B, T, H, Hkv, D): B, T, head counts, head dim)
+    fd_shape: tuple = (3, 7)             # the small shape of the finite-difference test
+    choice_tolerance: Mapping[object, Mapping[str, Tolerance]] = field(default_factory=dict, compare=False)
+    # ^ forced choice -> tolerances replacing `tolerance`'s under it (attention's matrix units round P to the dtype)
+    choice_shapes: Mapping[object, tuple[int, ...]] = field(default_factory=dict, compare=False)
+    # ^ forced choice, or (choice, dtype) -> the indices of the `shapes` (with their scalar cases) it runs, where not
+    #   all (a matmul tiling whose shader takes long to compile runs the layout training uses; attention's half
+    #   dtypes, which change only loads and stores, skip the head dims that only unroll differently)
+    needs: bool = False                  # backward takes `needs=`: one bool per gradient (grads' order), False to
+    #                                      skip computing it (None returned in its place), which autograd passes
+    choice_dtypes: Mapping[object, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    # ^ forced choice -> the dtypes it is tested in, where not all of `dtypes` (matmul: the matrix units' tilings
+    #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder)
+
+    def __post_init__(self):
+        offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
+        dtypes = tuple(d for d in DTYPES if d in offered) if self.dtypes is None else self.dtypes
+        if not set(dtypes) <= offered:
+            raise ValueError(f"op {self.name!r}: dtypes {sorted(set(dtypes) - offered)} have no kernel variants; "
+                             f"its kernels offer {sorted(offered)}")
+        object.__setattr__(self, "dtypes", dtypes)
+        if stray := set(self.indices) - set(self.args):
+            raise ValueError(f"op {self.name!r}: indices {sorted(stray)} are not among its args {self.args}")
+        if stray := (set(self.inplace) - set(self.outputs)) | (set(self.inplace.values()) - set(self.args)):
+            raise ValueError(f"op {self.name!r}: inplace names {sorted(stray)}, not among its outputs and args")
+        if self.inplace and self.backward is not None:
+            raise ValueError(f"op {self.name!r}: an in-place op cannot have a backward (its input is overwritten)")
+        if self.dtype_scalar is not None and self.dtype_scalar not in self.scalars:
+            raise ValueError(f"op {self.name!r}: dtype_scalar {self.dtype_scalar!r} is not among its scalars")
+        if stray := (set(self.keyword_args) | set(self.half_only)) - set(self.args):
+            raise ValueError(f"op {self.name!r}: keyword_args or half_only name {sorted(stray)}, not among its args")
+        for choice, dts in self.choice_dtypes.items():
+            if stray := set(dts) - set(dtypes):
+                raise ValueError(f"op {self.name!r}: choice {choice!r} is tested in {sorted(stray)}, not among "
+                                 f"its dtypes {dtypes}")
+        for choice, picked in self.choice_shapes.items():
+            if not picked or not set(picked) <= set(range(len(self.shapes))):
+                raise ValueError(f"op {self.name!r}: choice {choice!r} runs shapes {picked}, not indices of its "
+                                 f"{len(self.shapes)} shapes")
+        # a forward-only op (backward None) has no gradients to hold to a tolerance
+        if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
+            raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
+
+    @property
+    def grads(self) -> tuple[str, ...]:
+        """The gradients backward returns: d + each float argument's name (index arguments take none)."""
+        return tuple(f"d{a}" for a in self.args if a not in self.indices)
+
+    def storage(self, name: str, dtype: str) -> str:
+        """The dtype tensor `name` (an arg, output or gradient) is stored in when the op runs in `dtype`."""
+        return "f32" if name in self.f32 else dtype
+
+    def result_storage(self, name: str, dtype: str, scalars: Mapping) -> str:
+        """The dtype tensor `name` is stored in when the op runs in `dtype` with `scalars`: an output of an op with a
+        dtype_scalar is stored in that scalar's dtype, anything else as `storage` says."""
+        if self.dtype_scalar is not None and name in self.outputs:
+            return scalars[self.dtype_scalar]
+        return self.storage(name, dtype)
+
+    def scalar_cases(self) -> list[dict]:
+        """The scalar keyword arguments of each test case (one empty case for an op without scalars)."""
+        count = max((len(v) for v in self.scalars.values()), default=1)
+        return [{k: v[i % len(v)] for k, v in self.scalars.items()} for i in range(count)]
+
+    def shape_case(self, scalars: Mapping, shape) -> dict:
+        """A test case's scalars with those its shape fixes (shape_scalars)."""
+        return {**scalars, **(self.shape_scalars(shape) if self.shape_scalars else {})}
+
+    def tolerance_of(self, name: str, choice=None) -> Tolerance:
+        """The tolerance of output or gradient `name` under forced choice `choice` (None: the spec's own)."""
+        own = self.choice_tolerance.get(choice, {}) if self.choice_tolerance else {}  # choices may be unhashable
+        return own.get(name, self.tolerance[name])
+
+    def tested_dtypes(self, choice) -> tuple[str, ...]:
+        """The dtypes forced choice `choice` is tested in."""
+        return self.choice_dtypes.get(choice, self.dtypes) if self.choice_dtypes else self.dtypes
+
+    def tested_shapes(self, choice, dtype: str = "f32") -> list[tuple[int, object]]:
+        """(k, shape) of the shapes forced choice `choice` runs in `dtype`: k picks the shape's scalar case."""
+        picked = None
+        if self.choice_shapes:  # choices may be unhashable: only looked up where some are narrowed
+            picked = self.choice_shapes.get((choice, dtype), self.choice_shapes.get(choice))
+        return [(k, s) for k, s in enumerate(self.shapes) if picked is None or k in picked]
+
+    def grad_kwargs(self, scalars: Mapping) -> dict:
+        """Those of `scalars` that backward and reference_backward take."""
+        return {k: v for k, v in scalars.items() if self.grad_scalars is None or k in self.grad_scalars}
+
+    def saved(self, args, outputs) -> list:
+        """What backward takes before dy, picked by name from forward's arguments and results."""
+        named = dict(zip(self.args, args, strict=True)) | dict(zip(self.outputs, as_tuple(outputs), strict=True))
+        return [named[n] for n in self.saves]
+
+    def apply(self, fn: Callable, args, **kwargs):
+        """fn(*args, **kwargs), or fn(list(args), ...) for a packed op, with the `keyword_args` passed by name:
+        forward or reference on one case."""
+        named = dict(zip(self.args, args, strict=True))
+        by_name = {n: named.pop(n) for n in self.keyword_args}
+        positional = list(named.values())
+        return fn(positional, **by_name, **kwargs) if self.packed else fn(*positional, **by_name, **kwargs)
+
+    def flops(self, shape, kernel: int = 0) -> int:
+        """FLOPs of the forward (kernel=1: the backward) on an input of `shape`."""
+        return self.kernels[kernel].flops(*self.sizes(shape))
+
+    def bytes(self, shape, kernel: int = 0) -> int:
+        """Bytes the forward (kernel=1: the backward) moves on an input of `shape`."""
+        return self.kernels[kernel].bytes(*self.sizes(shape))
+
+
+_REGISTRY: Registry[OpSpec] = Registry("op spec", discover=discover)
+
+
+def register(spec: OpSpec) -> OpSpec:
+    """Add a spec to the registry, and its forward and backward op functions to helios.ops; a second spec
+    of the same name (or an op function name declared elsewhere too) is an error naming both declarers."""
+    _REGISTRY.add(spec.name, spec, spec.module)
+    declare_ops(spec.module, **{spec.name: spec.forward})
+    if spec.backward is not None:
+        declare_ops(spec.module, **{f"{spec.name}_backward": spec.backward})
+    return spec
+
+
+def spec_of(name: str) -> OpSpec:
+    """The registered spec of op `name` (discovering the kernel modules if it is not registered yet)."""
+    return _REGISTRY.get(name)
+
+
+def specs(family: str | None = None) -> list[OpSpec]:
+    """Every registered op spec (of one selection family, if given), in name order (after discovery)."""
+    return [s for s in _REGISTRY.values() if family in (None, s.family)]

@@ -1,0 +1,152 @@
+"""What every matmul kernel shares: bindings, push constants, operand addressing and the fused epilogue.
+
+A matmul kernel computes, for one batch entry `z`, `C[m, n] = alpha * sum_k A(m, k) B(k, n)`, followed by
+the epilogue. Operands are addressed through leading dimensions and batch strides, so one kernel body
+serves every layout; the layout (which dimension of A and of B is contiguous) is a Python-level
+variant parameter because it decides where vec4 loads go:
+
+    layout  A stored        B stored        A contiguous along   B contiguous along
+    nn      [M, K]          [K, N]          K                    N
+    nt      [M, K]          [N, K]          K                    K
+    tn      [K, M]          [K, N]          M                    N
+    tt      [K, M]          [N, K]          M                    K
+
+Bindings: 0 A (r), 1 B (r), 2 C (rw; read only when beta != 0), 3 bias [N] (r), 4 residual (r, C's
+layout), 5 pre-activation out (w, C's layout). Unused bindings are bound to a tensor the kernel never
+touches (spec constants switch their code off).
+
+Dtypes: A and B are stored in the variant's io dtype (`dtype`: f32, bf16 or fp16); C and the epilogue
+tensors (bias, residual, pre-activation) in C's dtype, which is the io dtype unless the variant says
+`out="f32"` (half operands, f32 C: parameter gradients accumulated into the fp32 grad arena). Half values
+load exactly as f32 and C is rounded once when stored; accumulation is f32 in registers throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helios.kernels.contract.dtypes import storage, variant_dtype
+from helios.kernels.lib.wide import WideView
+from helios.kernels.pointwise.activations import gelu_value
+from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32
+
+LAYOUTS = ("nn", "nt", "tn", "tt")
+PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "beta")
+EPILOGUE_SPECS = ("HAS_BIAS", "GELU", "STORE_PREACT", "HAS_RESIDUAL", "HAS_BETA")
+
+
+@dataclass
+class Operands:
+    """The declared interface of a matmul kernel: buffers, shape push constants, epilogue switches."""
+
+    a: object
+    b: object
+    c: object
+    bias: object
+    residual: object
+    preact: object
+    M: Value
+    N: Value
+    K: Value
+    lda: Value
+    ldb: Value
+    ldc: Value
+    sa: Value
+    sb: Value
+    sc: Value
+    alpha: Value
+    beta: Value
+    flags: dict[str, Value]
+
+
+def c_dtype(v: Variant) -> str:
+    """The dtype of C and the epilogue tensors: the io dtype, or f32 for an `out="f32"` variant."""
+    return "f32" if v.get("out") == "f32" else variant_dtype(v.params)
+
+
+def declare(b: KernelBuilder, v: Variant) -> Operands:
+    """Declare bindings, push constants (see PUSH_FIELDS) and epilogue spec constants, in that order."""
+    io, out = storage(variant_dtype(v.params)), storage(c_dtype(v))
+    addressed = v.get("addressed", False)  # A and B read through device addresses (gathers on lavapipe)
+    bufs = [b.buffer(0, io, "r", addressed), b.buffer(1, io, "r", addressed), b.buffer(2, out, "rw"),
+            b.buffer(3, out, "r"), b.buffer(4, out, "r"), b.buffer(5, out, "w")]
+    push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
+    flags = {name: b.spec(name, boolean, False) for name in EPILOGUE_SPECS}
+    return Operands(*bufs, **push, flags=flags)
+
+
+def Vec4Loader(b: KernelBuilder, buf, wide: bool, dtype: str = "f32"):  # noqa: N802 (was a class; matmul_reg calls it)
+    """vec4<f32> loads from a float buffer of `dtype`: its own vec4 view, or 64-bit words where `wide`
+    (helios.kernels.lib.wide: two words per 4 f32, one per 4 halves)."""
+    return WideView(b, buf, dtype) if wide else buf.vec4
+
+
+def launch_params(a, b, M: int, N: int, K: int, bias, gelu: bool, residual, preact_out, beta: float,
+                  alpha: float) -> tuple[dict, dict | None]:
+    """(push constants, epilogue spec constants) of one matmul dispatch, whichever kernel family runs it."""
+    push = {"M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
+            "sa": M * K if a.ndim == 3 else 0, "sb": K * N if b.ndim == 3 else 0, "sc": M * N,
+            "alpha": float(alpha), "beta": float(beta)}
+    flags = {"HAS_BIAS": bias is not None, "GELU": bool(gelu), "STORE_PREACT": preact_out is not None,
+             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0}
+    return push, ({k: True for k, on in flags.items() if on} or None)
+
+
+def contiguous(layout: str) -> tuple[str, str]:
+    """(A's contiguous dimension, B's contiguous dimension), each "m", "n" or "k"."""
+    return ("m" if layout[0] == "t" else "k"), ("k" if layout[1] == "t" else "n")
+
+
+def a_index(o: Operands, layout: str, m, k):
+    """Element index of A(m, k) within one batch entry."""
+    return k * o.lda + m if layout[0] == "t" else m * o.lda + k
+
+
+def b_index(o: Operands, layout: str, k, n):
+    """Element index of B(k, n) within one batch entry."""
+    return n * o.ldb + k if layout[1] == "t" else k * o.ldb + n
+
+
+def epilogue(b: KernelBuilder, o: Operands, acc: Value, row: Value, col: Value, cbase: Value) -> None:
+    """Finish one output element: alpha, bias, pre-activation store, GELU, residual, beta * C; then store.
+
+    The caller guarantees row < M and col < N; `cbase` is the batch entry's offset into C-shaped tensors.
+    """
+    f = o.flags
+    idx = cbase + row * o.ldc + col
+    t = b.var(f32, acc * o.alpha)
+    with b.if_(f["HAS_BIAS"]):
+        t.value = t.value + o.bias[col]
+    with b.if_(f["STORE_PREACT"]):
+        o.preact[idx] = t.value
+    with b.if_(f["GELU"]):
+        t.value = gelu_value(b, t.value)
+    with b.if_(f["HAS_RESIDUAL"]):
+        t.value = t.value + o.residual[idx]
+    with b.if_(f["HAS_BETA"]):
+        t.value = t.value + o.beta * o.c[idx]
+    o.c[idx] = t.value
+
+
+def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: Value, cbase: Value,
+                row_step: int = 1, col_step: int = 1) -> None:
+    """Run the epilogue for a register block: acc[i][j] belongs to (m0 + i*row_step, n0 + j*col_step).
+
+    The block goes through a local array and a loop so the epilogue is emitted once, not once per
+    element: a 128-element block would otherwise multiply the shader (and its JIT time on lavapipe).
+    """
+    tm, tn = len(acc), len(acc[0])
+    vals = b.local_array(f32, tm * tn, "block")
+    for i, row_acc in enumerate(acc):
+        for j, value in enumerate(row_acc):
+            vals[i * tn + j] = value.value
+    with b.for_range(0, tm * tn) as e:
+        i, j = e / tn, e % tn
+        row = m0 + i * row_step
+        col = n0 + j * col_step
+        with b.if_((row < o.M) & (col < o.N)):
+            epilogue(b, o, vals[e], row, col, cbase)
+
+
+__all__ = ["LAYOUTS", "PUSH_FIELDS", "EPILOGUE_SPECS", "Operands", "declare", "contiguous", "a_index", "b_index",
+           "epilogue", "store_block", "launch_params", "c_dtype", "u32", "f32"]

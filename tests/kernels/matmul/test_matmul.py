@@ -1,0 +1,247 @@
+"""Matmul beyond what its op spec derives (tests/kernels/test_opspecs.py runs every tiling forced, every layout and
+load width, forward and backward, at awkward shapes in every dtype, and spirv-val of every variant): the fused
+epilogues (bias, GELU with pre-activation, residual, alpha, beta accumulation), a 2-D operand shared by a batch
+and its summed gradient, variant selection (table and stored tuning winners), errors, gradients of a linear layer
+against PyTorch, and the limits kernels.
+
+Each epilogue runs once per layout, alternating the register and the tiled kernel.
+
+Tolerance: |C - C_ref| <= 1e-5 * (|op(a)| @ |op(b)|) + 1e-6 elementwise, i.e. relative to the sum of the
+magnitudes of the products (float32 accumulation over K terms; K <= 129 here). Epilogue values add 1e-5
+relative on top (GELU's tanh is a polynomial a few ulp off).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import helios.runtime as rt
+from helios.ceilings import kernels as L
+from helios.kernels import matmul as mm
+from helios.kernels.contract import selection
+from helios.kernels.matmul import select as sel
+from tests.conftest import needs_kernel
+
+
+@pytest.fixture(autouse=True)
+def _restore_choice():
+    yield
+    selection.force("matmul", None)
+
+
+@pytest.mark.parametrize("kernel,variant", [(k, v) for k in (L.LIMITS_FMA, L.LIMITS_COPY) for v in k.variants],
+                         ids=lambda x: getattr(x, "name", x))
+def test_spirv_valid(kernel, variant, spirv_val):
+    spirv_val.check(kernel, variant)
+
+
+def _operands(layout: str, M: int, N: int, K: int, batch: int | None = None, b_batched: bool = True, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    ash = (K, M) if layout[0] == "t" else (M, K)
+    bsh = (N, K) if layout[1] == "t" else (K, N)
+    if batch is not None:
+        ash = (batch, *ash)
+        if b_batched:
+            bsh = (batch, *bsh)
+    return rng.standard_normal(ash).astype(np.float32), rng.standard_normal(bsh).astype(np.float32)
+
+
+def _bound(a, b, layout):
+    """|op(a)| @ |op(b)| in float64: the scale of the float32 rounding error of each output."""
+    mag, _ = mm.reference(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64), layout[0] == "t",
+                          layout[1] == "t")
+    return mag
+
+
+def _run(layout, a, b, **kw):
+    out = mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=layout[0] == "t", trans_b=layout[1] == "t", **kw)
+    return out.numpy()
+
+
+def _check(got, ref, bound, extra=0.0):
+    err = np.abs(got - ref)
+    tol = 1e-5 * bound + 1e-6 + extra * np.abs(ref)
+    assert got.shape == ref.shape
+    assert np.all(err <= tol), f"max error {err.max():.3g} (worst excess {(err - tol).max():.3g})"
+
+
+EPILOGUES = [
+    {"bias": True},
+    {"bias": True, "gelu": True, "preact": True},
+    {"gelu": True},
+    {"residual": True, "alpha": 0.5},
+    {"beta": 1.0},
+    {"bias": True, "gelu": True, "preact": True, "residual": True, "beta": -0.5, "alpha": 2.0},
+]
+
+
+@pytest.mark.parametrize("layout,M,N,K", [("nt", 33, 65, 12), ("nn", 7, 36, 65), ("tn", 36, 33, 7)])
+@pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "+".join(e))
+def test_epilogues(layout, M, N, K, epi, force):
+    force("matmul", ["reg8x8", "tiled32"][(EPILOGUES.index(epi) + "nt nn tn".split().index(layout)) % 2])
+    rng = np.random.default_rng(1)
+    a, b = _operands(layout, M, N, K)
+    bias = rng.standard_normal(N).astype(np.float32) if epi.get("bias") else None
+    residual = rng.standard_normal((M, N)).astype(np.float32) if epi.get("residual") else None
+    old = rng.standard_normal((M, N)).astype(np.float32)
+    beta, alpha = epi.get("beta", 0.0), epi.get("alpha", 1.0)
+    f64 = lambda x: None if x is None else x.astype(np.float64)  # noqa: E731
+    ref, pre_ref = mm.reference(f64(a), f64(b), layout[0] == "t", layout[1] == "t", bias=f64(bias),
+                                gelu=epi.get("gelu", False), residual=f64(residual), out=f64(old), beta=beta,
+                                alpha=alpha)
+    out = rt.from_numpy(old)
+    preact = rt.empty((M, N)) if epi.get("preact") else None
+    got = mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=layout[0] == "t", trans_b=layout[1] == "t",
+                    bias=None if bias is None else rt.from_numpy(bias), gelu=epi.get("gelu", False),
+                    residual=None if residual is None else rt.from_numpy(residual), out=out, beta=beta,
+                    alpha=alpha, preact_out=preact)
+    assert got is out
+    bound = abs(alpha) * _bound(a, b, layout) * 2.0  # GELU' <= 1.13; residual/beta terms are exact adds
+    _check(got.numpy(), ref, bound, extra=1e-5)
+    if preact is not None:
+        _check(preact.numpy(), pre_ref, bound)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("tiling", ["reg8x8", "tiled32"])
+def test_a_shared_2d_operand_batched_and_its_gradient(layout, tiling, force):
+    """b 2-D, shared by every entry of a batched a (the op spec's batched shape has both batched): C per entry, and
+    matmul_backward's dB summed over the batch (dA batched like a)."""
+    force("matmul", tiling)
+    for M, N, K, batch in [(33, 7, 65, 3), (36, 68, 12, 2)]:
+        a, b = _operands(layout, M, N, K, batch=batch, b_batched=False)
+        ta, tb = layout[0] == "t", layout[1] == "t"
+        ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), ta, tb)
+        got = _run(layout, a, b)
+        assert got.shape == (batch, M, N)
+        _check(got, ref, _bound(a, b, layout))
+        dc = np.random.default_rng(5).standard_normal((batch, M, N)).astype(np.float32)
+        da, db = mm.matmul_backward(rt.from_numpy(a), rt.from_numpy(b), rt.from_numpy(dc), ta, tb)
+        want_da, want_db = mm.reference_backward(a.astype(np.float64), b.astype(np.float64), dc.astype(np.float64),
+                                                 ta, tb)
+        assert da.shape == a.shape and db.shape == b.shape
+        scale = 1e-5 * np.abs(want_db).max() * batch
+        np.testing.assert_allclose(da.numpy(), want_da, rtol=0, atol=1e-5 * np.abs(want_da).max())
+        np.testing.assert_allclose(db.numpy(), want_db, rtol=0, atol=scale)
+
+
+def _info(cpu: bool, subgroup: int = 8, addresses: bool = False, **changes):
+    """This device's DeviceInfo as a CPU or GPU device with the given subgroups and addresses (selection only)."""
+    import dataclasses
+
+    from helios.device import get_device
+
+    fields = dict(profile="cpu" if cpu else "gpu", device_type="cpu" if cpu else "discrete_gpu", int64=True,
+                  min_subgroup_size=subgroup, buffer_device_address=addresses, cooperative_matrix=(),
+                  cooperative_matrix_emulated=False)
+    return dataclasses.replace(get_device().info, **(fields | changes))
+
+
+def test_table_choice_by_device_type():
+    assert sel.table_choice(_info(True), 2048, 1152, 1) == "reg32x16"
+    assert sel.table_choice(_info(True), 7, 9, 1) == "reg8x8"
+    assert sel.table_choice(_info(True, addresses=True), 2048, 1152, 1) == "reg12x8a"
+    assert sel.table_choice(_info(True, addresses=True), 1, 9, 1) == "reg12x8a"
+    assert sel.table_choice(_info(False), 2048, 1152, 1) == "tiled128"
+    assert sel.table_choice(_info(False), 64, 64, 1) == "tiled32"
+
+
+def test_register_tilings_need_subgroups_of_their_workgroup():
+    """Below 8 lanes a register tiling's workgroup spans subgroups: every way to ask for one gives a tiled one."""
+    info = _info(True, subgroup=4, addresses=True)
+    assert sel.REG_LANES == 8 and not sel.reg_ok(info) and sel.device_tilings(info) == sel.TILED
+    assert not any(sel.runnable(info, t) for t in sel.REG + sel.ADDRESSED)
+    assert sel.table_choice(info, 2048, 1152, 1) in sel.TILED
+    assert sel.choose(info, ("nn", 2048, 1152, 64, 1), forced="reg8x8") in sel.TILED
+
+
+def test_register_tilings_need_int64():
+    """They load A and B as 64-bit words: a CPU device without shaderInt64 gets tiled ones, forced or not."""
+    info = _info(True, int64=False)
+    assert "Int64" in mm.MATMUL_NN.module("reg8x8").capabilities
+    assert not sel.reg_ok(info) and sel.device_tilings(info) == sel.TILED
+    assert sel.choose(info, ("nn", 2048, 1152, 64, 1), forced="reg32x16") in sel.TILED
+
+
+def test_tiled_tilings_only_within_the_workgroup_limit():
+    """tiled64 and tiled128 run 256 invocations; Vulkan guarantees 128: there only tiled32 is chosen."""
+    info = _info(False, max_workgroup_invocations=128, max_workgroup_size=(128, 128, 64))
+    assert sel.table_choice(info, 2048, 1152, 1) == "tiled32" and sel.device_tilings(info) == ("tiled32",)
+    assert sel.choose(info, ("nn", 2048, 1152, 64, 1), forced="tiled128") == "tiled32"
+    assert sel.table_choice(_info(False), 2048, 1152, 1) == "tiled128"  # negative control: 1024 invocations
+
+
+def test_addressed_tilings_need_device_addresses():
+    info = _info(True, addresses=False)
+    with pytest.raises(ValueError, match="device addresses"):
+        sel.choose(info, ("nn", 8, 8, 8, 1), forced="reg12x8a")
+    assert sel.table_choice(info, 2048, 1152, 1) == "reg32x16"
+    assert "reg12x8a" not in sel.device_tilings(info) and sel.runnable(info, "reg8x8")
+
+
+def test_stored_tuning_winner_is_used(tmp_path, monkeypatch, device):
+    monkeypatch.setenv("HELIOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sel, "_tuned", {})
+    info = device.info
+    path = sel.save_tuning(info, {sel.shape_key("nn", 40, 44, 12): "tiled64"})
+    assert path.parent == tmp_path and json.loads(path.read_text())["matmul"] == {"nn:40x44x12": "tiled64"}
+    monkeypatch.setattr(sel, "_tuned", {})  # as a fresh process: read back from the file
+    assert mm.variant_name("nn", 40, 44, 12, 1) == "tiled64"
+    assert mm.variant_name("nn", 40, 44, 13, 1) == sel.table_choice(info, 40, 44, 1) + "_scalar"
+    a, b = _operands("nn", 40, 44, 12)
+    _check(_run("nn", a, b), a.astype(np.float64) @ b, _bound(a, b, "nn"))
+
+
+def test_errors():
+    a, b = rt.from_numpy(np.zeros((3, 4), np.float32)), rt.from_numpy(np.zeros((5, 6), np.float32))
+    with pytest.raises(ValueError, match="inner dimensions"):
+        mm.matmul(a, b)
+    with pytest.raises(ValueError, match="beta"):
+        mm.matmul(a, rt.from_numpy(np.zeros((4, 2), np.float32)), beta=1.0)
+    with pytest.raises(ValueError, match="bias"):
+        mm.matmul(a, rt.from_numpy(np.zeros((4, 2), np.float32)), bias=rt.from_numpy(np.zeros(3, np.float32)))
+
+
+def test_linear_layer_gradients_against_torch():
+    """y = gelu(x @ W^T + b): forward (nt + epilogue), dX = dZ @ W (nn), dW += dZ^T @ X (tn, accumulated)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((33, 20)).astype(np.float32)
+    w = rng.standard_normal((12, 20)).astype(np.float32)
+    bias = rng.standard_normal(12).astype(np.float32)
+    dy = rng.standard_normal((33, 12)).astype(np.float32)
+    tx, tw, tb = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (x, w, bias))
+    ty = torch.nn.functional.gelu(tx @ tw.T + tb, approximate="tanh")
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+
+    hx, hw = rt.from_numpy(x), rt.from_numpy(w)
+    pre = rt.empty((33, 12))
+    y = mm.matmul(hx, hw, trans_b=True, bias=rt.from_numpy(bias), gelu=True, preact_out=pre)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-5)
+    pre64 = pre.numpy().astype(np.float64)
+    tp = torch.tensor(pre64, requires_grad=True)
+    torch.nn.functional.gelu(tp, approximate="tanh").backward(torch.tensor(dy, dtype=torch.float64))
+    dz = rt.from_numpy(tp.grad.numpy().astype(np.float32))  # the GELU backward belongs to activations.py
+    dx = mm.matmul(dz, hw)
+    np.testing.assert_allclose(dx.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    dw = rt.from_numpy(np.ones((12, 20), np.float32))  # accumulate into an existing gradient
+    mm.matmul(dz, hx, trans_a=True, out=dw, beta=1.0)
+    np.testing.assert_allclose(dw.numpy(), tw.grad.numpy() + 1.0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", list(L.LIMITS_FMA.variants))
+def test_limits_fma(variant):
+    chains = L.LIMITS_FMA.variant(variant).chains
+    got = L.fma_run(128, 3, variant).numpy()
+    np.testing.assert_allclose(got, L.reference_fma(-0.9, 128, 3, chains), rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(L.LIMITS_COPY.variants))
+def test_limits_copy(variant):
+    needs_kernel(L.LIMITS_COPY, variant)  # u64x2 needs shaderInt64
+    x = np.random.default_rng(0).standard_normal(4 * 1000).astype(np.float32)
+    y = L.copy_run(rt.from_numpy(x), rt.empty(x.size), variant)
+    np.testing.assert_array_equal(y.numpy(), x)

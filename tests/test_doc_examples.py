@@ -144,7 +144,7 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
         Quick(TRAIN, TRAINS),
     "python -m pytest tests/kernels tests/autograd --profile=gpu -x -q": ParseOnly(SUITE),
     "python -m pytest tests/trainer/test_gpu_profile.py": ParseOnly(SUITE),
-    "HELIOS_VALIDATE=1 python -m pytest tests/kernels/test_softmax.py --profile=gpu": ParseOnly(SUITE),
+    "HELIOS_VALIDATE=1 python -m pytest tests/kernels/rows/test_softmax.py --profile=gpu": ParseOnly(SUITE),
     "python tools/coopmat_training_check.py": ParseOnly("trains 200 steps at 3 widths and 3 dtypes"),
     "tools/bench_train.py --steps 10": Mention("the option the GPU report passes"),
     "tools/bench_train.py --helios-dtypes": Mention("an option named in prose"),

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import importlib
 import math
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +88,7 @@ class Backend(ABC):
     value), which registers the class by that name."""
 
     name: str
+    cfg: ModelConfig  # the model's config (generate reads its block_size)
     sample_stats: SampleStats = SampleStats()  # set by each generate()
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -113,7 +117,6 @@ class Backend(ABC):
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
         """Mean cross-entropy of one batch, no dropout, no gradient."""
 
-    @abstractmethod
     def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
                  rng: np.random.Generator, on_token=None, top_p: float | None = None) -> np.ndarray:
         """n new token ids (int32, 1-D) continuing prompt_ids (1-D, non-empty); temperature 0 means greedy.
@@ -122,7 +125,37 @@ class Backend(ABC):
 
         The context is the window `window_start` keeps (at most block_size tokens; past block_size it slides by
         half a window at a time); sampling draws only from rng. After the call, `sample_stats` says what it did.
+        This is every backend's one sampling loop; a backend supplies the logits through `decoding`.
         """
+        ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
+        if not ids:
+            raise ValueError("generate needs a non-empty prompt")
+        t0 = time.perf_counter()
+        out: list[int] = []
+        block = self.cfg.block_size
+        start, refills = first_window(len(ids), block), 0
+        try:
+            with self.decoding() as next_logits:
+                for draw in range(n):
+                    new = window_start(len(ids), start, block)
+                    refills += new != start
+                    fresh = draw == 0 or new != start
+                    start = new
+                    token = sample_logits(next_logits(ids[start:], fresh), temperature, top_k, rng, top_p)
+                    ids.append(token)
+                    out.append(token)
+                    if on_token is not None and on_token(token) is False:
+                        break
+        finally:
+            self.sample_stats = SampleStats(len(out), refills, time.perf_counter() - t0)
+        return np.asarray(out, dtype=np.int32)
+
+    def decoding(self) -> AbstractContextManager[Callable[[list[int], bool], np.ndarray]]:
+        """`generate`'s hook: a context (eval mode, no gradients, any cache) that yields `next_logits(window, fresh)`,
+        the float64 logits of the token after `window` (the ids of the current sampling window). `fresh` is True
+        at the first draw and after a slide (a KV cache refills); otherwise `window` is the previous one plus the
+        token just drawn."""
+        raise NotImplementedError(f"the {self.name} backend cannot sample")
 
     @abstractmethod
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ folded in, so a NaN loss counts) is not finite or is above the spike threshold.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -26,13 +27,9 @@ from trainer.backend import (
     COUNTER_KEYS,
     OTHER_BACKENDS_STATE,
     Backend,
-    SampleStats,
     StepResult,
     count_params,
-    first_window,
     flops_per_token,
-    sample_logits,
-    window_start,
 )
 from trainer.backends.step_capture import OptimizerCapture, capture_keys, capture_micro_step
 from trainer.config import ModelConfig, OptimConfig
@@ -290,46 +287,32 @@ class HeliosBackend(Backend):
         finally:
             self.model.train()
 
-    def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator, on_token=None, top_p: float | None = None) -> np.ndarray:
-        ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
-        if not ids:
-            raise ValueError("generate needs a non-empty prompt")
-        t0 = time.perf_counter()
-        out: list[int] = []
-        block, vocab = self.cfg.block_size, self.cfg.vocab_size
-        start, refills = first_window(len(ids), block), 0
-        # A KV cache makes each token cost one row per layer instead of the whole context. The window
-        # (window_start) slides by half a block, so the cache is refilled once per block_size // 2 + 1 tokens;
-        # the one-token steps at positions filled before replay their captures (autograd/nn/decode.py).
+    @contextlib.contextmanager
+    def decoding(self):
+        """A KV cache makes each token cost one row per layer instead of the whole window. The window slides by
+        half a block (window_start), so the cache is refilled once per block_size // 2 + 1 tokens; the one-token
+        steps at positions filled before replay their captures (autograd/nn/decode.py)."""
         cache = KVCache(self.model, capture=True) if KVCache.supports(self.model.cfg) else None
+        vocab = self.cfg.vocab_size
+
+        def next_logits(window: list[int], fresh: bool) -> np.ndarray:
+            if cache is None:
+                logits = self.model(autograd.tensor(np.asarray([window], dtype=np.int32))).data
+            elif fresh:
+                cache.reset()
+                logits = cache.feed(window)
+            else:
+                logits = cache.feed(window[-1:])
+            return logits.numpy().reshape(-1, vocab)[-1].astype(np.float64)
+
         self.model.eval()
         try:
             with autograd.no_grad():
-                for _ in range(n):
-                    new = window_start(len(ids), start, block)
-                    refills += new != start
-                    if cache is None:
-                        context = np.asarray([ids[new:]], dtype=np.int32)
-                        logits = self.model(autograd.tensor(context)).data
-                    elif new == start and cache.length:
-                        logits = cache.feed(ids[-1:])
-                    else:
-                        cache.reset()
-                        logits = cache.feed(ids[new:])
-                    start = new
-                    last = logits.numpy().reshape(-1, vocab)[-1].astype(np.float64)
-                    token = sample_logits(last, temperature, top_k, rng, top_p)
-                    ids.append(token)
-                    out.append(token)
-                    if on_token is not None and on_token(token) is False:
-                        break
+                yield next_logits
         finally:
             if cache is not None:
                 cache.close()
             self.model.train()
-            self.sample_stats = SampleStats(len(out), refills, time.perf_counter() - t0)
-        return np.asarray(out, dtype=np.int32)
 
     # -- state ---------------------------------------------------------------------------------
     def _slices(self):

@@ -6,6 +6,7 @@ the checkpoint format names, and so a skipped step provably touches nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -18,12 +19,8 @@ from trainer.backend import (
     COUNTER_KEYS,
     OTHER_BACKENDS_STATE,
     Backend,
-    SampleStats,
     StepResult,
-    first_window,
     flops_per_token,
-    sample_logits,
-    window_start,
 )
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import BackendUnavailableError
@@ -176,35 +173,18 @@ class TorchBackend(Backend):
         finally:
             self.model.train()
 
-    @_no_grad
-    def generate(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None,
-                 rng: np.random.Generator, on_token=None, top_p: float | None = None) -> np.ndarray:
-        """n sampled tokens after prompt_ids (full recompute of the window per token: this is the reference, not
-        the fast path). The window is `window_start`'s, as helios's KV cache uses it."""
-        ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
-        if not ids:
-            raise ValueError("generate needs a non-empty prompt")
-        t0 = time.perf_counter()
-        out = []
-        block = self.cfg.block_size
-        start, refills = first_window(len(ids), block), 0
+    @contextlib.contextmanager
+    def decoding(self):
+        """Full recompute of the window per token: this is the reference, not the fast path."""
+        def next_logits(window: list[int], fresh: bool) -> np.ndarray:
+            return self.model(torch.tensor([window], dtype=torch.int64))[0, -1].double().numpy()
+
         self.model.eval()
         try:
-            for _ in range(n):
-                new = window_start(len(ids), start, block)
-                refills += new != start
-                start = new
-                ctx = torch.tensor([ids[start:]], dtype=torch.int64)
-                logits = self.model(ctx)[0, -1].double().numpy()
-                nxt = sample_logits(logits, temperature, top_k, rng, top_p)
-                ids.append(nxt)
-                out.append(nxt)
-                if on_token is not None and on_token(nxt) is False:
-                    break
+            with torch.no_grad():
+                yield next_logits
         finally:
             self.model.train()
-            self.sample_stats = SampleStats(len(out), refills, time.perf_counter() - t0)
-        return np.asarray(out, dtype=np.int32)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of parameters and AdamW moments, plus the AdamW step count."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from autograd.nn.gpt import MODEL_DTYPES, GPTConfig
+from trainer.data import NAMED_DATASETS
 from trainer.errors import ConfigError
 
 
@@ -167,7 +168,8 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("model", "norm_eps"): (lambda v: 0 < v <= 1, "a positive number, at most 1"),
     ("model", "dtype"): (lambda v: v in MODEL_DTYPES, "one of " + ", ".join(f'"{d}"' for d in MODEL_DTYPES)),
     ("data", "tokenizer"): (lambda v: v == "bpe", '"bpe" (byte-level BPE trained on the training split)'),
-    ("data", "dataset"): (lambda v: v == "shakespeare", '"shakespeare" (or use path = "FILE.txt")'),
+    ("data", "dataset"): (lambda v: v in NAMED_DATASETS,
+                          " or ".join(f'"{n}"' for n in NAMED_DATASETS) + ' (or use path = "FILE.txt")'),
     ("data", "path"): (lambda v: "" not in ((v,) if isinstance(v, str) else v),
                        "a UTF-8 text file, a .jsonl file, a folder of them, or a list of these"),
     ("data", "text_field"): (lambda v: v != "", "the name of the .jsonl records' text field"),

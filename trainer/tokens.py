@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from trainer.config import Config
-from trainer.data import EOT, clean_text, fetch_shakespeare, read_texts, write_text_atomic
+from trainer.data import EOT, NAMED_DATASETS, clean_text, read_texts, write_text_atomic
 from trainer.errors import ConfigError, DataError
 
 CACHE_FORMAT = 1
@@ -109,7 +109,7 @@ def text_source(cfg: Config) -> tuple[list[Path], Path]:
         key = sha256_bytes("\n".join(str(p.resolve()) for p in paths).encode("utf-8"))[:8]
         return paths, base / f"{paths[0].name}+{len(paths) - 1}-{key}.helios"
     base = Path(d.cache_dir) if d.cache_dir else Path(d.root)
-    return [fetch_shakespeare(Path(d.root))], base / "shakespeare"
+    return [NAMED_DATASETS[d.dataset](Path(d.root))], base / d.dataset
 
 
 def _split_point(text: str, val_fraction: float) -> int:

@@ -134,10 +134,16 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     store_block(b, o, acc, m0, n0, z * o.sc)
 
 
+def reg_block(params: dict) -> tuple[int, int]:
+    """(rows, columns) of C one workgroup of a register tiling computes: (tm * wy) x (tn * wx)."""
+    return params["tm"] * params["wy"], params["tn"] * params["wx"]
+
+
 def reg_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
-    """Workgroups for shape = (M, N, batch): one per (tm * wy) x (tn * wx) block of each batch entry's output."""
+    """Workgroups for shape = (M, N, batch): one per reg_block of each batch entry's output."""
     M, N, batch = shape
-    return ceil_div(N, variant.tn * variant.wx), ceil_div(M, variant.tm * variant.wy), batch
+    bm, bn = reg_block(variant.params)
+    return ceil_div(N, bn), ceil_div(M, bm), batch
 
 
 # name -> parameters (layout and vec are added per kernel): small, medium and large blocks, and the
@@ -151,6 +157,7 @@ REG_TILINGS = {
     "reg32x16": {"tm": 32, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg12x8a": {"tm": 12, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True},
 }
+REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what matmul.select's table reads
 # reg12x8a: with A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
 # per-lane loop, so loads stop dominating and a block whose 96 accumulators spill less wins: on lavapipe 25,
 # 1.4x the table's descriptor-bound tilings over the default config's training shapes (docs/BENCHMARKS.md).

@@ -6,50 +6,38 @@ only where DeviceInfo.cooperative_matrix_emulated (the GPU profile, HELIOS_COOPM
 in production. Otherwise, the table: on CPU devices (lavapipe) register-blocked tilings, on GPUs
 shared-memory tiled ones; within each, the largest block that still gives enough workgroups to fill the
 device. `python -m helios.bench tune matmul` times the candidates for given shapes and stores the winners in
-`helios.env.cache_dir()/tuning-<device key>.json`; the rule uses a stored winner for the exact
-(layout, M, N, K, batch) when there is one. It is helios.kernels.contract.selection's "matmul" rule: tests, benchmarks
-and the tuner force a tiling with `selection.force("matmul", tiling)` (`"cm64_emulated"` too); a forced
-tiling this device cannot run for the launch's dtype (a cooperative-matrix one for f32, a native one without
-matrix units) gives way to the table, as a register tiling does where subgroups are too narrow or 64-bit
-integers are missing, and a shared-memory tiling where its workgroup or tiles exceed the device's limits.
+`helios.env.cache_dir()/tuning-<device key>.json` (helios.kernels.contract.tuning's store); the rule uses
+a stored winner for the exact (layout, M, N, K, batch) when there is one. It is
+helios.kernels.contract.selection's "matmul" rule: tests, benchmarks and the tuner force a tiling with
+`selection.force("matmul", tiling)` (`"cm64_emulated"` too); a forced tiling this device cannot run for the
+launch's dtype (a cooperative-matrix one for f32, a native one without matrix units) gives way to the table, as
+a register tiling does where subgroups are too narrow or 64-bit integers are missing, and a shared-memory tiling
+where its workgroup or tiles exceed the device's limits.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
 from pathlib import Path
 
-from helios import env
 from helios.kernels.contract import selection
+from helios.kernels.contract.tuning import STORE, TuningStore
 from helios.kernels.matmul import coopmat
-from helios.kernels.matmul.reg import REG_TILINGS
+from helios.kernels.matmul.reg import REG_BLOCKS, REG_TILINGS
+from helios.kernels.matmul.tiled import TILED_BLOCKS
 from helios.spirv import ceil_div
 
-REG = ("reg8x8", "reg16x16", "reg32x16")  # small, medium, large
-TILED = ("tiled32", "tiled64", "tiled128")
-ADDRESSED = ("reg12x8a",)  # read A and B through device addresses (DeviceInfo.buffer_device_address)
+REG = tuple(t for t, p in REG_TILINGS.items() if not p.get("addressed"))  # reg8x8, reg16x16, reg32x16
+TILED = tuple(TILED_BLOCKS)  # tiled32, tiled64, tiled128
+ADDRESSED = tuple(t for t, p in REG_TILINGS.items() if p.get("addressed"))  # read A and B through device addresses
 COOPMAT = coopmat.CHOICES  # bf16/fp16 only: cm64, cm128, each also `_emulated`
-BLOCKS = {"reg8x8": (8, 64), "reg16x16": (16, 128), "reg32x16": (32, 128),  # (rows, columns) of C per workgroup
-          "reg12x8a": (12, 64),
-          "tiled32": (32, 32), "tiled64": (64, 64), "tiled128": (128, 128),
-          **{t: (coopmat.params(t)["bm"], coopmat.params(t)["bn"]) for t in COOPMAT}}
-
-_tuned: dict[str, dict[str, str]] = {}  # device key -> {shape key: tiling}
-
-
-def device_key(info) -> str:
-    """A file-name-safe key for a device, its driver version and an overriding profile: tuning results are
-    valid for exactly that (the GPU profile on lavapipe tunes other tilings than the CPU's own)."""
-    raw = f"{info.name}-{info.driver_name}-{info.driver_info or info.driver_version}"
-    if info.profile:
-        raw += f"-{info.profile}-profile"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
+# (rows, columns) of C per workgroup, as each tiling declares it (reg.reg_block, tiled.tiled_block; a
+# cooperative-matrix tiling's blocks are bm x bn like a tiled one's).
+BLOCKS = {**REG_BLOCKS, **TILED_BLOCKS, **{t: (coopmat.params(t)["bm"], coopmat.params(t)["bn"]) for t in COOPMAT}}
 
 
 def tuning_path(info) -> Path:
-    return env.cache_dir() / f"tuning-{device_key(info)}.json"
+    """The file this device's tuning winners are stored in (helios.kernels.contract.tuning)."""
+    return STORE.path(info)
 
 
 def shape_key(layout: str, M: int, N: int, K: int, batch: int = 1) -> str:
@@ -58,41 +46,15 @@ def shape_key(layout: str, M: int, N: int, K: int, batch: int = 1) -> str:
     return key if batch == 1 else f"{key}x{batch}"
 
 
-def load_tuning(info) -> dict[str, str]:
-    """The stored winners for this device ({} when none); read once per process."""
-    key = device_key(info)
-    if key not in _tuned:
-        path = tuning_path(info)
-        try:
-            data = json.loads(path.read_text())
-            _tuned[key] = {k: v for k, v in data.get("matmul", {}).items() if v in BLOCKS}
-        except (OSError, ValueError, AttributeError):
-            _tuned[key] = {}
-    return _tuned[key]
+def load_tuning(info, store: TuningStore = STORE) -> dict[str, str]:
+    """The stored matmul winners for this device ({} when none); read once per process."""
+    return store.winners(info, "matmul", BLOCKS)
 
 
-def save_tuning(info, winners: dict[str, str]) -> Path | None:
-    """Merge winners into this device's tuning file and into the in-process table; returns the path, or None
-    when the cache directory cannot be written (the winners then serve this process only)."""
-    load_tuning(info).update(winners)
-    if env.cache_problem() is not None:
-        return None
-    path = tuning_path(info)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    data.setdefault("device", {"name": info.name, "driver": f"{info.driver_name} {info.driver_info}",
-                               "driver_version": info.driver_version})
-    data.setdefault("matmul", {}).update(winners)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:  # a disk that filled up since the probe
-        tmp.unlink(missing_ok=True)
-        return None
-    return path
+def save_tuning(info, winners: dict[str, str], store: TuningStore = STORE) -> Path | None:
+    """Merge matmul winners into this device's tuning file and into the in-process table; returns the path,
+    or None when the cache directory cannot be written (the winners then serve this process only)."""
+    return store.save(info, "matmul", winners)
 
 
 # Register tilings pass loads round their workgroup (wx lanes) by subgroup broadcasts.
@@ -157,7 +119,7 @@ def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) ->
         selection.check_addressed(info, "matmul", forced)
     if forced is None and coopmat.supported(info, dtype):
         return coopmat.table_choice(info, M, N, batch)
-    choice = forced or load_tuning(info).get(shape_key(layout, M, N, K, batch))
+    choice = forced or STORE.winner(info, "matmul", shape_key(layout, M, N, K, batch), BLOCKS)
     if choice is None or not runnable(info, choice, dtype):
         return table_choice(info, M, N, batch)
     return choice

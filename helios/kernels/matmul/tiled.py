@@ -97,10 +97,16 @@ def build_tiled(b: KernelBuilder, v: Variant) -> None:
     store_block(b, o, acc, m_blk + ty, n_blk + tx, z * o.sc, row_step=rows_t, col_step=cols_t)
 
 
+def tiled_block(params: dict) -> tuple[int, int]:
+    """(rows, columns) of C one workgroup of a shared-memory (or cooperative-matrix) tiling computes: bm x bn."""
+    return params["bm"], params["bn"]
+
+
 def tiled_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
-    """Workgroups for shape = (M, N, batch): one per bm x bn block of each batch entry's output."""
+    """Workgroups for shape = (M, N, batch): one per tiled_block of each batch entry's output."""
     M, N, batch = shape
-    return ceil_div(N, variant.bn), ceil_div(M, variant.bm), batch
+    bm, bn = tiled_block(variant.params)
+    return ceil_div(N, bn), ceil_div(M, bm), batch
 
 
 # name -> parameters (layout and vec are added per kernel); small/medium/large block tiles.
@@ -109,3 +115,4 @@ TILED_TILINGS = {
     "tiled64": {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4},
     "tiled128": {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8},
 }
+TILED_BLOCKS = {name: tiled_block(p) for name, p in TILED_TILINGS.items()}  # what matmul.select's table reads

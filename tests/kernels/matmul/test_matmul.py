@@ -22,7 +22,7 @@ import torch
 import helios.runtime as rt
 from helios.ceilings import kernels as L
 from helios.kernels import matmul as mm
-from helios.kernels.contract import selection
+from helios.kernels.contract import selection, tuning
 from helios.kernels.matmul import select as sel
 from tests.conftest import needs_kernel
 
@@ -184,12 +184,11 @@ def test_addressed_tilings_need_device_addresses():
 
 
 def test_stored_tuning_winner_is_used(tmp_path, monkeypatch, device):
-    monkeypatch.setenv("HELIOS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(sel, "_tuned", {})
+    monkeypatch.setenv("HELIOS_CACHE_DIR", str(tmp_path))  # the store reads each directory's file afresh
     info = device.info
     path = sel.save_tuning(info, {sel.shape_key("nn", 40, 44, 12): "tiled64"})
     assert path.parent == tmp_path and json.loads(path.read_text())["matmul"] == {"nn:40x44x12": "tiled64"}
-    monkeypatch.setattr(sel, "_tuned", {})  # as a fresh process: read back from the file
+    tuning.STORE.forget(info)  # as a fresh process: read back from the file
     assert mm.variant_name("nn", 40, 44, 12, 1) == "tiled64"
     assert mm.variant_name("nn", 40, 44, 13, 1) == sel.table_choice(info, 40, 44, 1) + "_scalar"
     a, b = _operands("nn", 40, 44, 12)

@@ -20,7 +20,6 @@ from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
 from autograd.nn.gpt import auto_dtype, resolve_dtype
 from autograd.optim import AdamW
-from helios import ops
 from helios import runtime as rt
 from helios.ceilings.peak import Peak
 from trainer.backend import (
@@ -31,7 +30,7 @@ from trainer.backend import (
     count_params,
     flops_per_token,
 )
-from trainer.backends.step_capture import OptimizerCapture, capture_keys, capture_micro_step
+from trainer.backends.step_capture import StepRunner, capture_keys
 from trainer.config import ModelConfig, OptimConfig
 from trainer.errors import ModelTooLargeError
 
@@ -66,15 +65,11 @@ class HeliosBackend(Backend):
                          weight_decay=optim_cfg.weight_decay, grad_clip=0.0)
         if self.dtype == "fp16":  # fp16 gradients underflow without it; bf16 has fp32's exponent range
             self.opt.enable_loss_scaling()
-        self._scalars = rt.Readback({"loss": 1, "raw_norm": 1, "check": 1, "clip": 1, "loss_scale": 4})
-        self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
-        # Step capture (docs/REPLAY.md): the micro-step and the optimizer step replay while their keys hold.
+        # The step's device work, with its captures (docs/REPLAY.md): the micro-step and the optimizer step
+        # replay while their keys hold, where `replay` allows it.
+        self.steps = StepRunner(self.model, self.opt)
         self.replay = True
-        self._micro_capture = self._opt_capture = None
-        self._opt_key = None
-        self._step_keys, self._last_step_keys = set(), set()  # micro-step keys run this step and the last one
-        self._loss_sum = rt.zeros(1)  # sum of the micro-steps' losses: a fixed buffer both captures use
-        self._lazy_fwd_ms = 0.0
+        self.forwards = 0  # training forward passes so far: seeds each pass's dropout masks
         self._base_counters = self._raw_counters()
 
     @classmethod
@@ -129,47 +124,40 @@ class HeliosBackend(Backend):
             self.check_batch(*x.shape)
         fwd_ms = bwd_ms = 0.0
         rt.get_runtime().pool.reset_peak()  # the step event's pool_peak_in_use is this step's peak
-        self.model.zero_grad()
-        loss_sum = self._loss_sum
-        rt.fill(loss_sum, 0.0)
-        micro_replayed, self._step_keys = True, set()
+        steps = self.steps
+        steps.begin()
+        capture = self.replay and not inject_nan
+        micro_replayed = True
         opt_key = None
         for x, y in micro_batches:
             x, y = np.ascontiguousarray(x, np.int32), np.ascontiguousarray(y, np.int32)
             micro_key, opt_key = capture_keys(x.shape, n, self.model, grad_clip, spike_threshold)
             t0 = time.perf_counter()
-            how = self._micro_step(micro_key, x, y, n, inject_nan)
+            how = steps.micro_step(micro_key, x, y, n, self._dropout_index(), capture)
             self.forwards += 1
             micro_replayed &= how == "replayed"
             if how == "lazy":
-                fwd_ms += self._lazy_fwd_ms
-                bwd_ms += _ms(t0) - self._lazy_fwd_ms
+                fwd_ms += steps.lazy_fwd_ms
+                bwd_ms += _ms(t0) - steps.lazy_fwd_ms
             else:
                 fwd_ms += _ms(t0)
-        self._last_step_keys = self._step_keys
+        steps.end_micro_steps()
         comm_ms = 0.0
         if self.world is not None and self.world.size > 1:
             t0 = time.perf_counter()
-            self._reduce_gradients(loss_sum)
+            self._reduce_gradients(steps.loss_sum)
             comm_ms = _ms(t0)
         t0 = time.perf_counter()
         # The update is skipped on the device when this check is NaN/Inf or above the spike threshold;
         # adding 0 * loss makes a NaN loss poison it too.
         self.opt.grad_clip = grad_clip
         self.opt.skip_above = spike_threshold if spike_threshold is not None else math.inf
-        opt_replayed = False
-        if self.replay and not inject_nan:
-            opt_replayed = self._optimizer_step_captured(opt_key, n, lr)
-        else:
-            mean_loss = ops.scale(loss_sum, 1.0 / n) if n > 1 else loss_sum
-            poison = ops.scale(mean_loss, math.nan if inject_nan else 0.0)
-            self.opt.step(lr=lr, skip_extra=poison)
-            self._record_scalars(mean_loss)
+        opt_replayed = steps.optimizer_step(opt_key, n, lr, capture, inject_nan)
         opt_ms = _ms(t0)
         t0 = time.perf_counter()
         # The step's one host read and one wait: the optimizer step gathered its scalars into one host-visible
         # buffer, and the read submits the step's queued work (one submit for a replayed step) and waits for it.
-        scalars = self._scalars.read()
+        scalars = steps.read()
         raw_norm, loss_val = float(scalars["raw_norm"][0]), float(scalars["loss"][0])
         check, clip_coef = float(scalars["check"][0]), float(scalars["clip"][0])
         scale_state = scalars["loss_scale"] if self.opt.loss_scale_state is not None else None
@@ -194,72 +182,9 @@ class HeliosBackend(Backend):
         return StepResult(loss_val, norm_val, clip_coef, skipped, fwd_ms, bwd_ms, opt_ms, wait_ms, replayed, record_ms,
                           dtype=self.dtype, loss_scale=loss_scale, loss_scale_overflows=overflows, comm_ms=comm_ms)
 
-    def _run_micro_step(self, ids, targets, n: int, forward_index: int, counter=None, host=None) -> None:
-        """Forward, backward (gradients accumulate into the arena) and loss_sum += loss: what a capture holds.
-        ids/targets: host arrays (a lazy step) or a captured step's fixed tensors with their `host` inputs."""
-        t0 = time.perf_counter()
-        loss = self.model(ids, targets, forward_index=forward_index, rng_counter=counter, feed=host)
-        self._lazy_fwd_ms = _ms(t0)
-        seed = self.opt.loss_scale  # fp16: d(loss) = the device's loss scale, else 1
-        (loss if n == 1 else loss * (1.0 / n)).backward(autograd.Tensor(seed) if seed is not None else None)
-        ops.add_inplace(self._loss_sum, loss.data)
-
-    def _micro_step(self, key: tuple, x: np.ndarray, y: np.ndarray, n: int, inject_nan: bool) -> str:
-        """One micro-step: "replayed" from the capture of its key, "captured" (recorded into a new capture
-        and run), or "lazy" (recorded as usual). A key is captured when the step before ran it too, so a
-        one-off shape (a partial batch) costs no capture and leaves the usual one in place."""
-        self._step_keys.add(key)
-        index = self._dropout_index()
-        # Ignored targets (negative ids) would change what a chunked cross-entropy bakes in: record those lazily.
-        if self.replay and not inject_nan and not (y < 0).any():
-            cap = self._micro_capture
-            if cap is not None and cap.key == key:
-                cap.replay(x, y, index)
-                return "replayed"
-            if key in self._last_step_keys:
-                if cap is not None:
-                    cap.close()
-                run = lambda ids, tg, fi, counter, host: self._run_micro_step(ids, tg, n, fi, counter, host)  # noqa: E731
-                self._micro_capture = capture_micro_step(key, run, x, y, index, self.model.cfg.vocab_size)
-                return "captured"
-        self._run_micro_step(x, y, n, index)
-        return "lazy"
-
-    def _optimizer_step_captured(self, key: tuple, n: int, lr: float):
-        """The optimizer step from a captured command buffer: capture it on the first call (or when grad_accum,
-        the clip or spike setting, baked into it, change), replay it after. Returns whether it replayed.
-
-        Its inputs are fixed buffers: the grad arena, the loss sum and the optimizer's step buffer (lr and step
-        count, written before each run). A host step such as a data-parallel gradient reduce can run between
-        the last backward and this call."""
-        cap = self._opt_capture
-        if cap is not None and self._opt_key == key:
-            cap.replay(lr)
-            return True
-        self._close_captures(micro=False)
-        self._opt_capture = OptimizerCapture(self.opt, self._loss_sum, n, lr, self._record_scalars)
-        self._opt_key = key
-        return False
-
-    def _record_scalars(self, mean_loss) -> None:
-        """Gather the step's scalars (loss, norms, clip, loss-scale state) for the step's one host read."""
-        opt = self.opt
-        state = {"loss_scale": opt.loss_scale_state} if opt.loss_scale_state is not None else {}
-        self._scalars.record(loss=mean_loss, raw_norm=opt.last_raw_norm, check=opt.last_check, clip=opt.last_clip,
-                             **state)
-
-    def _close_captures(self, micro: bool = True) -> None:
-        if self._opt_capture is not None:
-            self._opt_capture.close()
-        self._opt_capture = self._opt_key = None
-        if micro:
-            if self._micro_capture is not None:
-                self._micro_capture.close()
-            self._micro_capture, self._last_step_keys = None, set()
-
     def invalidate_capture(self) -> None:
         """Drop the captured steps (the next step records lazily, and the one after captures again)."""
-        self._close_captures()
+        self.steps.close()
 
     def _dropout_index(self) -> int:
         """This pass's dropout seed index: the pass count, and under data parallelism the rank too, so every

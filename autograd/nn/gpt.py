@@ -17,6 +17,7 @@ from autograd.host_inputs import HostInputs
 from autograd.nn import layers
 from autograd.nn.module import Module
 from autograd.tensors import Tensor, tensor
+from helios.device.policy import auto_dtype
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class GPTConfig:
     norm_eps: float = 1e-5
     # What activations, their gradients and the working copy of the weights are stored in: "fp32", or
     # "bf16"/"fp16" with fp32 master weights, gradients and optimizer state (mixed precision); "auto" (the
-    # default) is decided per device (auto_dtype: fp32 on CPU drivers, bf16/fp16 by the GPU's matrix units).
+    # default) is decided per device (helios.device.policy.auto_dtype: fp32 on CPU drivers, bf16/fp16 by the GPU's
+    # matrix units).
     dtype: str = "auto"
 
     @property
@@ -144,33 +146,8 @@ KERNEL_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "fp16"}  # config names -
 MODEL_DTYPES = ("auto", *KERNEL_DTYPE)  # what model.dtype accepts
 
 
-def auto_dtype(info) -> tuple[str, str]:
-    """What model.dtype = "auto" is on a device (a DeviceInfo), and why: fp32 on CPU drivers (lavapipe computes
-    in f32 either way), bf16 where the device has bf16 matrix units, fp16 (with loss scaling on the device)
-    where it has only fp16 ones, and bf16 storage on a GPU without matrix units (half the memory traffic); fp32
-    on a GPU without 16-bit storage.
-    Emulated cooperative matrices (the GPU profile) are not matrix units."""
-    if info.is_cpu:
-        return "fp32", "a CPU driver computes in f32 either way"
-    if not (info.storage_16bit and info.int16):
-        return "fp32", "the device cannot keep 16-bit values in buffers (storageBuffer16BitAccess, shaderInt16)"
-    if not info.cooperative_matrix_emulated:
-        # What the matmul rule will run on the matrix units, not merely what the device lists.
-        from helios.kernels.lib import coopmat_support
-        from helios.kernels.matmul import coopmat as matmul_coopmat
-
-        if matmul_coopmat.supported(info, "bf16"):
-            return "bf16", "the device has bf16 matrix units"
-        if matmul_coopmat.supported(info, "fp16"):
-            if coopmat_support.offered(info, "bf16"):
-                return "fp16", ("the device lists bf16 matrix units, which helios does not enable yet "
-                                "(VK_KHR_shader_bfloat16), and has fp16 ones (loss scaling on the device)")
-            return "fp16", "the device has fp16 matrix units but no bf16 ones (loss scaling on the device)"
-    return "bf16", "a GPU without matrix units: bf16 storage halves the memory traffic"
-
-
 def resolve_dtype(dtype: str, info=None) -> str:
-    """A config dtype with "auto" decided for this device (or `info`'s): see auto_dtype."""
+    """A config dtype with "auto" decided for this device (or `info`'s): see helios.device.policy.auto_dtype."""
     if dtype not in MODEL_DTYPES:
         raise ValueError(f"model dtype must be one of {', '.join(MODEL_DTYPES)}; got {dtype!r}")
     if dtype != "auto":

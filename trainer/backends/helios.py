@@ -18,10 +18,11 @@ import numpy as np
 import autograd
 from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
-from autograd.nn.gpt import auto_dtype, resolve_dtype
+from autograd.nn.gpt import resolve_dtype
 from autograd.optim import AdamW
 from helios import runtime as rt
 from helios.ceilings.peak import Peak
+from helios.device.policy import auto_dtype
 from trainer.backend import (
     COUNTER_KEYS,
     OTHER_BACKENDS_STATE,

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from helios.device import select_device
 from trainer.errors import TrainerError
 
 # Set by MPICH's hydra (PMI_*), Open MPI (OMPI_*) and Slurm's PMI2/PMIx.
@@ -190,9 +191,9 @@ def _init() -> World:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
     w = World(rank=comm.Get_rank(), size=comm.Get_size(), local_rank=local, comm=comm,
               heartbeat_dir=os.environ.get(HEARTBEAT_DIR_VAR) or None)
-    # A machine with several GPUs gives each local rank its own (helios.device reads this); an explicit
-    # HELIOS_DEVICE wins. On one device (or lavapipe) the ranks share it.
-    os.environ.setdefault("HELIOS_LOCAL_RANK", str(local))
+    # A machine with several GPUs gives each local rank its own; an explicit HELIOS_DEVICE wins. On one device
+    # (or lavapipe) the ranks share it.
+    select_device(local_rank=local)
     return w
 
 

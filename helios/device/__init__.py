@@ -35,6 +35,10 @@ _LOADER_HELP = (
 )
 
 
+class DeviceError(SetupError):
+    """The driver failed a query helios makes of the device; the message names the query."""
+
+
 def load_vulkan():
     """Import the `vulkan` binding, turning a missing loader into a SetupError that says what to install."""
     try:
@@ -131,6 +135,45 @@ class DeviceInfo:
         return dataclasses.asdict(self)
 
 
+_COOPMAT_QUERY = "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"
+
+
+def cooperative_matrix_shapes(vk, ffi, instance, phys) -> tuple:
+    """The subgroup-scope shapes vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR lists, through the binding
+    (vk, ffi). (): the loader has no such function or the binding lacks its types, so the matrix-unit kernels are
+    never chosen. Any other failure of the query raises DeviceError naming it (on a GPU, a binding bug must not
+    read as "no matrix units")."""
+    try:  # what the binding must know to make the query at all
+        fn = ffi.cast(f"PFN_{_COOPMAT_QUERY}", vk.lib.vkGetInstanceProcAddr(instance, _COOPMAT_QUERY.encode()))
+        ffi.typeof("VkCooperativeMatrixPropertiesKHR")
+        stype = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
+    except (AttributeError, ffi.error):  # an old binding without VK_KHR_cooperative_matrix
+        return ()
+    if fn == ffi.NULL:  # an old loader or driver without the function
+        return ()
+    try:
+        count = ffi.new("uint32_t*")
+        results = [fn(phys, count, ffi.NULL)]
+        props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", count[0])
+        for k in range(count[0]):
+            props[k].sType = stype
+        results.append(fn(phys, count, props))
+        names = [_COMPONENT_TYPES.get(int(x), str(int(x))) for p in props for x in
+                 (p.AType, p.BType, p.CType, p.ResultType)]
+        shapes = tuple((int(p.MSize), int(p.NSize), int(p.KSize), *names[4 * k:4 * k + 4])
+                       for k, p in enumerate(props) if int(p.scope) == _SCOPE_SUBGROUP)
+    except Exception as exc:
+        raise DeviceError(f"the cooperative-matrix query ({_COOPMAT_QUERY}) failed: {type(exc).__name__}: {exc}. "
+                          "That is a fault in the Vulkan binding or driver, not a device without matrix units: "
+                          "update the driver or the `vulkan` package, or choose another device with "
+                          "HELIOS_DEVICE") from exc
+    failed = [int(r) for r in results if int(r) < 0]  # VkResult: negative values are errors
+    if failed:
+        raise DeviceError(f"the cooperative-matrix query ({_COOPMAT_QUERY}) returned VkResult {failed[0]}: "
+                          "update the driver, or choose another device with HELIOS_DEVICE")
+    return shapes
+
+
 def _make_chain(vk, ffi, entries):
     """Allocate cffi structs with their sType set and link them through pNext, in order."""
     structs = []
@@ -154,7 +197,10 @@ def _decode(ffi, chars) -> str:
 class Device:
     """A logical Vulkan device with one compute queue, and the instance it came from."""
 
-    def __init__(self) -> None:
+    def __init__(self, local_rank: int = 0) -> None:
+        """`local_rank`: this process's data-parallel rank on its machine (select_device), which picks among
+        several best devices."""
+        self.local_rank = local_rank
         # Before the driver loads (it reads the variable when it opens its shader cache): one Mesa cache per
         # lavapipe vector width, whose binaries differ in subgroup size while Mesa's cache key does not.
         self.mesa_shader_cache = driver.isolate_mesa_shader_cache()
@@ -285,10 +331,9 @@ class Device:
             return devices[matches[0]], matches[0]
         rank_of = [_TYPE_RANK.get(p.deviceType, 0) for p in props]
         top = [k for k in range(len(devices)) if rank_of[k] == max(rank_of)]
-        # Data-parallel ranks on one machine (trainer.distributed sets HELIOS_LOCAL_RANK) take the best
-        # devices round-robin: rank r gets the (r mod n)-th of the n GPUs of the best type.
-        local = os.environ.get("HELIOS_LOCAL_RANK", "")
-        best = top[int(local) % len(top)] if local.isdigit() else top[0]
+        # Data-parallel ranks on one machine (trainer.distributed calls select_device) take the best devices
+        # round-robin: rank r gets the (r mod n)-th of the n GPUs of the best type.
+        best = top[self.local_rank % len(top)]
         return devices[best], best
 
     def _query(self, phys, index: int):
@@ -347,7 +392,7 @@ class Device:
                 host_cached=bool(flags & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT),
             ))
         unified = any(t.device_local and t.host_visible for t in types) and len(heaps) == 1
-        coopmat = self._cooperative_matrix_shapes(phys) if _COOPMAT_EXT in ext_names else ()
+        coopmat = cooperative_matrix_shapes(vk, ffi, self.instance, phys) if _COOPMAT_EXT in ext_names else ()
         info = DeviceInfo(
             index=index,
             name=_decode(ffi, p.properties.deviceName),
@@ -398,32 +443,6 @@ class Device:
         info = profile.apply(info)
         info = device_limits.apply(info)  # HELIOS_DEVICE_LIMITS: no more than a real device offers
         return info, {"f2": f2, "f11": f11, "f12": f12, "f13": f13, "atomic": fat, "extensions": ext_names}
-
-    def _cooperative_matrix_shapes(self, phys) -> tuple:
-        """The subgroup-scope shapes vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR lists ((): none or
-        unreadable, in which case the matrix-unit kernels are simply never chosen)."""
-        vk, ffi = self.vk, self.ffi
-        try:
-            name = b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"
-            fn = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
-                          vk.lib.vkGetInstanceProcAddr(self.instance, name))
-            if fn == ffi.NULL:
-                return ()
-            count = ffi.new("uint32_t*")
-            fn(phys, count, ffi.NULL)
-            props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", count[0])
-            for k in range(count[0]):
-                props[k].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
-            fn(phys, count, props)
-        except Exception:  # an old loader or binding: no matrix units rather than no device
-            return ()
-        names = [_COMPONENT_TYPES.get(int(x), str(int(x))) for p in props for x in
-                 (p.AType, p.BType, p.CType, p.ResultType)]
-        shapes = []
-        for k, p in enumerate(props):
-            if int(p.scope) == _SCOPE_SUBGROUP:
-                shapes.append((int(p.MSize), int(p.NSize), int(p.KSize), *names[4 * k:4 * k + 4]))
-        return tuple(shapes)
 
     def _compute_queue_family(self) -> int:
         vk = self.vk
@@ -517,15 +536,27 @@ class Device:
 
 
 _device: Device | None = None
+_local_rank = 0
 _lock = threading.Lock()
 
 
+def select_device(local_rank: int) -> None:
+    """Say which of several best devices this process takes: its data-parallel rank on its machine (rank r takes
+    the (r mod n)-th of the n best; an explicit HELIOS_DEVICE wins). Call before the first device use."""
+    global _local_rank
+    with _lock:
+        if _device is not None and local_rank != _device.local_rank:
+            raise SetupError(f"select_device(local_rank={local_rank}) after the device was created for local rank "
+                             f"{_device.local_rank}: the trainer must place its rank before the first device use")
+        _local_rank = local_rank
+
+
 def get_device() -> Device:
-    """The process-wide device, created on first use."""
+    """The process-wide device, created on first use (on the device select_device chose)."""
     global _device
     with _lock:
         if _device is None:
-            _device = Device()
+            _device = Device(_local_rank)
         return _device
 
 

@@ -1,13 +1,15 @@
 """`python -m helios.bench [NAME ...] [--quick] [--json] [options]`: run benchmark modules, print records.
 
-With no NAME the kernel benchmarks of DEFAULT_ORDER run: not `tune` (it writes tuning results), `bf16` (dtype
-pairs of kernels the others time) or `replay` (training steps, not kernels). Options after the
-names go to each module; an option one module does not know is ignored by it.
+With no NAME the kernel benchmarks run, in the order their modules declare (helios.bench.catalogue): not
+`tune` (it writes tuning results), `bf16` (dtype pairs of kernels the others time) or `replay` (training steps,
+not kernels), each of which says so in its declaration. Options after the names go to each module; an option
+one module does not know is ignored by it.
 
-A benchmark module has `run(args) -> iterable of records` (dicts with "event": "bench"), and may have
-`add_arguments(parser)` for its own options and `format_records(records) -> str` for the text output
-(default: `harness.format_table`). Adding a benchmark is one module in helios/bench/ (BENCHMARKS finds it).
-Only the module asked for is imported, so one broken module does not break the others.
+A benchmark module declares itself (`BENCH = catalogue.declare(__name__, families=..., order=...)`), has
+`run(args) -> iterable of records` (dicts with "event": "bench"), and may have `add_arguments(parser)` for its
+own options and `format_records(records) -> str` for the text output (default: `harness.format_table`). Adding
+a benchmark is one module in helios/bench/ (BENCHMARKS finds it). Named benchmarks import only their own
+modules, so one broken module does not break the others; the default run and `--help` read every declaration.
 """
 
 from __future__ import annotations
@@ -15,24 +17,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import pkgutil
 import sys
 
-import helios.bench as bench_package
-from helios.bench import harness  # first: it sets BLAS thread policies before numpy loads BLAS
+# harness first (catalogue loads no numpy): it sets BLAS thread policies before numpy loads BLAS
+from helios.bench import catalogue, harness
 
-# Every module of helios.bench with a `run` is a benchmark of its own name; found without importing them.
-_NOT_BENCHMARKS = {"__main__", "harness"}
-BENCHMARKS: dict[str, str] = {
-    info.name: f"helios.bench.{info.name}" for info in pkgutil.iter_modules(bench_package.__path__)
-    if info.name not in _NOT_BENCHMARKS
-}
-
-
-# Run when no name is given: the kernel benchmarks, in a readable order (`tune` writes files, `bf16` and `replay`
-# are run by name: ask for them).
-DEFAULT_ORDER = ("limits", "dispatch", "elementwise", "rows", "cross_entropy", "embedding", "adamw", "matmul",
-                 "attention")
+# Every benchmark module of helios.bench, by its name; found without importing them.
+BENCHMARKS: dict[str, str] = {name: f"helios.bench.{name}" for name in catalogue.benchmark_names()}
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -40,7 +31,7 @@ def _top_parser() -> argparse.ArgumentParser:
         prog="python -m helios.bench", description="helios benchmarks; `NAME --help` shows a benchmark's options",
         epilog="benchmarks: " + ", ".join(sorted(BENCHMARKS)))
     parser.add_argument("names", metavar="NAME", nargs="*", help="benchmarks to run (default: all but "
-                        + ", ".join(sorted(set(BENCHMARKS) - set(DEFAULT_ORDER))) + ")")
+                        + ", ".join(sorted(set(BENCHMARKS) - set(catalogue.default_order()))) + ")")
     return parser
 
 
@@ -82,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if cache_warning():  # the limits, tuning winners and pipelines are then kept for this process only
         print(f"warning: {cache_warning()}", file=sys.stderr)
-    for name in names or DEFAULT_ORDER:
+    for name in names or catalogue.default_order():
         module = importlib.import_module(BENCHMARKS[name])
         parser = _module_parser(name, module)
         args, _ = parser.parse_known_args(options) if many else (parser.parse_args(options), [])

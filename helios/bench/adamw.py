@@ -15,12 +15,14 @@ import math
 
 import numpy as np
 
+from helios.bench import catalogue
 from helios.bench.harness import compare
+
+BENCH = catalogue.declare(__name__, families=("adamw", "grad_norm", "loss_scale"), order=70)
 
 FULL = [1_330_000, 5_850_000, 16_000_001]
 QUICK = [1_000_003]
 GPU_EXTRA = [124_000_000]  # GPT-2 small; past lavapipe's 128 MiB binding limit
-FAMILIES = ("adamw", "grad_norm", "loss_scale")  # the spec families benched here (elementwise: the rest)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,10 +113,10 @@ def _records(n: int, rng: np.random.Generator, repeats: int) -> list[dict]:
 
 
 def once_records(rng: np.random.Generator, repeats: int) -> list[dict]:
-    """The specs of FAMILIES whose work does not grow with the arena (loss_scale_update), once."""
+    """The specs of BENCH.families whose work does not grow with the arena (loss_scale_update), once."""
     from helios.kernels.contract.spec import specs
 
-    return [_spec_record(s, 1, rng, repeats)[0] for f in FAMILIES for s in specs(f) if not s.sizes((1,))]
+    return [_spec_record(s, 1, rng, repeats)[0] for f in BENCH.families for s in specs(f) if not s.sizes((1,))]
 
 
 def run(args: argparse.Namespace) -> list[dict]:

@@ -20,7 +20,10 @@ import math
 
 import numpy as np
 
+from helios.bench import catalogue
 from helios.bench.harness import compare, torch_reference
+
+BENCH = catalogue.declare(__name__, families=("attention",), order=90)
 
 FULL = [(8, 8, 256, 48), (4, 8, 512, 64)]  # (B, H, T, D)
 QUICK = [(2, 4, 128, 48)]

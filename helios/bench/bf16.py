@@ -13,7 +13,10 @@ import statistics
 import ml_dtypes
 import numpy as np
 
+from helios.bench import catalogue
 from helios.bench.harness import _sampler, record
+
+BENCH = catalogue.declare(__name__, why="dtype pairs of kernels the others time")
 
 FULL = [1 << 20, 1 << 22]
 QUICK = [1 << 20]

@@ -15,7 +15,10 @@ import argparse
 
 import numpy as np
 
+from helios.bench import catalogue
 from helios.bench.harness import compare, torch_reference
+
+BENCH = catalogue.declare(__name__, families=("cross_entropy",), order=50)
 
 FULL = [(1024, 4096), (4096, 517), (512, 50257)]
 QUICK = [(256, 4096), (64, 50257)]

@@ -18,7 +18,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from helios.bench import catalogue
 from helios.spirv import Kernel, KernelBuilder, Variant, f32, u32
+
+BENCH = catalogue.declare(__name__, order=20)
 
 LOCAL = 64
 

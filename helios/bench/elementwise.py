@@ -16,9 +16,10 @@ import functools
 
 import numpy as np
 
-from helios.bench.adamw import FAMILIES as OPTIMIZER_FAMILIES
+from helios.bench import catalogue
 from helios.bench.harness import compare
-from helios.bench.rows import FAMILIES as ROW_FAMILIES
+
+BENCH = catalogue.declare(__name__, rest=True, order=30)
 
 FULL = [1 << 20, 1 << 22, 1 << 24]
 QUICK = [1 << 20]
@@ -146,14 +147,13 @@ def _records(n: int, repeats: int, torch) -> list[dict]:
     fast = {"gelu": _numpy_gelu(a, out, t), "gelu_backward": _numpy_gelu_backward(a, b, out, t, u),
             "swiglu": _numpy_swiglu(a, b, out, t)}
     # Specs of other families without a bench of their own (rope) run here too, on n // 1024 rows of their input
-    # generator's width, labelled with their family (their rule picks the variant). Not here: cross_entropy
-    # (helios.bench.cross_entropy), embedding (helios.bench.embedding: ids and tables at model shapes), attention,
-    # whose sizes are scalars (helios.bench.attention benches it at model shapes), and matmul (helios.bench.matmul:
-    # every dtype against torch). masked_fill's int mask comes from its spec's input generator like any input.
+    # generator's width, labelled with their family (their rule picks the variant). Not here: the families another
+    # benchmark module declares (helios.bench.catalogue), e.g. cross_entropy, embedding (ids and tables at model
+    # shapes), attention, whose sizes are scalars (benched at model shapes), and matmul (every dtype against torch).
+    # masked_fill's int mask comes from its spec's input generator like any input.
     labels = {}
     hand = {case[0] for case in cases}  # add and add_inplace have preallocated numpy baselines above
-    benched_elsewhere = (*ROW_FAMILIES, *OPTIMIZER_FAMILIES, "cross_entropy", "embedding_backward", "attention",
-                         "matmul")
+    benched_elsewhere = catalogue.benched_elsewhere(BENCH.name)
     for spec in [s for s in specs() if s.family not in benched_elsewhere and s.name not in hand]:
         kw = spec.scalar_cases()[0]  # an op's scalar arguments (clamp's bounds, softcap's cap): its first test case
         if "p" in kw:  # the dropout ops: their first test case whose probability draws a mask

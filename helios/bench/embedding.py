@@ -14,6 +14,10 @@ import argparse
 
 import numpy as np
 
+from helios.bench import catalogue
+
+BENCH = catalogue.declare(__name__, families=("embedding_backward",), order=60)
+
 FULL = [(8, 1024, 768), (16, 256, 512)]  # (B, T, D): GPT-2 small's batch, a smaller model's
 QUICK = [(2, 65, 33), (4, 128, 128)]
 

@@ -8,7 +8,10 @@ import argparse
 
 import numpy as np
 
+from helios.bench import catalogue
 from helios.bench.harness import compare, device_name, torch_reference
+
+BENCH = catalogue.declare(__name__, order=10)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,10 @@ import argparse
 
 import numpy as np
 
+from helios.bench import catalogue
 from helios.bench.harness import device_name, record, time_pair, torch_reference
+
+BENCH = catalogue.declare(__name__, families=("matmul",), order=80)
 
 SQUARES = [(n, n, n) for n in (256, 512, 1024, 2048)]
 GPT = [(2048, 1152, 384), (2048, 1536, 384), (2048, 384, 1536)]  # qkv / mlp-up / mlp-down, B*T = 2048

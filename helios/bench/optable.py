@@ -6,7 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from helios.bench import catalogue
 from helios.kernels.contract.spec import specs
+
+BENCH = catalogue.declare(__name__, why="it writes docs/OPS.md's op table (no benchmark)")
 
 BEGIN, END = "<!-- optable:begin (python -m helios.bench.optable) -->", "<!-- optable:end -->"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "OPS.md"

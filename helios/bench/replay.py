@@ -12,6 +12,10 @@ import time
 
 import numpy as np
 
+from helios.bench import catalogue
+
+BENCH = catalogue.declare(__name__, why="training steps, not kernels")
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--layers", default="2,4,8", help="comma-separated depths (default 2,4,8)")

@@ -17,13 +17,15 @@ import functools
 
 import numpy as np
 
+from helios.bench import catalogue
 from helios.bench.harness import compare, sweep_shapes
+
+BENCH = catalogue.declare(__name__, families=("rows", "sum_rows", "reduce_all", "layout"), order=40)
 
 FULL = [(2048, 256), (4096, 768), (4096, 1024), (1024, 4096), (1024, 4097)]
 QUICK = [(1024, 256)]
 GPU_EXTRA = [(65536, 1024), (16384, 4096)]
 EPS = 1e-5  # the norms' default
-FAMILIES = ("rows", "sum_rows", "reduce_all", "layout")  # the spec families benched here (elementwise: the rest)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import argparse
 
+from helios.bench import catalogue
 from helios.bench.harness import device_name, record, time_device
 from helios.bench.matmul import GPT, parse_shapes
 
-FAMILIES = ("matmul",)
+BENCH = catalogue.declare(__name__, families=("matmul",), why="it writes tuning results")
+
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("family", choices=FAMILIES, help="what to tune")
+    parser.add_argument("family", choices=BENCH.families, help="what to tune")
     parser.add_argument("--shapes", type=parse_shapes, help="MxNxK,... (default: the GPT-small shapes)")
     parser.add_argument("--layouts", default="nn,nt,tn", help="comma-separated of nn, nt, tn, tt")
     parser.add_argument("--all-tilings", action="store_true", help="also try the other device family's tilings")

@@ -14,62 +14,18 @@ import pytest
 
 import helios.runtime as rt
 from helios.bench import optable
-from helios.kernels.attention import COOPMAT_VARIANTS as ATTENTION_MATRIX_VARIANTS
-from helios.kernels.attention import VARIANTS as ATTENTION_VARIANTS
+from helios.kernels.contract import selection
 from helios.kernels.contract.dtypes import NUMPY, variant_dtype
 from helios.kernels.contract.spec import as_tuple, specs
-from helios.kernels.indexing.layout import ACCESSES as COLUMN_ACCESSES
-from helios.kernels.lib import maps
 from helios.kernels.lib.row_workers import RowChoice
 from helios.kernels.matmul import select as matmul_select
-from helios.kernels.optim import adamw, loss_scale
-from helios.kernels.pointwise import rope
-from helios.kernels.rows.reduce import SumRowsChoice
-from tests.kernels.rows.row_variants import LAYOUTS, layout_id
+from tests.kernels.rows.row_variants import layout_id
 
 SPECS = specs()
-# What each selection family's tests force, one run each: elementwise accesses, row layouts x widths x tiers,
-# cross-entropy's row layouts (a workgroup of the default 128 and of 32 invocations, a subgroup per row), every
-# embedding scatter (the spec's host_kwargs bring the sorted one its plan), rope's widths, the whole-tensor
-# reductions' loads, every sum_rows width in one pass and in two, the column copies' one access, AdamW's loads
-# (bound or through device addresses), the grad norm's first stage (a partial per invocation or per workgroup, as
-# the rule plans them or over a forced number of workgroups), the loss scale's one invocation, every attention
-# variant the rule can return (the matrix-unit ones where the device runs them: _unavailable).
-FORCED = {"elementwise": maps.ACCESSES, "rows": [RowChoice(*layout) for layout in LAYOUTS],
-          "cross_entropy": ["workgroup", ("workgroup", 32), "subgroup"],
-          "embedding_backward": ["sorted", "atomic", "scan"], "rope": rope.WIDTHS, "reduce_all": ["scalar", "vec4"],
-          "sum_rows": [SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)],
-          "layout": list(COLUMN_ACCESSES), "adamw": list(adamw.BASE_VARIANTS),
-          "grad_norm": ["lanes", "shared", ("lanes", 3), ("shared", 5)], "loss_scale": list(loss_scale.CHOICES),
-          "attention": [*ATTENTION_VARIANTS, *ATTENTION_MATRIX_VARIANTS], "matmul": list(matmul_select.BLOCKS)}
-
-
-# Row choices CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage,
-# not the reductions): a register tier (its fit counts subgroup lanes) and streaming over a subgroup for every row
-# op, and a workgroup per row (subgroup partials merged in shared memory: RowLayout.reduce, the same code in every
-# row op) for softmax, whose pipelines JIT fastest.
-SUBGROUP_CHOICES = [RowChoice("sg", "u64x2", 4), RowChoice("sg", "scalar", 0)]
-SUBGROUP_WG = ("softmax", RowChoice("wg", "vec4", 4))
-# Attention cases CI runs again at subgroup sizes 4 and 16: rowwise broadcasts and tiled shuffles in f32, and the
-# emulated matrix units' lanes-per-tile split in fp16 (their kernels: the matrix-unit forward, dQ and dK/dV).
-SUBGROUP_ATTENTION = {("rowwise", "f32"): (), ("tiled", "f32"): (),
-                      ("coopmat_emulated", "fp16"): ("attention_forward_coopmat", "attention_backward_dq_coopmat",
-                                                     "attention_backward_dkv_coopmat")}
-# Matmul tilings CI runs again at subgroup sizes 4 and 16: the register tilings pass loads round their workgroup by
-# subgroup broadcasts (the smallest: as many loads as lanes, and lavapipe's own: 12 rows dealt round 8 lanes; at 4
-# lanes the rule gives tiled ones instead), in f32. The emulated matrix units' lanes are test_matmul_coopmat.py's
-# marked cases (every layout and dtype, both tilings).
-SUBGROUP_MATMUL = {("reg8x8", "f32"), ("reg12x8a", "f32")}
-# At CI's extra subgroup sizes (the `-m subgroup` runs) attention's marked cases run head dims 64 and 4 only: what
-# differs between sizes is each lane's share of a key block (SLOTS = key block x D/4 / lanes, rowwise's broadcasts),
-# whole at 64 and partial at 4 (8 values over 16 lanes), and the emulated matrix units' l + S*j elements, which do not
-# depend on the head dim; 48 and 128 add only more slots of the same arithmetic (and flags no subgroup code reads)
-# and are the slowest to compile (about 3x at 16 lanes). Every shape runs at the default size.
-SUBGROUP_STAGE_SKIPS = {"flash_attention": lambda shape: shape[4] not in (64, 4)}
-# Cross-entropy's and the grad norm's layouts that merge subgroup partials, run again in f32 (their forced counts of
-# workgroups change no subgroup code).
-SUBGROUP_MERGES = (("cross_entropy", "workgroup"), ("cross_entropy", "subgroup"), ("grad_norm", "lanes"),
-                   ("grad_norm", "shared"))
+# What each selection family's tests force, one run each, and which of those CI runs again at subgroup sizes 4 and
+# 16 (`-m subgroup`): each family's rule declares both where it is registered (selection.rule's `forced=` and
+# `subgroup=`; the why sits beside each rule).
+FORCED = {f.name: list(f.forced) for f in selection.families()}
 
 
 def _id(x) -> str:
@@ -78,20 +34,15 @@ def _id(x) -> str:
     return "-".join(map(str, x)) if isinstance(x, tuple) else getattr(x, "name", x)
 
 
-def _subgroup(spec, choice, dtype) -> bool:
-    if spec.family == "attention":
-        return (choice, dtype) in SUBGROUP_ATTENTION
-    if spec.family == "matmul":
-        return (choice, dtype) in SUBGROUP_MATMUL
-    row = spec.family == "rows" and (choice in SUBGROUP_CHOICES or (spec.name, choice) == SUBGROUP_WG)
-    return (row or (spec.family, choice) in SUBGROUP_MERGES) and dtype == "f32"
+def _subgroup_case(spec, choice, dtype) -> selection.Subgroup | None:
+    """The rule's subgroup case this test is (CI runs it again at other subgroup sizes), or None."""
+    return selection.declared(spec.family).subgroup_case(spec.name, choice, dtype)
 
 
-def _subgroup_kernels(spec, choice, dtype) -> tuple[str, ...]:
-    """The kernels a subgroup-marked case runs: the spec's, or for a matrix-unit attention variant its own."""
-    if spec.family == "attention" and SUBGROUP_ATTENTION[choice, dtype]:
-        return SUBGROUP_ATTENTION[choice, dtype]
-    return tuple(k.name for k in spec.kernels)
+def _subgroup_kernels(spec, case: selection.Subgroup) -> tuple[str, ...]:
+    """The kernels a subgroup-marked case runs: the spec's, or those the case names (a matrix-unit attention
+    variant's own)."""
+    return case.kernels or tuple(k.name for k in spec.kernels)
 
 
 def _unavailable(family: str, choice, dtype: str = "f32") -> str | None:
@@ -152,13 +103,14 @@ def _unfit(kernels, choice, dtype: str) -> str | None:
 
 def _forced_cases() -> list:
     """(spec, forced choice, dtype) triples, one test each (every shape inside it, so each variant compiles once);
-    the row ops' f32 SUBGROUP_CHOICES carry the subgroup mark, and a case storing a half dtype (in its arguments,
+    the rules' subgroup cases carry the subgroup mark, and a case storing a half dtype (in its arguments,
     or in its results: cast's) the needs mark of that dtype."""
     cases = []
     for s in SPECS:
         for c in FORCED[s.family]:
             for d in s.tested_dtypes(c):
-                marks = [pytest.mark.subgroup(*_subgroup_kernels(s, c, d))] if _subgroup(s, c, d) else []
+                sub = _subgroup_case(s, c, d)
+                marks = [pytest.mark.subgroup(*_subgroup_kernels(s, sub))] if sub is not None else []
                 stored = {d, *(s.scalars[s.dtype_scalar] if s.dtype_scalar else ())}  # cast's results: every dtype
                 marks += [pytest.mark.needs(dtype=x) for x in sorted(stored - {"f32"})]
                 cases.append(pytest.param(s, c, d, marks=marks))
@@ -258,7 +210,8 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force, requ
     if reason := _unavailable(spec.family, choice, dtype) or _unfit(spec.kernels, choice, dtype):
         pytest.skip(reason)
     subgroup_stage = request.config.option.markexpr.strip() == "subgroup"
-    skip = SUBGROUP_STAGE_SKIPS.get(spec.name) if subgroup_stage else None
+    sub = _subgroup_case(spec, choice, dtype) if subgroup_stage else None
+    keep = sub.shapes if sub is not None else None  # the shapes the subgroup stage runs (None: all)
     force(spec.family, choice)
     for family in spec.also_families:  # the k-th choice of spec.family with the k-th (cycling) of each other one
         others = [c for c in FORCED[family] if not _unfit(spec.kernels, c, dtype)]  # all of them where all fit
@@ -266,7 +219,7 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force, requ
     rng = np.random.default_rng(0)
     cases = spec.scalar_cases()
     for k, shape in spec.tested_shapes(choice, dtype):
-        if skip is not None and skip(shape):
+        if keep is not None and not keep(shape):
             continue
         scalars = spec.shape_case(cases[k % len(cases)], shape)  # every scalar case at some shape, each shape once
         args = spec.inputs(rng, shape, **scalars)

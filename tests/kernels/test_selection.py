@@ -134,3 +134,18 @@ def test_forcing_reaches_rope_and_copy_columns(force):
     force("layout", "scalar")
     parts = [np.random.default_rng(k).standard_normal((3, w)).astype(np.float32) for k, w in enumerate((5, 8))]
     np.testing.assert_array_equal(L.concat([rt.from_numpy(p) for p in parts]).numpy(), np.concatenate(parts, -1))
+
+
+def test_each_rule_declares_what_its_tests_force():
+    """Every family declares the choices the op-spec tests force, each one its rule accepts; its subgroup cases
+    are among them (test_opspecs.py reads both from the rules)."""
+    for family in selection.families():
+        assert family.forced, f"{family.name} declares no forced choices"
+        for choice in family.forced:
+            family.check(choice)  # a ValueError names a choice the rule refuses
+        for case in family.subgroup:
+            assert case.choice in family.forced, f"{family.name}: subgroup case {case.choice!r} is never forced"
+    rows = selection.declared("rows")
+    case = rows.subgroup_case("softmax", rows.subgroup[-1].choice, "f32")
+    assert case is not None and rows.subgroup_case("layernorm", case.choice, "f32") is None  # softmax's only
+    assert rows.subgroup_case("softmax", case.choice, "bf16") is None

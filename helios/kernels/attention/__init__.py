@@ -64,7 +64,22 @@ def _base_variant(name: str) -> str:
     return name.removeprefix(f"{variant_dtype(table[name])}_")
 
 
-@selection.rule("attention", check=_base_variant)
+def _subgroup_head_dims(shape: tuple) -> bool:
+    """At CI's extra subgroup sizes flash_attention runs head dims 64 and 4 only: what differs between sizes is each
+    lane's share of a key block (SLOTS = key block x D/4 / lanes, rowwise's broadcasts), whole at 64 and partial at 4
+    (8 values over 16 lanes), and the emulated matrix units' l + S*j elements, which do not depend on the head dim;
+    48 and 128 add only more slots of the same arithmetic (and flags no subgroup code reads) and are the slowest to
+    compile (about 3x at 16 lanes). Every shape runs at the default size."""
+    return shape[4] in (64, 4)
+
+
+# Tests force every variant the rule can return (the matrix-unit ones where the device runs them). CI runs again
+# at subgroup sizes 4 and 16: rowwise broadcasts and tiled shuffles in f32, and the emulated matrix units'
+# lanes-per-tile split in fp16 (their kernels: the matrix-unit forward, dQ and dK/dV).
+@selection.rule("attention", check=_base_variant, forced=(*VARIANTS, *COOPMAT_VARIANTS), subgroup=(
+    selection.Subgroup("rowwise", shapes=_subgroup_head_dims), selection.Subgroup("tiled", shapes=_subgroup_head_dims),
+    selection.Subgroup("coopmat_emulated", "fp16", shapes=_subgroup_head_dims, kernels=(
+        "attention_forward_coopmat", "attention_backward_dq_coopmat", "attention_backward_dkv_coopmat"))))
 def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     """"coopmat" (or "coopmat_emulated") in bf16/fp16 where the device's matrix units (real, or emulated ones:
     DeviceInfo.cooperative_matrix_emulated) take the dtype and head dim (attention_coopmat.choose); otherwise

@@ -15,11 +15,16 @@ functions call `choose(family, shape, dtype)`; tests and benchmarks call `force(
 `layout=` or `tiling=` arguments, no module constants patched by tests, and a rule never reads another
 family's forced choice (a family that follows another one's choices says so in its own rule).
 Rules read `info.cpu_profile` (the device class), never `info.is_cpu`.
+
+The rule's registration is also the family's catalogue of what its tests run: `forced=` the choices
+tests/kernels/test_opspecs.py forces, one test each (default: every one of `choices`), and `subgroup=` the
+few of them CI runs again at lavapipe's other subgroup sizes (`-m subgroup`, `Subgroup` cases). The tests
+read both from here (`declared(family)`); no test keeps a table of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +36,36 @@ Rule = Callable[[Any, tuple, str, Any], Any]  # (device info, shape, dtype, forc
 
 
 @dataclass(frozen=True)
+class Subgroup:
+    """A forced choice that CI runs again at lavapipe's other subgroup sizes (`make test-subgroups`): in `dtype`,
+    for the family's ops named in `ops` (default: all), marked with `kernels` (default: the op's own; a variant
+    that launches kernels of its own names them), over the op's tested shapes that `shapes` keeps (default: all)."""
+
+    choice: Any
+    dtype: str = "f32"
+    ops: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()
+    shapes: Callable[[tuple], bool] | None = None
+
+    def covers(self, op: str, choice, dtype: str) -> bool:
+        """Whether `op`'s case of `choice` in `dtype` is this one."""
+        return self.choice == choice and self.dtype == dtype and (not self.ops or op in self.ops)
+
+
+@dataclass(frozen=True)
 class Family:
+    """A family's rule and its catalogue: how a forced choice is checked, what the tests force, and which of
+    those run again at other subgroup sizes."""
+
     name: str
     rule: Rule
     check: Callable[[Any], Any]  # validates (and may normalise) a forced choice; raises ValueError
+    forced: tuple = ()  # the choices the op-spec tests force, one test each, in this order
+    subgroup: tuple[Subgroup, ...] = ()  # those CI runs again at other subgroup sizes
+
+    def subgroup_case(self, op: str, choice, dtype: str) -> Subgroup | None:
+        """The subgroup case `op`'s test of `choice` in `dtype` is, or None."""
+        return next((c for c in self.subgroup if c.covers(op, choice, dtype)), None)
 
 
 # A family's rule registers when its kernel module is imported: discovery imports them all.
@@ -42,9 +73,12 @@ _FAMILIES: Registry[Family] = Registry("kernel family", discover=discover)
 _FORCED: dict[str, Any] = {}
 
 
-def rule(family: str, choices: Collection | None = None, check: Callable[[Any], Any] | None = None):
+def rule(family: str, choices: Collection | None = None, check: Callable[[Any], Any] | None = None,
+         forced: Iterable | None = None, subgroup: Iterable[Subgroup] = ()):
     """Register `family`'s rule (a family declared by two rules is an error). A forced choice must be one of
-    `choices` (or pass `check`)."""
+    `choices` (or pass `check`). `forced`: the choices the op-spec tests force (default: `choices`, in order);
+    `subgroup`: the cases of those CI runs again at other subgroup sizes."""
+    tested = tuple(choices if forced is None and choices is not None else forced or ())
 
     def checked(choice):
         if choices is not None and choice not in choices:
@@ -52,7 +86,8 @@ def rule(family: str, choices: Collection | None = None, check: Callable[[Any], 
         return check(choice) if check is not None else choice
 
     def register(fn: Rule) -> Rule:
-        _FAMILIES.add(family, Family(family, fn, checked), f"{fn.__module__}.{fn.__qualname__}")
+        declared = Family(family, fn, checked, tested, tuple(subgroup))
+        _FAMILIES.add(family, declared, f"{fn.__module__}.{fn.__qualname__}")
         return fn
 
     return register
@@ -61,6 +96,16 @@ def rule(family: str, choices: Collection | None = None, check: Callable[[Any], 
 def _family(name: str) -> Family:
     """The family's registered rule; an unknown family is a ValueError naming the known ones."""
     return _FAMILIES.get(name)
+
+
+def declared(family: str) -> Family:
+    """`family`'s registration: its rule and its catalogue of forced and subgroup cases."""
+    return _family(family)
+
+
+def families() -> list[Family]:
+    """Every family's registration, in name order (discovery imports every kernel module)."""
+    return _FAMILIES.values()
 
 
 def choose(family: str, shape: tuple, dtype: str = "f32", info=None):
@@ -124,4 +169,5 @@ def forcing(family: str, choice) -> Iterator[None]:
         force(family, before)
 
 
-__all__ = ["rule", "choose", "fits", "check_addressed", "force", "forced", "forcing", "Family"]
+__all__ = ["rule", "choose", "fits", "check_addressed", "force", "forced", "forcing", "declared", "families", "Family",
+           "Subgroup"]

@@ -261,7 +261,9 @@ def embedding(ids, table, pos_table=None, out=None):
 SCATTERS = ("sorted", "atomic", "scan", "deterministic")  # what tests and benchmarks may force
 
 
-@selection.rule("embedding_backward", choices=SCATTERS)
+# The op-spec tests force these scatters (the spec's host_kwargs bring the sorted one its plan); "deterministic" is
+# a policy (sorted where planned, else scan) that runs no kernel of its own.
+@selection.rule("embedding_backward", choices=SCATTERS, forced=("sorted", "atomic", "scan"))
 def _choose_scatter(info, shape: tuple, dtype: str, forced: str | None) -> str:
     """shape = (tokens, vocab, D, planned). "sorted" where the caller brings a plan (deterministic, O(N * D)),
     else "atomic" where the device has float atomic adds on buffers, else the deterministic "scan".

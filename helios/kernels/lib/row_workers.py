@@ -249,7 +249,18 @@ def _pick(info, units: int, cacheable: bool) -> tuple[str, int]:
     return fallback, 0
 
 
-@selection.rule("rows", check=_check_choice)
+# (layout, width, register tier) the tests force: every streaming form and the cached tiers that compile quickly.
+# CI runs again at subgroup sizes 4 and 16 (`-m subgroup`), in f32 (a half dtype changes the storage, not the
+# reductions): a register tier (its fit counts subgroup lanes) and streaming over a subgroup for every row op, and
+# a workgroup per row (subgroup partials merged in shared memory: RowLayout.reduce, the same code in every row op)
+# for softmax, whose pipelines JIT fastest.
+@selection.rule("rows", check=_check_choice, forced=[RowChoice(*c) for c in (
+                    ("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
+                    ("sg", "u64x2", 4), ("sg", "u64x2", 8), ("sg", "scalar", 8), ("sg", "vec4", 4), ("wg", "vec4", 4),
+                    ("wg", "scalar", 4))],
+                subgroup=(selection.Subgroup(RowChoice("sg", "u64x2", 4)),
+                          selection.Subgroup(RowChoice("sg", "scalar", 0)),
+                          selection.Subgroup(RowChoice("wg", "vec4", 4), ops=("softmax",))))
 def _choose(info, shape: tuple, dtype: str, forced: RowChoice | None) -> str:
     """shape = (rows, cols, cacheable): the variant for `rows` rows of length `cols` of dtype."""
     _rows, cols, cacheable = shape

@@ -109,7 +109,11 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
     return family[0]
 
 
-@selection.rule("matmul", choices=BLOCKS)
+# Tests force every tiling. CI runs again at subgroup sizes 4 and 16 the register tilings that pass loads round
+# their workgroup by subgroup broadcasts (the smallest: as many loads as lanes, and lavapipe's own: 12 rows dealt
+# round 8 lanes; at 4 lanes the rule gives tiled ones instead), in f32. The emulated matrix units' lanes are
+# test_matmul_coopmat.py's marked cases (every layout and dtype, both tilings).
+@selection.rule("matmul", choices=BLOCKS, subgroup=(selection.Subgroup("reg8x8"), selection.Subgroup("reg12x8a")))
 def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) -> str:
     """The tiling for shape = (layout, M, N, K, batch) in dtype: the forced one, else the matrix units for half
     operands where the device has them, else a stored tuning winner, else the table's (a tiling the device

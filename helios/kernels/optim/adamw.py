@@ -277,7 +277,11 @@ def _check_partials(choice):
     return choice
 
 
-@selection.rule("grad_norm", check=_check_partials)
+# Tests force a partial per invocation or per workgroup, as the rule plans them or over a forced number of
+# workgroups; the layouts that merge subgroup partials run again at other subgroup sizes (a forced count of
+# workgroups changes no subgroup code).
+@selection.rule("grad_norm", check=_check_partials, forced=("lanes", "shared", ("lanes", 3), ("shared", 5)),
+                subgroup=(selection.Subgroup("lanes"), selection.Subgroup("shared")))
 def _choose_partials(info, shape: tuple, dtype: str, forced) -> PartialPlan:
     """shape = (n,). "lanes" on CPU drivers (a barrier costs lavapipe ~0.3 ms per workgroup), "shared"
     elsewhere; vec4 loads from 4 elements on; the workgroups `_partial_groups` plans unless forced."""

@@ -238,7 +238,10 @@ def _check_layout(choice):
                      "with size a power of two up to 1024")
 
 
-@selection.rule("cross_entropy", check=_check_layout)
+# Tests force a workgroup per row (of the default 128 and of 32 invocations) and a subgroup per row; the layouts
+# that merge subgroup partials run again at other subgroup sizes (the workgroup size changes no subgroup code).
+@selection.rule("cross_entropy", check=_check_layout, forced=("workgroup", ("workgroup", 32), "subgroup"),
+                subgroup=(selection.Subgroup("workgroup"), selection.Subgroup("subgroup")))
 def _choose(info, shape: tuple, dtype: str, forced) -> RowPlan:
     """shape = (rows, vocab). A row per subgroup on CPU drivers with a fixed subgroup size (barriers are
     costly there; "*_subgroup" variants, WG = that size), else WG_ROW invocations per row; vec4 where

@@ -284,7 +284,9 @@ def _check_sum_rows(choice) -> SumRowsChoice:
     return choice
 
 
-@selection.rule("sum_rows", check=_check_sum_rows)
+# Tests force every width in one pass and in two.
+@selection.rule("sum_rows", check=_check_sum_rows,
+                forced=[SumRowsChoice(w, two) for w in ("scalar", "vec4", "u64x2") for two in (False, True)])
 def _choose_sum_rows(info, shape: tuple, dtype: str, forced: SumRowsChoice | None) -> SumRowsPlan:
     """shape = (rows, cols, aligned, pair): the rows family's width rule (rows.width_name, scalar where a
     block's offset is not a multiple of 4) and one pass up to SUM_ROWS_CHUNK rows or ONE_PASS_ELEMENTS."""

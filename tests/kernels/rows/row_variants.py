@@ -7,11 +7,6 @@ import pytest
 from helios.kernels.lib.row_workers import RowChoice
 from tests.conftest import needs_kernel
 
-# (layout, width, register tier): every streaming form and the cached tiers that compile quickly
-LAYOUTS = [("sg", "vec4", 0), ("sg", "scalar", 0), ("sg", "u64x2", 0), ("wg", "vec4", 0), ("wg", "scalar", 0),
-           ("sg", "u64x2", 4), ("sg", "u64x2", 8), ("sg", "scalar", 8), ("sg", "vec4", 4), ("wg", "vec4", 4),
-           ("wg", "scalar", 4)]
-
 
 def force_variant(force, layout: str, width: str, cache: int | None = None, runs=()) -> None:
     """Force the row layout, width ("scalar", "vec4" or "u64x2") and register tier of the row kernels

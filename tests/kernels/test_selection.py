@@ -137,10 +137,9 @@ def test_forcing_reaches_rope_and_copy_columns(force):
 
 
 def test_each_rule_declares_what_its_tests_force():
-    """Every family declares the choices the op-spec tests force, each one its rule accepts; its subgroup cases
-    are among them (test_opspecs.py reads both from the rules)."""
+    """Every family of an op spec declares the choices the op-spec tests force (test_opspecs checks that), each one
+    its rule accepts; its subgroup cases are among them (test_opspecs.py reads both from the rules)."""
     for family in selection.families():
-        assert family.forced, f"{family.name} declares no forced choices"
         for choice in family.forced:
             family.check(choice)  # a ValueError names a choice the rule refuses
         for case in family.subgroup:
@@ -149,3 +148,18 @@ def test_each_rule_declares_what_its_tests_force():
     case = rows.subgroup_case("softmax", rows.subgroup[-1].choice, "f32")
     assert case is not None and rows.subgroup_case("layernorm", case.choice, "f32") is None  # softmax's only
     assert rows.subgroup_case("softmax", case.choice, "bf16") is None
+
+
+def test_norm_workers_rule(force):
+    """The norms' backward worker count is their rule's choice: CPU_WORKERS on CPU devices, GPU_WORKERS on GPUs,
+    never more than the rows (the count the norms used before it was a rule), or a forced count."""
+    from helios.kernels.rows import norms
+
+    for cpu, most in ((True, norms.CPU_WORKERS), (False, norms.GPU_WORKERS)):
+        for rows in (1, 2, 7, 63, 64, 65, 255, 256, 257, 4096):
+            assert selection.choose("norm_workers", (rows,), info=_info(cpu)) == max(1, min(rows, most))
+    force("norm_workers", 3)
+    assert selection.choose("norm_workers", (100,), info=_info()) == 3
+    assert selection.choose("norm_workers", (2,), info=_info()) == 2
+    with pytest.raises(ValueError, match="positive number of workers"):
+        selection.force("norm_workers", 0)

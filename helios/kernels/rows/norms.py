@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from helios.kernels.contract import selection
 from helios.kernels.contract.dtypes import NUMPY, check_f32, io_dtype, with_dtypes
 from helios.kernels.contract.spec import ROW_SHAPES, OpSpec, register, rows_and_cols
 from helios.kernels.contract.tolerance import Tolerance
 from helios.kernels.lib import row_workers as rowlib
 from helios.kernels.lib.row_workers import (
     RowLayout,
-    device_info,
     layout_of,
     row_grid,
     row_variants,
@@ -39,7 +39,8 @@ from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
 
 # Workers (partial rows of dw) of a backward pass: enough to fill the device, few enough that the
-# partials stay small next to the [M, N] activations. 64 is one sum_rows launch.
+# partials stay small next to the [M, N] activations. 64 is one sum_rows launch. The "norm_workers" rule
+# below picks the count.
 CPU_WORKERS = 64
 GPU_WORKERS = 256
 ROWS_PER_WORKER = 8  # forward, cached variants: weights are loaded into registers once per this many rows
@@ -346,8 +347,22 @@ def _param_out(out: Tensor | None, cols: int, accumulate: bool) -> tuple[Tensor,
     return out, accumulate
 
 
+def _check_workers(choice) -> int:
+    if isinstance(choice, bool) or not isinstance(choice, int) or choice < 1:
+        raise ValueError(f"unknown norm_workers choice {choice!r}: a positive number of workers")
+    return choice
+
+
+@selection.rule("norm_workers", check=_check_workers)
+def _choose_workers(info, shape: tuple, dtype: str, forced: int | None) -> int:
+    """shape = (rows,): the workers of a norm backward pass (each sums its rows' partial dw and db), CPU_WORKERS on
+    CPU devices and GPU_WORKERS elsewhere (or the forced count), never more than the rows."""
+    (rows,) = shape
+    return max(1, min(rows, forced or (CPU_WORKERS if info.cpu_profile else GPU_WORKERS)))
+
+
 def _workers(rows: int) -> int:
-    return max(1, min(rows, CPU_WORKERS if device_info().cpu_profile else GPU_WORKERS))
+    return selection.choose("norm_workers", (rows,))
 
 
 def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols: int, variant: str,

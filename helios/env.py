@@ -1,10 +1,13 @@
-"""The environment switches helios reads to steer itself (the HELIOS_* switches, and the cache and driver
-variables they depend on), one function each.
+"""Every environment variable helios reads, and the few it sets for itself, one function each; no other module of
+helios/ reads os.environ (tests/test_env_reads.py checks it). The trainer's own are in trainer/env.py.
 
-Not every variable helios reads or writes is here yet: helios/device/__init__.py reads HELIOS_LOCAL_RANK (set by
-trainer.distributed), helios/device/driver.py reads and sets MESA_SHADER_CACHE_DIR (and reads MESA_GLSL_CACHE_DIR,
-XDG_CACHE_HOME and HOME), and helios/bench/harness.py sets defaults for OMP_WAIT_POLICY, OPENBLAS_THREAD_TIMEOUT
-and GOTO_THREAD_TIMEOUT before numpy loads BLAS."""
+Read: HELIOS_DEVICE, HELIOS_VALIDATE, HELIOS_CACHE_DIR, HELIOS_MEMORY_BUDGET_MB, HELIOS_DEVICE_LIMITS, HELIOS_PROFILE,
+HELIOS_COOPMAT (helios's switches); LP_NATIVE_VECTOR_WIDTH, MESA_SHADER_CACHE_DIR, MESA_GLSL_CACHE_DIR,
+MESA_SHADER_CACHE_DISABLE, MESA_GLSL_CACHE_DISABLE (Mesa's, which change what the driver runs or caches); and
+XDG_CACHE_HOME and HOME (where caches go).
+Set in this process, for the driver it loads and the children it starts: MESA_SHADER_CACHE_DIR
+(set_mesa_shader_cache_dir, one Mesa cache per lavapipe vector width), and defaults for OMP_WAIT_POLICY,
+OPENBLAS_THREAD_TIMEOUT and GOTO_THREAD_TIMEOUT (quiet_blas_threads, before numpy loads BLAS)."""
 
 from __future__ import annotations
 
@@ -141,3 +144,41 @@ def cache_warning() -> str | None:
     return (f"{where} {cache_dir()} is not writable ({problem}): going on without the cache (kernels compile "
             "at every start and the MFU peak is measured at every run); point HELIOS_CACHE_DIR at a writable "
             "directory to keep them")
+
+
+def mesa_shader_cache_dir() -> str | None:
+    """MESA_SHADER_CACHE_DIR (None when unset): where Mesa keeps its shader cache, as this process has it."""
+    return os.environ.get("MESA_SHADER_CACHE_DIR") or None
+
+
+def mesa_shader_cache_chosen_dir() -> str | None:
+    """The Mesa shader cache folder set in the environment (MESA_SHADER_CACHE_DIR, else the older
+    MESA_GLSL_CACHE_DIR); None when neither is set."""
+    return os.environ.get("MESA_SHADER_CACHE_DIR") or os.environ.get("MESA_GLSL_CACHE_DIR") or None
+
+
+def set_mesa_shader_cache_dir(folder: str | None) -> None:
+    """Set (or with None, remove) MESA_SHADER_CACHE_DIR in this process's environment, before the Vulkan driver
+    loads: the driver reads it when it opens its cache, and child processes inherit it."""
+    if folder is None:
+        os.environ.pop("MESA_SHADER_CACHE_DIR", None)
+    else:
+        os.environ["MESA_SHADER_CACHE_DIR"] = folder
+
+
+def cache_home() -> Path:
+    """Where Mesa (and other XDG programs) put caches by default: $XDG_CACHE_HOME when absolute, else
+    $HOME/.cache, else the user's home/.cache."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg)
+    home = os.environ.get("HOME", "")
+    return Path(home) / ".cache" if home else Path.home() / ".cache"
+
+
+def quiet_blas_threads() -> None:
+    """Default OMP_WAIT_POLICY=PASSIVE and a 4 ms OpenBLAS spin (OPENBLAS_THREAD_TIMEOUT, GOTO_THREAD_TIMEOUT) in this
+    process: read when OpenBLAS / libgomp load, so this helps only before numpy or torch is imported. Spinning BLAS
+    threads otherwise steal lavapipe's cores. A value the user set is kept."""
+    for name, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("OPENBLAS_THREAD_TIMEOUT", "4"), ("GOTO_THREAD_TIMEOUT", "4")):
+        os.environ.setdefault(name, value)

@@ -38,12 +38,10 @@ from typing import Any
 import numpy as np
 
 from helios.device import select_device
+from trainer import env
 from trainer.errors import TrainerError
 
-# Set by MPICH's hydra (PMI_*), Open MPI (OMPI_*) and Slurm's PMI2/PMIx.
-_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
-# Set by the --nproc launcher for its ranks: the directory of their heartbeat files (launcher plumbing, not a switch).
-HEARTBEAT_DIR_VAR = "HELIOS_HEARTBEAT_DIR"
+HEARTBEAT_DIR_VAR = env.HEARTBEAT_DIR_VAR
 STALLED_EXIT = 4  # the launcher's exit code when its watchdog ended the job over a stalled rank
 STALL_GRACE_S = 60.0  # how long the launcher waits for the other ranks' checkpoint after naming a stalled rank
 _BEAT_EVERY_S = 0.25  # a waiting rank touches its heartbeat at most this often
@@ -59,11 +57,7 @@ class PeerStalled(Exception):
 
 def launched_size() -> int:
     """The number of ranks an MPI launcher started this process among (1 outside one)."""
-    for var in _SIZE_VARS:
-        value = os.environ.get(var)
-        if value and value.isdigit():
-            return int(value)
-    return 1
+    return env.mpi_world_size()
 
 
 @dataclass
@@ -190,7 +184,7 @@ def _init() -> World:
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
     w = World(rank=comm.Get_rank(), size=comm.Get_size(), local_rank=local, comm=comm,
-              heartbeat_dir=os.environ.get(HEARTBEAT_DIR_VAR) or None)
+              heartbeat_dir=env.heartbeat_dir())
     # A machine with several GPUs gives each local rank its own; an explicit HELIOS_DEVICE wins. On one device
     # (or lavapipe) the ranks share it.
     select_device(local_rank=local)
@@ -311,6 +305,7 @@ def relaunch(nproc: int, argv: Sequence[str], check: Callable[[], float | None] 
     timeout_s = check() if check is not None else None
     watch = Watchdog(nproc, timeout_s) if timeout_s and nproc > 1 else None
     cmd = [mpiexec(), "-n", str(nproc), sys.executable, "-m", "trainer", *argv]
+    # The ranks' environment: this process's, plus where the watchdog reads their heartbeats.
     child_env = dict(os.environ, **({HEARTBEAT_DIR_VAR: watch.dir} if watch is not None else {}))
     launcher = os.getpid()
 

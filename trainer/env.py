@@ -1,4 +1,6 @@
-"""Every environment switch the trainer reads, in one place (debug and test hooks only)."""
+"""Every environment variable the trainer reads, in one place: its debug and test hooks (HELIOS_INJECT_NAN_STEPS,
+HELIOS_STEP_DELAY_S, HELIOS_CKPT_DELAY_S, HELIOS_WORK_DELAY_S), HELIOS_TORCH_THREADS, and the launcher's plumbing
+(an MPI launcher's world size, HELIOS_HEARTBEAT_DIR from the --nproc launcher). helios's own are in helios/env.py."""
 
 from __future__ import annotations
 
@@ -61,6 +63,26 @@ def prefer_passive_omp() -> None:
     """Default OMP_WAIT_POLICY=PASSIVE (before torch loads OpenMP): spinning worker threads collapse throughput
     10x+ when the cores are shared with other processes, and cost little when idle."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+# Set by MPICH's hydra (PMI_*), Open MPI (OMPI_*) and Slurm's PMI2/PMIx.
+MPI_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+# Set by the --nproc launcher for its ranks: the directory of their heartbeat files (launcher plumbing, not a switch).
+HEARTBEAT_DIR_VAR = "HELIOS_HEARTBEAT_DIR"
+
+
+def mpi_world_size() -> int:
+    """The number of ranks an MPI launcher started this process among, from its variables (1 outside one)."""
+    for var in MPI_SIZE_VARS:
+        value = os.environ.get(var)
+        if value and value.isdigit():
+            return int(value)
+    return 1
+
+
+def heartbeat_dir() -> str | None:
+    """HELIOS_HEARTBEAT_DIR: where the --nproc launcher's watchdog reads this rank's heartbeat (None: unwatched)."""
+    return os.environ.get(HEARTBEAT_DIR_VAR) or None
 
 
 def check_all() -> None:

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# These are read when OpenBLAS / libgomp load, so they only help if set before numpy/torch are imported;
-# `python -m helios.bench` imports this module first. Spinning BLAS threads otherwise steal lavapipe's cores.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-os.environ.setdefault("GOTO_THREAD_TIMEOUT", "4")
+from helios import env
+
+# Read when OpenBLAS / libgomp load, so set before numpy/torch are imported: `python -m helios.bench` imports this
+# module first.
+env.quiet_blas_threads()
 
 Fn = Callable[[], Any]
 

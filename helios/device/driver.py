@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 from helios import env
@@ -65,34 +63,25 @@ def lavapipe_vector_width(info) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def default_cache_home(environ: Mapping[str, str]) -> Path:
-    """Where Mesa (and other XDG programs) put caches by default: $XDG_CACHE_HOME, else $HOME/.cache."""
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    if xdg and os.path.isabs(xdg):
-        return Path(xdg)
-    home = environ.get("HOME", "")
-    return Path(home) / ".cache" if home else Path.home() / ".cache"
-
-
-def width_shader_cache_dir(environ: Mapping[str, str], width: str) -> Path:
+def width_shader_cache_dir(width: str) -> Path:
     """The Mesa shader cache folder helios gives lavapipe runs at one LP_NATIVE_VECTOR_WIDTH."""
     safe = re.sub(r"[^A-Za-z0-9]+", "_", width)
-    return default_cache_home(environ) / MESA_CACHE_FOLDER / f"lp-width-{safe}"
+    return env.cache_home() / MESA_CACHE_FOLDER / f"lp-width-{safe}"
 
 
 def isolate_mesa_shader_cache() -> str | None:
     """Before the Vulkan driver loads: with LP_NATIVE_VECTOR_WIDTH set, point MESA_SHADER_CACHE_DIR at a folder
     of its own for that width, since Mesa's cache key ignores the width and would hand one width's binaries (and
     subgroup size) to another. Leaves a cache location or switch the user chose alone; returns the folder set."""
-    inherited = os.environ.get("MESA_SHADER_CACHE_DIR", "")
+    inherited = env.mesa_shader_cache_dir()
     if inherited and Path(inherited).parent.name == MESA_CACHE_FOLDER:
         # Set by a helios parent process for its own width, not by the user: this process may run another.
-        del os.environ["MESA_SHADER_CACHE_DIR"]
+        env.set_mesa_shader_cache_dir(None)
     width = env.lavapipe_vector_width()
     if width is None or env.mesa_shader_cache_chosen():
         return None
-    folder = str(width_shader_cache_dir(os.environ, width))
-    os.environ["MESA_SHADER_CACHE_DIR"] = folder  # Mesa creates it (and its own subfolder) when it opens the cache
+    folder = str(width_shader_cache_dir(width))
+    env.set_mesa_shader_cache_dir(folder)  # Mesa creates it (and its own subfolder) when it opens the cache
     return folder
 
 
@@ -103,8 +92,7 @@ def subgroup_mismatch_advice(info) -> str:
         return (f"likely cause: lavapipe at LP_NATIVE_VECTOR_WIDTH={env.lavapipe_vector_width() or bits} (above "
                 f"{HONEST_LAVAPIPE_WIDTH}) misreports its subgroup size; fix: unset LP_NATIVE_VECTOR_WIDTH or set "
                 "it to 128, 256 or 512")
-    chosen = os.environ.get("MESA_SHADER_CACHE_DIR") or os.environ.get("MESA_GLSL_CACHE_DIR")
-    folder = chosen or f"{default_cache_home(os.environ)}/mesa_shader_cache*"
+    folder = env.mesa_shader_cache_chosen_dir() or f"{env.cache_home()}/mesa_shader_cache*"
     if bits is not None:
         return ("likely cause: a Mesa shader cache filled at another LP_NATIVE_VECTOR_WIDTH served stale binaries; "
                 f"fix: run with MESA_SHADER_CACHE_DISABLE=true or delete {folder}")

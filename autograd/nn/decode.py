@@ -95,6 +95,11 @@ class KVCache:
 
         ids_t = rt.from_numpy(window)  # made before the scope: an upload inside it would be frozen in
         gather = self._gather_index(t - p0)
+        rope_base = self.model.h[0].attn.rope_base
+        if rope_base is not None:  # RoPE's cos/sin table for t positions, likewise uploaded before the scope
+            from helios.kernels.pointwise.rope import device_rope_table
+
+            device_rope_table(t, self.cfg.head_dim, rope_base)
         with Capture() as cap:
             logits = self._step(ids_t, p0, t, gather)
         self._steps[(p0, t)] = (cap, ids_t, logits)

@@ -148,8 +148,9 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
 _TABLES: dict[tuple[int, int, int, float], tuple[object, object]] = {}
 
 
-def _table(seq: int, head_dim: int, base: float):
-    """The cached device cos/sin table [2, T, D/2] (float32) for this runtime and (T, D, base)."""
+def device_rope_table(seq: int, head_dim: int, base: float):
+    """The cached device cos/sin table [2, T, D/2] (float32) for this runtime and (T, D, base). A caller that
+    captures a step (helios.runtime.capture) makes it before the scope: an upload inside one is refused."""
     import helios.runtime as rt
 
     runtime = rt.get_runtime()
@@ -184,7 +185,7 @@ def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward:
     n_rot = n_head + n_kv_head
     name = selection.choose("rope", (n_rows, n_head, n_kv_head, head_dim, inplace), dtype)
     vec = ROPE.variants[name].vec
-    buffers = [qkv, _table(seq, head_dim, base)] + ([] if inplace else [out])
+    buffers = [qkv, device_rope_table(seq, head_dim, base)] + ([] if inplace else [out])
     rt.launch(ROPE, buffers, variant=name, grid=ROPE.grid_for((n_rows, n_head, n_kv_head, head_dim), name),
               push={"n_rows": n_rows, "T": seq, "width": width, "halfv": half // vec, "n_rot": n_rot,
                     "copy_v": 0 if inplace else 1, "sign": -1.0 if backward else 1.0})

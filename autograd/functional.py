@@ -110,7 +110,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0) -> Tensor:
     """alpha * op(a) @ op(b) (the matmul spec's derived Function: it computes only the gradients a and b need)."""
-    return S.Matmul.apply(a, b, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha))
+    return S.FUNCTIONS["matmul"].apply(a, b, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: Tensor | None = None,
@@ -129,7 +129,7 @@ def embedding(ids: Tensor, table: Tensor, pos_table: Tensor | None = None, *, ho
     # Planned here, from ids the host already holds: the backward then sums each row's contributions in a fixed
     # order, so training is bit-reproducible (resume == uninterrupted run).
     scatter = scatter_plan(host_ids, table.shape[0], plan) if host_ids is not None and table.requires_grad else None
-    return S.Embedding.apply(ids, table, pos_table, plan=scatter).reshape(*ids.shape, table.shape[1])
+    return S.FUNCTIONS["embedding"].apply(ids, table, pos_table, plan=scatter).reshape(*ids.shape, table.shape[1])
 
 
 def rope(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int, base: float = 10000.0) -> Tensor:
@@ -151,13 +151,56 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1) -> Te
     return N.CrossEntropy.apply(logits, targets, int(ignore_index))
 
 
-def _spec_op(function):
-    def apply(*args, **scalars) -> Tensor:
-        return function.apply(*args, **scalars)
-
-    apply.__name__, apply.__doc__ = function.__name__.lower(), function.__doc__
-    return apply
+# The op specs' derived Functions (autograd/ops/specs.py) that take their arguments as the spec does.
+def exp(x: Tensor) -> Tensor:
+    return S.FUNCTIONS["exp"].apply(x)
 
 
-# exp, gelu, swiglu, softmax, layernorm, ...: one per op spec (helios.kernels.contract.spec), derived, never listed.
-globals().update({name: _spec_op(fn) for name, fn in S.FUNCTIONS.items() if name not in globals()})
+def log(x: Tensor) -> Tensor:
+    return S.FUNCTIONS["log"].apply(x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return S.FUNCTIONS["sqrt"].apply(x)
+
+
+def relu(x: Tensor) -> Tensor:
+    return S.FUNCTIONS["relu"].apply(x)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (torch.nn.functional.gelu(x, approximate="tanh"))."""
+    return S.FUNCTIONS["gelu"].apply(x)
+
+
+def silu(x: Tensor) -> Tensor:
+    return S.FUNCTIONS["silu"].apply(x)
+
+
+def clamp(x: Tensor, lo: float | None = None, hi: float | None = None) -> Tensor:
+    """min(max(x, lo), hi); a None bound is open."""
+    return S.FUNCTIONS["clamp"].apply(x, lo=lo, hi=hi)
+
+
+def softcap(x: Tensor, cap: float) -> Tensor:
+    """cap * tanh(x / cap)."""
+    return S.FUNCTIONS["softcap"].apply(x, cap=cap)
+
+
+def softmax(x: Tensor) -> Tensor:
+    """Softmax over the last axis."""
+    return S.FUNCTIONS["softmax"].apply(x)
+
+
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    """silu(gate) * up."""
+    return S.FUNCTIONS["swiglu"].apply(gate, up)
+
+
+# The function above of each op spec that has a derived Function (S.FUNCTIONS), by the spec's name; where the two
+# names differ, this one is torch's (`layer_norm` for the spec `layernorm`). tests/test_no_injected_names.py checks
+# it covers S.FUNCTIONS.
+OF_SPEC = {"clamp": clamp, "dropout": dropout, "embedding": embedding, "exp": exp, "gelu": gelu,
+           "layernorm": layer_norm, "log": log, "matmul": matmul, "relu": relu,
+           "residual_dropout_add": residual_dropout_add, "rmsnorm": rms_norm, "rope": rope, "silu": silu,
+           "softcap": softcap, "softmax": softmax, "sqrt": sqrt, "swiglu": swiglu}

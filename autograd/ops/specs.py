@@ -1,10 +1,10 @@
-"""One autograd Function per op spec (helios.kernels.contract.spec) with `autograd=True`, named after it (Exp, Gelu,
-Softmax, LayerNorm, ...): forward and VJP are the spec's op functions. Scalars are keyword arguments of `apply`;
-gradients the spec says have sinks (a norm's dw and db) are added straight into the parameters' gradient arena
-(`ctx.grad_sink`), so accumulating them costs no dispatch. Index arguments (`indices`: ids, targets) get no
-gradient, and keyword arguments that only backward takes (`backward_kwargs`: the embedding's sorted plan) are
-kept from `apply` for it. A backward that can skip gradients (`needs`: matmul's, the embedding's) computes only
-those its inputs need. A new spec needs no edit here."""
+"""One autograd Function per op spec (helios.kernels.contract.spec) with `autograd=True`, in `FUNCTIONS` under
+the spec's name (`FUNCTIONS["gelu"]`, a Function class named Gelu): forward and VJP are the spec's op functions.
+Scalars are keyword arguments of `apply`; gradients the spec says have sinks (a norm's dw and db) are added straight
+into the parameters' gradient arena (`ctx.grad_sink`), so accumulating them costs no dispatch. Index arguments
+(`indices`: ids, targets) get no gradient, and keyword arguments that only backward takes (`backward_kwargs`: the
+embedding's sorted plan) are kept from `apply` for it. A backward that can skip gradients (`needs`: matmul's, the
+embedding's) computes only those its inputs need. A new spec needs no edit here."""
 
 from __future__ import annotations
 
@@ -52,5 +52,7 @@ def spec_function(spec: OpSpec) -> type[Function]:
                                     "__doc__": spec.doc})
 
 
-FUNCTIONS = {spec.name: spec_function(spec) for spec in specs() if spec.autograd and spec.backward is not None}
-globals().update({fn.__name__: fn for fn in FUNCTIONS.values()})
+# Spec name -> its Function: derived from the registry, so a new spec needs no line here (and no module-level name:
+# callers index this table).
+FUNCTIONS: dict[str, type[Function]] = {spec.name: spec_function(spec) for spec in specs()
+                                        if spec.autograd and spec.backward is not None}

@@ -11,6 +11,8 @@ large |x| on other drivers; other kernels (a fused matmul epilogue) can import `
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -132,17 +134,26 @@ def reference_softcap_grad(x: np.ndarray, cap: float) -> np.ndarray:
 
 
 # -- pointwise op specs: one declaration each gives kernels, op functions, references, tests, autograd, docs ---
+class Pointwise(NamedTuple):
+    """What `pointwise(...)` makes, for the declaring module to bind: `gelu, gelu_backward = pointwise("gelu", ...)`.
+    Its two kernels (NAME and NAME_backward) are `spec_of(name).kernels`."""
+
+    forward: Callable  # helios.ops.<name>(x, *scalars)
+    backward: Callable  # helios.ops.<name>_backward(saved, dy, *scalars)
+
+
 def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *, saves: str = "x", flops: int = 1,
               grad_flops: int = 1, grad_doc: str = "", inputs=None, scalars: dict | None = None,
               defaults: dict | None = None, push=None, tolerance=None, input_bound=None,
-              namespace: dict | None = None) -> OpSpec:
+              module: str = __name__) -> Pointwise:
     """Declare a unary pointwise op and its VJP: `body(b, x, **scalars)` -> y, `grad_body(b, saved, dy, **scalars)`
     -> dx, where saved is x or y (`saves`), and `reference_grad(saved, **scalars)` is d y / dx in numpy.
 
     `scalars`: name -> test values of the op's scalar arguments (f32 push constants, positional or keyword after
     x; `defaults` for those that may be left out); `push(**scalars)` turns them into the push constants (default:
-    each as a float), for scalars that have a sentinel such as clamp's open bound None. Registers an OpSpec and
-    puts NAME/NAME_BWD kernels and name/name_backward functions in `namespace` (the declaring module's globals)."""
+    each as a float), for scalars that have a sentinel such as clamp's open bound None. Registers an OpSpec (with
+    the forward and backward kernels) and returns the op functions name and name_backward, which the declaring
+    module binds under those names (`module`: its __name__, which the functions and the spec report)."""
     scalars, defaults = dict(scalars or {}), dict(defaults or {})
     names = tuple(scalars)
     params = [(n, f32) for n in (push(**{k: 0.0 for k in names}) if push else names)]
@@ -167,21 +178,16 @@ def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *
 
     forward.__name__, backward.__name__ = name, f"{name}_backward"
     forward.__doc__, backward.__doc__ = doc, grad_doc or f"dx for {name}, from the saved {saves} and dy."
-    module = (namespace or {}).get("__name__", __name__)
     forward.__module__ = backward.__module__ = module
     generate = inputs or normal_inputs
 
     def reference_backward(saved: np.ndarray, dy: np.ndarray, **values) -> np.ndarray:
         return dy * reference_grad(saved, **values)
 
-    spec = register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, reference,
-                           reference_backward, lambda rng, shape, **_: (generate(rng, shape),), saves=(saves,),
-                           scalars=scalars, tolerance=tolerance or POINTWISE_TOLERANCE,
-                           input_bound=input_bound or {}))
-    if namespace is not None:
-        namespace.update({name.upper(): fwd_kernel, f"{name.upper()}_BWD": bwd_kernel, name: forward,
-                          f"{name}_backward": backward})
-    return spec
+    register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, reference, reference_backward,
+                    lambda rng, shape, **_: (generate(rng, shape),), saves=(saves,), scalars=scalars,
+                    tolerance=tolerance or POINTWISE_TOLERANCE, input_bound=input_bound or {}))
+    return Pointwise(forward, backward)
 
 
 def _positive_inputs(rng: np.random.Generator, shape) -> np.ndarray:
@@ -192,35 +198,41 @@ def _exp_inputs(rng: np.random.Generator, shape) -> np.ndarray:
     return np.clip(rng.standard_normal(shape) * 3.0, -80, 80).astype(np.float32)
 
 
-pointwise("exp", "e^x.", lambda b, x: b.exp(x), lambda b, y, dy: dy * y, np.exp, lambda y: y, saves="y",
-          grad_doc="dx = dy * y, from the forward output y = e^x.", inputs=_exp_inputs, input_bound={"fp16": 10.0},
-          namespace=globals())  # e^10 and its gradient stay inside fp16's range (65504)
-pointwise("log", "Natural logarithm.", lambda b, x: b.log(x), lambda b, x, dy: dy / x, np.log, lambda x: 1.0 / x,
-          grad_doc="dx = dy / x.", inputs=_positive_inputs, namespace=globals())
-pointwise("sqrt", "Square root.", lambda b, x: b.sqrt(x), lambda b, y, dy: dy / (y * 2.0), np.sqrt,
-          lambda y: 0.5 / y, saves="y", grad_flops=2, grad_doc="dx = dy / (2 y), from the forward output y = sqrt(x).",
-          inputs=_positive_inputs, namespace=globals())
-pointwise("relu", "max(x, 0).", lambda b, x: b.select(x > 0.0, x, 0.0), _relu_bwd,
-          lambda x: np.maximum(x, 0.0), lambda x: (x > 0).astype(x.dtype), grad_doc="dy where x > 0, else 0.",
-          namespace=globals())
-pointwise("gelu", 'GELU, tanh approximation (torch.nn.functional.gelu(approximate="tanh")).',
-          lambda b, x: gelu_value(b, x), lambda b, x, dy: dy * gelu_grad(b, x), reference_gelu, reference_gelu_grad,
-          flops=16, grad_flops=22, grad_doc="dy * gelu'(x) for the tanh approximation.", namespace=globals())
-pointwise("silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), _silu_bwd,
-          lambda x: x * reference_sigmoid(x), lambda x: reference_sigmoid(x) * (1.0 + x * (1.0 - reference_sigmoid(x))),
-          flops=4, grad_flops=8, grad_doc="dy * s * (1 + x (1 - s)), s = sigmoid(x).", namespace=globals())
+exp, exp_backward = pointwise(
+    "exp", "e^x.", lambda b, x: b.exp(x), lambda b, y, dy: dy * y, np.exp, lambda y: y, saves="y",
+    grad_doc="dx = dy * y, from the forward output y = e^x.", inputs=_exp_inputs,
+    input_bound={"fp16": 10.0})  # e^10 and its gradient stay inside fp16's range (65504)
+log, log_backward = pointwise(
+    "log", "Natural logarithm.", lambda b, x: b.log(x), lambda b, x, dy: dy / x, np.log, lambda x: 1.0 / x,
+    grad_doc="dx = dy / x.", inputs=_positive_inputs)
+sqrt, sqrt_backward = pointwise(
+    "sqrt", "Square root.", lambda b, x: b.sqrt(x), lambda b, y, dy: dy / (y * 2.0), np.sqrt, lambda y: 0.5 / y,
+    saves="y", grad_flops=2, grad_doc="dx = dy / (2 y), from the forward output y = sqrt(x).", inputs=_positive_inputs)
+relu, relu_backward = pointwise(
+    "relu", "max(x, 0).", lambda b, x: b.select(x > 0.0, x, 0.0), _relu_bwd, lambda x: np.maximum(x, 0.0),
+    lambda x: (x > 0).astype(x.dtype), grad_doc="dy where x > 0, else 0.")
+gelu, gelu_backward = pointwise(
+    "gelu", 'GELU, tanh approximation (torch.nn.functional.gelu(approximate="tanh")).',
+    lambda b, x: gelu_value(b, x), lambda b, x, dy: dy * gelu_grad(b, x), reference_gelu, reference_gelu_grad,
+    flops=16, grad_flops=22, grad_doc="dy * gelu'(x) for the tanh approximation.")
+silu, silu_backward = pointwise(
+    "silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), _silu_bwd, lambda x: x * reference_sigmoid(x),
+    lambda x: reference_sigmoid(x) * (1.0 + x * (1.0 - reference_sigmoid(x))), flops=4, grad_flops=8,
+    grad_doc="dy * s * (1 + x (1 - s)), s = sigmoid(x).")
 
 # Exact ops: the result is an input or a bound, so within one rounding of the dtype (clamp's f32 bound of a float64
 # test value is one rounding off it already).
 _EXACT = {"y": Tolerance(), "dx": Tolerance()}
-pointwise("clamp", "min(max(x, lo), hi); a None bound is open. NaN stays NaN where the driver keeps NaNs (Vulkan "
-          "lets it not).", lambda b, x, lo, hi: _clamp(b, x, lo, hi), _clamp_bwd, reference_clamp,
-          reference_clamp_grad, flops=2, grad_flops=2, grad_doc="dy where lo <= x <= hi (inclusive, as torch), else 0.",
-          scalars={"lo": (-0.5, None, -0.1, 0.3), "hi": (0.7, 0.2, None, -0.3)}, defaults={"lo": None, "hi": None},
-          push=_bounds, tolerance=_EXACT, namespace=globals())
-pointwise("softcap", "cap * tanh(x / cap).", lambda b, x, cap: tanh(b, x / cap) * cap, _softcap_bwd, reference_softcap,
-          reference_softcap_grad, flops=16, grad_flops=18, grad_doc="dy * (1 - tanh(x / cap)^2).",
-          scalars={"cap": (5.0, 30.0, 2.5)}, namespace=globals())
+clamp, clamp_backward = pointwise(
+    "clamp", "min(max(x, lo), hi); a None bound is open. NaN stays NaN where the driver keeps NaNs (Vulkan lets it "
+    "not).", lambda b, x, lo, hi: _clamp(b, x, lo, hi), _clamp_bwd, reference_clamp, reference_clamp_grad, flops=2,
+    grad_flops=2, grad_doc="dy where lo <= x <= hi (inclusive, as torch), else 0.",
+    scalars={"lo": (-0.5, None, -0.1, 0.3), "hi": (0.7, 0.2, None, -0.3)}, defaults={"lo": None, "hi": None},
+    push=_bounds, tolerance=_EXACT)
+softcap, softcap_backward = pointwise(
+    "softcap", "cap * tanh(x / cap).", lambda b, x, cap: tanh(b, x / cap) * cap, _softcap_bwd, reference_softcap,
+    reference_softcap_grad, flops=16, grad_flops=18, grad_doc="dy * (1 - tanh(x / cap)^2).",
+    scalars={"cap": (5.0, 30.0, 2.5)})
 
 # Indexed by name for callers that want the references alone: derived from the specs above.
 REFERENCE = {n: spec_of(n).reference for n in ("exp", "log", "sqrt", "relu", "gelu", "silu")}

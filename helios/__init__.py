@@ -1,8 +1,9 @@
 """helios: GPT training on Vulkan compute, with SPIR-V built in Python.
 
-The runtime's everyday names are importable from here (`helios.from_numpy`, `helios.launch`, ...). They are
-loaded on first use, so `import helios` stays cheap and needs no Vulkan loader (`python -m helios info`
-reports a missing one cleanly).
+The runtime's everyday names are importable from here (`helios.from_numpy`, `helios.launch`, ...): each lookup
+is served by the module `__getattr__` below from helios.runtime, which the first one loads, so `import helios`
+stays cheap and needs no Vulkan loader (`python -m helios info` reports a missing one cleanly). Nothing is
+cached into this module's namespace (each lookup asks again; none is on a hot path).
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ def __getattr__(name: str):
         return list(runtime.__all__)
     if name not in runtime.__all__:
         raise AttributeError(f"module 'helios' has no attribute {name!r}")
-    value = getattr(runtime, name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return getattr(runtime, name)
 
 
 def __dir__() -> list[str]:

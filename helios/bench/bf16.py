@@ -35,7 +35,7 @@ def _ops(n: int, dtype):
     """(name, fp32 bytes moved, launch) for each op on fresh tensors of `dtype`."""
     import helios.runtime as rt
     from helios import ops
-    from helios.kernels.pointwise import activations as A
+    from helios.kernels.contract.spec import spec_of
     from helios.kernels.pointwise import dropout as D
     from helios.kernels.pointwise import elementwise as E
     from helios.kernels.pointwise import fused as F
@@ -51,8 +51,8 @@ def _ops(n: int, dtype):
         ("add", E.ADD, lambda: ops.add(a, b)),
         ("scale", E.SCALE, lambda: ops.scale(a, 0.5)),
         ("add_inplace", E.ADD_INPLACE, lambda: ops.add_inplace(c, b, 0.5)),
-        ("gelu", A.GELU, lambda: ops.gelu(a)),
-        ("gelu_backward", A.GELU_BWD, lambda: ops.gelu_backward(a, b)),
+        ("gelu", spec_of("gelu").kernels[0], lambda: ops.gelu(a)),
+        ("gelu_backward", spec_of("gelu").kernels[1], lambda: ops.gelu_backward(a, b)),
         ("swiglu", F.SWIGLU, lambda: ops.swiglu(a, b)),
         ("dropout", D.DROPOUT, lambda: ops.dropout(a, 0.1, 1, 0)),
         ("residual_dropout_add", F.RESIDUAL_DROPOUT_ADD, lambda: ops.residual_dropout_add(a, b, 0.1, 1, 0)),

@@ -28,8 +28,7 @@ def run(args) -> list[dict]:
     repeats = args.repeats or (3 if args.quick else 7)
     dev = device_name()
     records = []
-    threads = 64 * 64 if info.is_cpu else 1 << 20
-    n = (200 if args.quick else 1000) if info.is_cpu else 2000
+    threads, n = L.fma_size(info.is_cpu, 200 if args.quick else 1000)
     out = rt.empty(threads)
     for variant in L.LIMITS_FMA.variants:
         chains = L.LIMITS_FMA.variant(variant).chains

@@ -63,6 +63,12 @@ def fma_flops(threads: int, n: int, chains: int) -> int:
     return 2 * 4 * chains * INNER * n * threads
 
 
+def fma_size(is_cpu: bool, iterations_on_cpu: int = 100) -> tuple[int, int]:
+    """(threads, iterations) of an FMA-ceiling run: 64x64 threads on a CPU driver, 2**20 with 2000 iterations on
+    a GPU. The bench (helios.bench limits) and the MFU peak (helios.ceilings.peak) both measure this problem."""
+    return (64 * 64, iterations_on_cpu) if is_cpu else (1 << 20, 2000)
+
+
 def _grid_2d(groups: int, max_x: int = 65535) -> tuple[int, int, int]:
     gy = ceil_div(groups, max_x)
     return ceil_div(groups, gy), gy, 1

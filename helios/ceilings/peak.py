@@ -100,8 +100,7 @@ def measure_fma_gflops(rounds: int = 5, round_s: float = 0.2) -> float:
     from helios.device import get_device
 
     info = get_device().info
-    threads = 64 * 64 if info.is_cpu else 1 << 20
-    n = 100 if info.is_cpu else 2000
+    threads, n = L.fma_size(info.is_cpu)
     variant = "fma8"
     out = rt.empty(threads)
     L.fma_run(threads, n, variant, out=out)  # compile and warm up

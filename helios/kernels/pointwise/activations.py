@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from helios.kernels.contract.dtypes import check_float
+from helios.kernels.contract.samples import bounded_samples
 from helios.kernels.contract.spec import OpSpec, normal_inputs, register, spec_of
 from helios.kernels.contract.tolerance import POINTWISE_TOLERANCE, Tolerance
 from helios.kernels.lib.maps import map_kernel, output, run_map, unary_op
@@ -177,7 +178,7 @@ def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *
     spec = register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, reference,
                            reference_backward, lambda rng, shape, **_: (generate(rng, shape),), saves=(saves,),
                            scalars=scalars, tolerance=tolerance or POINTWISE_TOLERANCE,
-                           input_bound=input_bound or {}))
+                           samples=bounded_samples(input_bound) if input_bound else None))
     if namespace is not None:
         namespace.update({name.upper(): fwd_kernel, f"{name.upper()}_BWD": bwd_kernel, name: forward,
                           f"{name}_backward": backward})

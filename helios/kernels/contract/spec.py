@@ -149,6 +149,9 @@ class OpSpec:
     # ^ forced choice -> the dtypes it is tested in, where not all of `dtypes` (matmul: the matrix units' tilings
     #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder); read when
     #   the tests are collected, so a declaration rather than a sample
+    torch_op: Callable | None = field(default=None, compare=False)
+    # ^ the PyTorch equivalent, where one exists: (*torch tensors, one per arg (None where absent), **scalars) -> the
+    #   first output; tests/kernels/test_torch_parity.py runs the samples through both, gradients by torch.autograd
     samples: Callable[..., Iterator[Sample]] | None = field(default=None, compare=False)
     # ^ the op's own test-case generator (spec, dtype, choice, rng, kind, **how) -> Samples, where the default one
     #   (helios.kernels.contract.samples.default_samples) does not serve: see sample_inputs

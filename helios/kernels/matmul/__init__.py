@@ -335,4 +335,5 @@ register(OpSpec(
     tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, needs=True,
     scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),
              "alpha": tuple(c[3] for c in _CASES)},
-    choice_dtypes=_SPEC_DTYPES, samples=_samples))
+    choice_dtypes=_SPEC_DTYPES, samples=_samples,
+    torch_op=lambda a, b, trans_a, trans_b, alpha: alpha * ((a.mT if trans_a else a) @ (b.mT if trans_b else b))))

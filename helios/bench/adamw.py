@@ -63,14 +63,13 @@ def numpy_grad_norm(grads, max_norm: float):
 
 
 def _spec_record(spec, n: int, rng: np.random.Generator, repeats: int) -> tuple[dict, list, dict]:
-    """One spec's record on an arena of n elements (its f32 run: half_only arguments absent), with its device
+    """One spec's record on an arena of n elements (its first f32 sample: no working copy), with its device
     arguments and scalars."""
     import helios.runtime as rt
     from helios.kernels.contract import selection
 
-    scalars = spec.scalar_cases()[0]
-    host = [None if name in spec.half_only else a for name, a in zip(spec.args, spec.inputs(rng, (n,), **scalars),
-                                                                     strict=True)]
+    sample = next(spec.sample_inputs("f32", None, rng, shapes=((n,),)))
+    host, scalars, keyword = list(sample.args), sample.scalars, sample.keyword
     args = [None if a is None else rt.from_numpy(a) for a in host]
     named = dict(zip(spec.args, host, strict=True))
     if spec.name == "adamw_step":
@@ -78,11 +77,11 @@ def _spec_record(spec, n: int, rng: np.random.Generator, repeats: int) -> tuple[
     elif spec.name == "grad_norm":
         ref = numpy_grad_norm(host, **scalars)
     else:
-        ref = functools.partial(spec.apply, spec.reference, host, **scalars)
+        ref = functools.partial(spec.apply, spec.reference, host, keyword, **scalars)
     shape = (n,) if spec.sizes((n,)) else ()
     plan = selection.choose(spec.family, shape)
     record = compare(spec.name, getattr(plan, "variant", plan), str(n) if shape else "-",
-                     functools.partial(spec.apply, spec.forward, args, **scalars), ref, ref="numpy",
+                     functools.partial(spec.apply, spec.forward, args, keyword, **scalars), ref, ref="numpy",
                      flops=spec.flops((n,)), nbytes=spec.bytes((n,)), repeats=repeats)
     return record, args, scalars
 

@@ -121,7 +121,9 @@ def helios_unfused(qkv: np.ndarray, do: np.ndarray, B: int, H: int, T: int, D: i
 
 def fused(spec, tq, tdo, B: int, H: int, T: int, D: int):
     """(forward, forward+backward) callables of the spec's fused kernels on device tensors (causal, MHA)."""
-    scalars = spec.shape_case({"causal": True}, (B, T, H, H, D))
+    from helios.kernels.attention import shape_scalars
+
+    scalars = {"causal": True, **shape_scalars((B, T, H, H, D))}
 
     def forward():
         return spec.apply(spec.forward, [tq], **scalars)

@@ -1,5 +1,5 @@
 """Token + position embedding, forward and backward, derived from its op spec (helios.kernels.indexing.embedding):
-the spec's input generator, forward, backward (with the sorted plan its host_kwargs build, as the trainer does once
+the spec's input generator, forward, backward (with the sorted plan sorted_segments builds, as the trainer does once
 per batch) and numpy reference, at a GPT's batch shapes. The generator draws V = N // 3 + 1 table rows, so ids
 repeat about three times (the scatter's duplicate case). The backward variant is what the "embedding_backward" rule
 picks.
@@ -41,7 +41,7 @@ def records(shapes, rng: np.random.Generator, repeats: int) -> list[dict]:
     from helios.bench.harness import compare
     from helios.kernels.contract import selection
     from helios.kernels.contract.spec import spec_of
-    from helios.kernels.indexing.embedding import forward_variant
+    from helios.kernels.indexing.embedding import forward_variant, sorted_segments
 
     spec = spec_of("embedding")
     out = []
@@ -53,7 +53,7 @@ def records(shapes, rng: np.random.Generator, repeats: int) -> list[dict]:
         dy = rng.standard_normal(y.shape, dtype=np.float32)
         tdy = rt.from_numpy(dy)
         saved = spec.saved(args, y)
-        plan = spec.host_kwargs(*host)
+        plan = {"plan": sorted_segments(ids, table.shape[0])}
         counts = _counts(ids, table, pos_table)
         shape = f"{B}x{T}x{D} V={table.shape[0]}"
         fwd = compare("embedding", forward_variant(D, with_pos=True), shape,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from helios.bench import catalogue
 from helios.kernels.contract.spec import specs
 
@@ -26,7 +28,8 @@ def table() -> str:
     rows = ["| op | forward | backward | FLOPs/elem | bytes/elem | variants | dtypes | declared in |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in specs():
-        sized = s.shape_scalars(s.shapes[0]) if s.shape_scalars else {}  # sizes the shape fixes (attention's B, T)
+        first = next(s.sample_inputs("f32", None, np.random.default_rng(0)))
+        sized = {k: v for k, v in first.scalars.items() if k not in s.scalars}  # sizes a shape fixes (attention's B, T)
         scalars = "".join(f", {k}" for k in (*sized, *s.scalars))
         args = f"[{', '.join(s.args)}]" if s.packed else ", ".join(s.args)  # a packed op takes one list
         results = ", ".join(f"{o} (written into {s.inplace[o]})" if o in s.inplace else o for o in s.outputs)

@@ -156,25 +156,27 @@ def _floats(spec, values) -> list:
     return [v for n, v in zip(spec.args, values, strict=True) if n not in spec.indices]
 
 
-def _check(spec, name: str, dtype: str, got, want, what: str, scalars=None, choice=None) -> None:
-    stored = spec.result_storage(name, dtype, scalars or {})
+def _check(spec, name: str, dtype: str, got, want, what: str, sample) -> None:
+    stored = spec.result_storage(name, dtype, sample.scalars)
     assert got.dtype == NUMPY[stored], f"{what} {name}: {got.dtype}, expected {stored}"
-    spec.tolerance_of(name, choice).check(got.numpy(), want, stored, f"{what} {name}")
+    sample.tolerance[name].check(got.numpy(), want, stored, f"{what} {name}")
 
 
-def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str, choice=None) -> None:
+def _run_case(spec, dtype: str, sample, rng, what: str) -> None:
     """Forward against the reference; backward (from the reference's saved tensors rounded to their dtypes, so it
     is tested apart from the forward) against the reference VJP; then, for gradients with sinks, backward again
     into nonzero f32 sinks, which must end as start + gradient."""
+    host = [_host(spec, n, a, dtype) for n, a in zip(spec.args, sample.args, strict=True)]
+    scalars, keyword = sample.scalars, sample.keyword
     args64 = [_wide(a) for a in host]
-    want = as_tuple(spec.apply(spec.reference, args64, **scalars))
+    want = as_tuple(spec.apply(spec.reference, args64, keyword, **scalars))
     given = [_device(a) for a in host]
-    got = as_tuple(spec.apply(spec.forward, given, **scalars))
+    got = as_tuple(spec.apply(spec.forward, given, keyword, **scalars))
     for name, g, w in zip(spec.outputs, got, want, strict=True):
-        if w is None:  # the output of an argument this run does not pass (a half_only one in f32)
+        if w is None:  # the output of an argument this run does not pass (AdamW's working copy in f32)
             assert g is None, f"{what} {name}: a result for an argument that was None"
             continue
-        _check(spec, name, dtype, g, w, what, scalars, choice)
+        _check(spec, name, dtype, g, w, what, sample)
     for name, arg in spec.inplace.items():  # written into its argument, not a new tensor
         assert got[spec.outputs.index(name)] is given[spec.args.index(arg)], f"{what} {name}: not written into {arg}"
     if spec.backward is None:  # the spec says it has none
@@ -183,13 +185,13 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str, choic
     saved = [_host(spec, n, s, dtype) for n, s in zip(spec.saves, spec.saved(args64, want), strict=True)]
     kw = spec.grad_kwargs(scalars)
     kw |= {flag: host[spec.args.index(arg)] is not None for arg, flag in spec.optional.items()}
-    kw |= spec.host_kwargs(*host) if spec.host_kwargs else {}
+    kw |= sample.backward_kwargs()
     want_grads = as_tuple(spec.reference_backward(*map(_wide, saved), _wide(dy), **spec.grad_kwargs(scalars)))
     grads = as_tuple(spec.backward(*map(_device, saved), _device(dy), **kw))
     present = _floats(spec, [a is not None for a in host])
     for name, given, g, w in zip(spec.grads, present, grads, want_grads, strict=True):
         if given:
-            _check(spec, name, dtype, g, w, what, choice=choice)
+            _check(spec, name, dtype, g, w, what, sample)
         else:
             assert g is None, f"{what} {name}: a gradient for an argument that was None"
     sunk = [g for g, given in zip(spec.grads, present, strict=True) if given and g in spec.sinks]
@@ -202,7 +204,7 @@ def _run_case(spec, dtype: str, host: list, scalars: dict, rng, what: str, choic
     for name, g, w in zip(spec.grads, grads, want_grads, strict=True):
         if name in sinks:
             assert g is sinks[name], f"{what} {name}: not returned in its sink"
-            _check(spec, name, dtype, g, w + start[name], f"{what} (added into a sink)", choice=choice)
+            _check(spec, name, dtype, g, w + start[name], f"{what} (added into a sink)", sample)
 
 
 @pytest.mark.parametrize("spec,choice,dtype", _forced_cases(), ids=_id)
@@ -217,21 +219,9 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force, requ
         others = [c for c in FORCED[family] if not _unfit(spec.kernels, c, dtype)]  # all of them where all fit
         force(family, others[FORCED[spec.family].index(choice) % len(others)])
     rng = np.random.default_rng(0)
-    cases = spec.scalar_cases()
-    for k, shape in spec.tested_shapes(choice, dtype):
-        if keep is not None and not keep(shape):
-            continue
-        scalars = spec.shape_case(cases[k % len(cases)], shape)  # every scalar case at some shape, each shape once
-        args = spec.inputs(rng, shape, **scalars)
-        if dtype in spec.input_bound:
-            bound = spec.input_bound[dtype]
-            args = [a if n in spec.indices else np.clip(a, -bound, bound) for n, a in zip(spec.args, args, strict=True)]
-        host = [None if n in spec.half_only and dtype == "f32" else _host(spec, n, a, dtype)
-                for n, a in zip(spec.args, args, strict=True)]
-        _run_case(spec, dtype, host, scalars, rng, f"{spec.name} {shape} {scalars}", choice)
-        for arg in spec.optional:  # again without each optional argument
-            absent = [None if n == arg else a for n, a in zip(spec.args, host, strict=True)]
-            _run_case(spec, dtype, absent, scalars, rng, f"{spec.name} {shape} {scalars} without {arg}", choice)
+    for sample in spec.sample_inputs(dtype, choice, rng, keep=keep):  # drawn as iterated: the rng runs on between
+        what = f"{spec.name} {sample.shape} {sample.scalars}" + (f" {sample.label}" if sample.label else "")
+        _run_case(spec, dtype, sample, rng, what)
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.backward is not None], ids=_id)
@@ -239,9 +229,9 @@ def test_reference_backward_matches_finite_differences(spec):
     """Each gradient of the float64 reference VJP against central differences of <dy, reference(args)>, for every
     scalar case."""
     rng = np.random.default_rng(1)
-    for case in spec.scalar_cases():
-        scalars = spec.shape_case(case, spec.fd_shape)
-        args = [_wide(a) for a in spec.inputs(rng, spec.fd_shape, **scalars)]
+    for sample in spec.sample_inputs("f32", None, rng, "gradcheck"):
+        scalars = sample.scalars
+        args = [_wide(a) for a in sample.args]
         want = spec.reference(*args, **scalars)
         dy = rng.standard_normal(as_tuple(want)[0].shape)
         grads = as_tuple(spec.reference_backward(*spec.saved(args, want), dy, **spec.grad_kwargs(scalars)))
@@ -269,9 +259,8 @@ def test_autograd_function_and_functional(spec):
     import autograd.functional as F
 
     rng = np.random.default_rng(2)
-    scalars = spec.scalar_cases()[-1]
-    shape = (7, 33) if len(spec.fd_shape) == 2 else spec.fd_shape  # matmul's shapes are (M, N, K)
-    args = spec.inputs(rng, shape, **scalars)
+    (sample,) = spec.sample_inputs("f32", None, rng, "autograd")
+    scalars, args = sample.scalars, sample.args
     ts = [autograd.tensor(a) if n in spec.indices else autograd.Parameter(a) if f"d{n}" in spec.sinks
           else autograd.tensor(a, requires_grad=True) for n, a in zip(spec.args, args, strict=True)]
     args64 = [_wide(a) for a in args]
@@ -282,19 +271,19 @@ def test_autograd_function_and_functional(spec):
     for passes in (1, 2):  # the second backward adds to the first
         F.mul(F.OF_SPEC[spec.name](*ts, **scalars), autograd.tensor(dy)).sum(axis=None).backward()
         for name, t, w in zip(spec.grads, _floats(spec, ts), want, strict=True):
-            spec.tolerance[name].check(t.grad.numpy(), passes * w, "f32", f"{spec.name} {name} pass {passes}")
+            sample.tolerance[name].check(t.grad.numpy(), passes * w, "f32", f"{spec.name} {name} pass {passes}")
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.needs], ids=_id)
 def test_backward_skips_the_gradients_not_needed(spec):
     """A backward taking `needs=` returns None for each gradient it is told to skip, and the others unchanged."""
     rng = np.random.default_rng(3)
-    scalars = spec.shape_case(spec.scalar_cases()[0], spec.fd_shape)
-    args = spec.inputs(rng, spec.fd_shape, **scalars)
+    sample = next(spec.sample_inputs("f32", None, rng, "gradcheck"))
+    scalars, args = sample.scalars, sample.args
     targs = [rt.from_numpy(a) for a in args]
     y = spec.apply(spec.forward, targs, **scalars)
     dy = rt.from_numpy(rng.standard_normal(as_tuple(y)[0].shape).astype(np.float32))
-    kwargs = {**spec.grad_kwargs(scalars), **(spec.host_kwargs(*args) if spec.host_kwargs else {})}
+    kwargs = {**spec.grad_kwargs(scalars), **sample.backward_kwargs()}
     full = [g.numpy() for g in as_tuple(spec.backward(*spec.saved(targs, y), dy, **kwargs))]
     for skipped in range(len(spec.grads)):
         needs = tuple(k != skipped for k in range(len(spec.grads)))
@@ -331,7 +320,6 @@ def test_every_spec_is_complete(spec):
     for family in (spec.family, *spec.also_families):
         assert selection._family(family).name == family
         assert FORCED[family], f"no forced choices for family {family}"
-    assert set(spec.keyword_args) | set(spec.half_only) <= set(spec.args)
     registered = {k.name: k for k in registry.load_all()}
     validated = {(k.name, v) for k, v in SPIRV_CASES}
     for kernel in spec.kernels:

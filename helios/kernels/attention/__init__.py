@@ -47,6 +47,7 @@ from helios.kernels.attention.forward import ATTENTION_FORWARD, attention_flops
 from helios.kernels.attention.reference import reference, reference_backward
 from helios.kernels.contract import selection
 from helios.kernels.contract.dtypes import FLOAT_DTYPES, HALF_DTYPES, check_float, dtype_variant, variant_dtype
+from helios.kernels.contract.samples import draw, scalar_shapes
 from helios.kernels.contract.spec import OpSpec, register
 from helios.kernels.contract.tolerance import Tolerance
 from helios.kernels.lib.rng import counter_or_zero, seed_words
@@ -239,7 +240,7 @@ _CASES = (
 _HALF_CASES = tuple(k for k, c in enumerate(_CASES) if c[4] in (64, 48))
 
 
-def _shape_scalars(shape) -> dict:
+def shape_scalars(shape) -> dict:
     """The op's size arguments of a test shape (B, T, H, Hkv, D)."""
     return dict(zip(("B", "T", "n_head", "n_kv_head", "head_dim"), shape, strict=True))
 
@@ -269,14 +270,27 @@ def _reference_backward(qkv, o, lse, do, **kw):
 _TOLERANCE = {"o": Tolerance(abs=32, floor=0.0), "lse": Tolerance(rel=16, abs=16), "dqkv": Tolerance(abs=64, floor=0.0)}
 _MATRIX_TOLERANCE = {"o": Tolerance(abs=32, floor=0.0, io=8.0), "dqkv": Tolerance(abs=64, floor=0.0, io=4.0)}
 
+
+def tolerance(choice=None) -> dict:
+    """The tolerance of each output and gradient under forced variant `choice` (None: the rule's)."""
+    return {**_TOLERANCE, **(_MATRIX_TOLERANCE if choice in COOPMAT_VARIANTS else {})}
+
+
+def _samples(spec, dtype, choice, rng, kind="kernel", **how):
+    """Each case with the sizes its shape (B, T, H, Hkv, D) fixes as scalars and the tolerance of `choice`; rowwise
+    and tiled run a half dtype at _HALF_CASES only; the finite-difference cases are at (1, 5, 4, 2, 4)."""
+    for k, shape, scalars in scalar_shapes(spec, kind, small=(1, 5, 4, 2, 4), **how):
+        if kind == "kernel" and choice in VARIANTS and dtype in HALF_DTYPES and k not in _HALF_CASES:
+            continue
+        yield draw(spec, rng, shape, {**scalars, **shape_scalars(shape)}, tolerance=tolerance(choice))
+
+
 register(OpSpec(
     "flash_attention", "Causal (or full) multi-head attention softmax(q k^T / sqrt(D)) v on a fused qkv [B, T, "
     "(H + 2*Hkv) * D] (GQA, softcap, dropout); o [B, T, H*D], lse [B, H, T] f32.", __name__,
     (ATTENTION_FORWARD, ATTENTION_BACKWARD_PRE, ATTENTION_BACKWARD_DQ, ATTENTION_BACKWARD_DKV),
     flash_attention, flash_attention_backward, reference, _reference_backward, _inputs, args=("qkv",),
     outputs=("o", "lse"), saves=("qkv", "o", "lse"), family="attention", shapes=tuple(c[:5] for c in _CASES),
-    sizes=_sizes, tolerance=_TOLERANCE, autograd=False, f32=("lse",), shape_scalars=_shape_scalars,
-    fd_shape=(1, 5, 4, 2, 4), choice_tolerance={c: _MATRIX_TOLERANCE for c in COOPMAT_VARIANTS},
-    choice_shapes={(v, d): _HALF_CASES for v in VARIANTS for d in HALF_DTYPES},
+    sizes=_sizes, tolerance=_TOLERANCE, autograd=False, f32=("lse",), samples=_samples,
     scalars={"causal": tuple(c[5] for c in _CASES), "softcap": tuple(c[6] for c in _CASES),
              "dropout_p": tuple(c[7] for c in _CASES), "seed": (11, 5), "offset": (3, 9, 0)}))

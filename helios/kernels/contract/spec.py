@@ -16,18 +16,20 @@ one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next t
 both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
 the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
 (autograd=False); ops taking a list of tensors (`packed`), writing into an argument they return (`inplace`),
-storing results in the dtype a scalar names (`dtype_scalar`), choosing through more than one selection family
-(`also_families`), taking tensors by keyword (`keyword_args`: adamw_step's clip_coef=, norm=) or a tensor only in a
-half dtype (`half_only`: AdamW's half working copy) say that too; test shapes may be `BroadcastShape`s (a row or
-column operand). A forced choice may run only some shapes (`choice_shapes`) or dtypes (`choice_dtypes`), where its
-compile cost or what it shares with other choices says so (matmul's tilings). Kernel discovery (importing every
-kernel module so that its specs register) is helios.kernels.discover, not the SPIR-V layer's.
+storing results in the dtype a scalar names (`dtype_scalar`) or choosing through more than one selection family
+(`also_families`) say that too; test shapes may be `BroadcastShape`s (a row or column operand). A forced choice may
+run only some dtypes (`choice_dtypes`: matmul's tilings), where its compile cost or what it shares with other choices
+says so. The tests' cases come from the spec's sample generator (`sample_inputs`, helios.kernels.contract.samples):
+the default one serves most ops from the fields above, and an op with a special need (attention's sizes fixed by its
+shape, the shapes a matmul tiling runs, AdamW's keyword and half-only tensors, the embedding's sorted plan) declares
+its own beside it (`samples=`). Kernel discovery (importing every kernel module so that its specs register) is
+helios.kernels.discover, not the SPIR-V layer's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +37,7 @@ import numpy as np
 from helios.kernels import discover
 from helios.kernels.contract.dtypes import DTYPES, variant_dtype
 from helios.kernels.contract.op_functions import declare_ops
+from helios.kernels.contract.samples import Sample, default_samples
 from helios.kernels.contract.tolerance import POINTWISE_TOLERANCE, Tolerance
 from helios.registry import Registry
 from helios.spirv import Kernel
@@ -120,8 +123,6 @@ class OpSpec:
     dtypes: tuple[str, ...] | None = None  # the dtypes tests run (None: every dtype the forward kernel offers)
     f32: tuple[str, ...] = ()            # args, outputs and gradients stored f32 whatever the dtype (statistics,
     #                                      parameter gradients)
-    input_bound: Mapping[str, float] = field(default_factory=dict, compare=False)
-    # ^ dtype -> |input| limit of the tests' inputs in that dtype, where larger ones would overflow its results
     scalars: Mapping[str, tuple] = field(default_factory=dict, compare=False)
     # ^ scalar keyword arguments -> test values; the k-th test case takes the k-th value of each (cycling shorter)
     grad_scalars: tuple[str, ...] | None = None  # the scalars backward takes (None: all)
@@ -133,7 +134,6 @@ class OpSpec:
     backward_kwargs: tuple[str, ...] = ()  # keyword arguments that only backward takes, computed by its caller on the
     #                                        host (the embedding scatter's sorted plan): the autograd Function keeps
     #                                        them from apply for backward
-    host_kwargs: Callable | None = None  # (*host args) -> those keyword arguments, for the tests
     also_families: tuple[str, ...] = ()  # other selection families its op functions choose through (sum over
     #                                      everything: reduce_all); the tests force theirs alongside `family`'s
     packed: bool = False                 # forward and reference take the tensor args as one list (concat's parts,
@@ -143,24 +143,18 @@ class OpSpec:
     #   which the derived test checks; forward-only ops (backward=None) alone, as a gradient would need the input
     dtype_scalar: str | None = None      # the scalar naming the dtype outputs are stored in (cast's `dtype`); None:
     #                                      outputs are stored in the dtype the op runs in (see result_storage)
-    keyword_args: tuple[str, ...] = ()   # args that forward and reference take by keyword, after the positional
-    #                                      ones (adamw_step's clip_coef=, norm=, working_copy=)
-    half_only: tuple[str, ...] = ()      # args given only when the op runs in a half dtype (adamw_step's working
-    #                                      copy: a f32 run has none): None in f32 runs, and so are their outputs
-    shape_scalars: Callable | None = None  # shape -> the scalar keyword arguments a test shape fixes (attention's
-    #                                        shapes are (B, T, H, Hkv, D): B, T, head counts, head dim)
-    fd_shape: tuple = (3, 7)             # the small shape of the finite-difference test
-    choice_tolerance: Mapping[object, Mapping[str, Tolerance]] = field(default_factory=dict, compare=False)
-    # ^ forced choice -> tolerances replacing `tolerance`'s under it (attention's matrix units round P to the dtype)
-    choice_shapes: Mapping[object, tuple[int, ...]] = field(default_factory=dict, compare=False)
-    # ^ forced choice, or (choice, dtype) -> the indices of the `shapes` (with their scalar cases) it runs, where not
-    #   all (a matmul tiling whose shader takes long to compile runs the layout training uses; attention's half
-    #   dtypes, which change only loads and stores, skip the head dims that only unroll differently)
     needs: bool = False                  # backward takes `needs=`: one bool per gradient (grads' order), False to
     #                                      skip computing it (None returned in its place), which autograd passes
     choice_dtypes: Mapping[object, tuple[str, ...]] = field(default_factory=dict, compare=False)
     # ^ forced choice -> the dtypes it is tested in, where not all of `dtypes` (matmul: the matrix units' tilings
-    #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder)
+    #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder); read when
+    #   the tests are collected, so a declaration rather than a sample
+    torch_op: Callable | None = field(default=None, compare=False)
+    # ^ the PyTorch equivalent, where one exists: (*torch tensors, one per arg (None where absent), **scalars) -> the
+    #   first output; tests/kernels/test_torch_parity.py runs the samples through both, gradients by torch.autograd
+    samples: Callable[..., Iterator[Sample]] | None = field(default=None, compare=False)
+    # ^ the op's own test-case generator (spec, dtype, choice, rng, kind, **how) -> Samples, where the default one
+    #   (helios.kernels.contract.samples.default_samples) does not serve: see sample_inputs
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}
@@ -177,16 +171,10 @@ class OpSpec:
             raise ValueError(f"op {self.name!r}: an in-place op cannot have a backward (its input is overwritten)")
         if self.dtype_scalar is not None and self.dtype_scalar not in self.scalars:
             raise ValueError(f"op {self.name!r}: dtype_scalar {self.dtype_scalar!r} is not among its scalars")
-        if stray := (set(self.keyword_args) | set(self.half_only)) - set(self.args):
-            raise ValueError(f"op {self.name!r}: keyword_args or half_only name {sorted(stray)}, not among its args")
         for choice, dts in self.choice_dtypes.items():
             if stray := set(dts) - set(dtypes):
                 raise ValueError(f"op {self.name!r}: choice {choice!r} is tested in {sorted(stray)}, not among "
                                  f"its dtypes {dtypes}")
-        for choice, picked in self.choice_shapes.items():
-            if not picked or not set(picked) <= set(range(len(self.shapes))):
-                raise ValueError(f"op {self.name!r}: choice {choice!r} runs shapes {picked}, not indices of its "
-                                 f"{len(self.shapes)} shapes")
         # a forward-only op (backward None) has no gradients to hold to a tolerance
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
@@ -212,25 +200,17 @@ class OpSpec:
         count = max((len(v) for v in self.scalars.values()), default=1)
         return [{k: v[i % len(v)] for k, v in self.scalars.items()} for i in range(count)]
 
-    def shape_case(self, scalars: Mapping, shape) -> dict:
-        """A test case's scalars with those its shape fixes (shape_scalars)."""
-        return {**scalars, **(self.shape_scalars(shape) if self.shape_scalars else {})}
-
-    def tolerance_of(self, name: str, choice=None) -> Tolerance:
-        """The tolerance of output or gradient `name` under forced choice `choice` (None: the spec's own)."""
-        own = self.choice_tolerance.get(choice, {}) if self.choice_tolerance else {}  # choices may be unhashable
-        return own.get(name, self.tolerance[name])
+    def sample_inputs(self, dtype: str = "f32", choice=None, rng: np.random.Generator | None = None,
+                      kind: str = "kernel", **how) -> Iterator[Sample]:
+        """The op's test cases of `kind` ("kernel", "gradcheck", "autograd": helios.kernels.contract.samples) in
+        `dtype` under forced choice `choice`, drawn lazily from `rng` as they are iterated; `how`: shapes= (the
+        kernel cases' shapes in place of the spec's) or keep= (shape -> bool: the spec's shapes to run)."""
+        rng = np.random.default_rng(0) if rng is None else rng
+        return (self.samples or default_samples)(self, dtype, choice, rng, kind, **how)
 
     def tested_dtypes(self, choice) -> tuple[str, ...]:
         """The dtypes forced choice `choice` is tested in."""
         return self.choice_dtypes.get(choice, self.dtypes) if self.choice_dtypes else self.dtypes
-
-    def tested_shapes(self, choice, dtype: str = "f32") -> list[tuple[int, object]]:
-        """(k, shape) of the shapes forced choice `choice` runs in `dtype`: k picks the shape's scalar case."""
-        picked = None
-        if self.choice_shapes:  # choices may be unhashable: only looked up where some are narrowed
-            picked = self.choice_shapes.get((choice, dtype), self.choice_shapes.get(choice))
-        return [(k, s) for k, s in enumerate(self.shapes) if picked is None or k in picked]
 
     def grad_kwargs(self, scalars: Mapping) -> dict:
         """Those of `scalars` that backward and reference_backward take."""
@@ -241,11 +221,11 @@ class OpSpec:
         named = dict(zip(self.args, args, strict=True)) | dict(zip(self.outputs, as_tuple(outputs), strict=True))
         return [named[n] for n in self.saves]
 
-    def apply(self, fn: Callable, args, **kwargs):
-        """fn(*args, **kwargs), or fn(list(args), ...) for a packed op, with the `keyword_args` passed by name:
-        forward or reference on one case."""
+    def apply(self, fn: Callable, args, keyword: tuple[str, ...] = (), **kwargs):
+        """fn(*args, **kwargs), or fn(list(args), ...) for a packed op, with the args named in `keyword` (a sample's)
+        passed by name: forward or reference on one case."""
         named = dict(zip(self.args, args, strict=True))
-        by_name = {n: named.pop(n) for n in self.keyword_args}
+        by_name = {n: named.pop(n) for n in keyword}
         positional = list(named.values())
         return fn(positional, **by_name, **kwargs) if self.packed else fn(*positional, **by_name, **kwargs)
 

@@ -25,11 +25,13 @@ Grid shapes, (rows, D) each: `embedding` and "atomic" (N, D), "scan" (V, D), "so
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from helios.kernels.contract import selection
 from helios.kernels.contract.dtypes import check_f32, dtype_variant, io_dtype, storage, variant_dtype, with_dtypes
+from helios.kernels.contract.samples import default_samples
 from helios.kernels.contract.spec import OpSpec, register, rows_and_cols
 from helios.kernels.contract.tolerance import Tolerance
 from helios.spirv import Kernel, KernelBuilder, Variant, ceil_div, f32, i32, u32
@@ -441,6 +443,14 @@ _TOLERANCE = {"y": Tolerance(rel=1), "dtable": Tolerance(rel=8, abs=32, floor=1.
               "dpos_table": Tolerance(rel=8, abs=32, floor=1.0)}
 # ids of N = 1, 7, 33, 513, 1026 tokens (1-D or [B, T]) by D = 1, 4, 7, 12, 16, 33, 513 (vec4 where D % 4 == 0)
 _SHAPES = ((1, 1), (7, 7), (1, 7, 12), (3, 11, 33), (1, 33, 513), (513, 4), (1, 513, 7), (2, 513, 16))
+
+
+def _samples(spec, dtype, choice, rng, kind="kernel", **how):
+    """The default cases, each with the sorted scatter's plan of its ids (built on the host when backward runs)."""
+    for sample in default_samples(spec, dtype, choice, rng, kind, **how):
+        ids, table = sample.args[:2]
+        yield replace(sample, host_kwargs=lambda ids=ids, vocab=table.shape[0]: {"plan": sorted_segments(ids, vocab)})
+
 register(OpSpec("embedding", "Rows of table for int32 ids [B, T] as [N, D], plus pos_table[n % T] if given (out-of-"
                 "range ids give zero rows and no gradient).", __name__,
                 (EMBEDDING, EMBEDDING_BACKWARD_SORTED, EMBEDDING_BACKWARD_ATOMIC, EMBEDDING_BACKWARD_SCAN,
@@ -448,5 +458,4 @@ register(OpSpec("embedding", "Rows of table for int32 ids [B, T] as [N, D], plus
                 args=("ids", "table", "pos_table"), outputs=("y",), saves=("ids", "table", "pos_table"),
                 family="embedding_backward", shapes=_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE,
                 f32=("dtable", "dpos_table"), sinks=("dtable", "dpos_table"), optional={"pos_table": "has_pos_table"},
-                indices=("ids",), backward_kwargs=("plan",), needs=True,
-                host_kwargs=lambda ids, table, pos_table: {"plan": sorted_segments(ids, table.shape[0])}))
+                indices=("ids",), backward_kwargs=("plan",), needs=True, samples=_samples))

@@ -34,6 +34,7 @@ import numpy as np
 
 from helios.kernels.contract import selection  # matmul_select declares the "matmul" selection rule
 from helios.kernels.contract.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, dtype_variant, with_dtypes
+from helios.kernels.contract.samples import draw, scalar_shapes
 from helios.kernels.contract.spec import OpSpec, register
 from helios.kernels.contract.tolerance import Tolerance
 from helios.kernels.matmul import coopmat
@@ -303,6 +304,7 @@ _CASES = (  # shape, trans_a, trans_b, alpha
 # larger blocks run every layout but tt, which no training step runs (its products are all tt again).
 _REG32 = tuple(k for k, c in enumerate(_CASES) if c[1:3] == (False, True) and c[0][-1] % 4 == 0)
 _NOT_TT = tuple(k for k, c in enumerate(_CASES) if c[1:3] != (True, True))
+_CHOICE_CASES = {"reg32x16": _REG32, **dict.fromkeys(("reg16x16", "tiled64", "tiled128"), _NOT_TT)}
 # A half dtype changes only the loads and stores, which every register tiling shares (matmul_reg) and every
 # shared-memory one shares (matmul_tiled): half runs the smallest of each, lavapipe's own (reg12x8a) and the
 # matrix units' (emulated here; native on a GPU); f32 runs every register and tiled tiling, never a cm one.
@@ -313,6 +315,17 @@ _SPEC_DTYPES = {t: (("bf16", "fp16") if t in coopmat.CHOICES else ("f32", "bf16"
 # least), which a gradient scaled by 1.0002 or a dropped edge row or K tail exceeds many times over.
 _PRODUCT = Tolerance(abs=256, floor=1.0)
 
+
+
+def _samples(spec, dtype, choice, rng, kind="kernel", **how):
+    """The default cases, those of _CHOICE_CASES only under a tiling named there; the finite-difference and
+    autograd cases are (M, N, K) = (3, 4, 5)."""
+    picked = _CHOICE_CASES.get(choice) if isinstance(choice, str) else None
+    for k, shape, scalars in scalar_shapes(spec, kind, small=(3, 4, 5), autograd=(3, 4, 5), **how):
+        if kind != "kernel" or picked is None or k in picked:
+            yield draw(spec, rng, shape, scalars)
+
+
 register(OpSpec(
     "matmul", "C = alpha * op(a) @ op(b), transposes read in place, 2-D or batched (epilogues: bias, GELU, "
     "residual, beta * C fused; tested in test_matmul.py). FLOPs and bytes per output element of a K = 1 "
@@ -322,5 +335,5 @@ register(OpSpec(
     tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, needs=True,
     scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),
              "alpha": tuple(c[3] for c in _CASES)},
-    fd_shape=(3, 4, 5), choice_dtypes=_SPEC_DTYPES,
-    choice_shapes={"reg32x16": _REG32, **dict.fromkeys(("reg16x16", "tiled64", "tiled128"), _NOT_TT)}))
+    choice_dtypes=_SPEC_DTYPES, samples=_samples,
+    torch_op=lambda a, b, trans_a, trans_b, alpha: alpha * ((a.mT if trans_a else a) @ (b.mT if trans_b else b))))

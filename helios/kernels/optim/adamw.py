@@ -30,12 +30,14 @@ Grid shapes: `grad_norm_partial` (n,) the tensor's elements, `grad_norm_finish` 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from helios.kernels.contract import selection
 from helios.kernels.contract.dtypes import FLOAT_DTYPES, HALF_DTYPES, storage
+from helios.kernels.contract.samples import draw, scalar_shapes, without_optional
 from helios.kernels.contract.spec import OpSpec, register
 from helios.kernels.contract.tolerance import Tolerance
 from helios.kernels.rows.cross_entropy import workgroup_sum
@@ -387,6 +389,17 @@ def _adamw_inputs(rng: np.random.Generator, shape, **hp) -> tuple[np.ndarray, ..
 _ADAMW_TOLERANCE = Tolerance(rel=4, abs=4, floor=1.0)
 # Arenas of 1, 3 and 6 elements (all tail, or a quad and a tail), odd and 4k + 1 sizes, a 2-D one (flat to the op).
 _ADAMW_SHAPES = ((1,), (3,), (6,), (33, 65), (4097,), (4783,))
+
+
+def _samples(spec, dtype, choice, rng, kind="kernel", **how):
+    """The default cases, with clip_coef, norm and the working copy passed by keyword; the working copy (a half
+    dtype's alone) is None in a f32 run, and so is its result."""
+    for _, shape, scalars in scalar_shapes(spec, kind, **how):
+        sample = draw(spec, rng, shape, scalars, keyword=("clip_coef", "norm", "working_copy"))
+        if dtype == "f32":
+            sample = replace(sample, args=(*sample.args[:-1], None))
+        yield from without_optional(spec, sample)
+
 register(OpSpec(
     "adamw_step", "One fused AdamW step over a flat arena, in place (decoupled weight decay where decay_mask is 1, "
     "gradients times clip_coef; skipped when norm is NaN/Inf or above skip_above; working_copy: the new params "
@@ -399,7 +412,7 @@ register(OpSpec(
     scalars={k: tuple(hp[k] for hp, _, _ in _ADAMW_CASES) for k in _ADAMW_CASES[0][0]},
     optional={"decay_mask": None, "clip_coef": None, "norm": None},
     inplace={name: name for name in ("params", "m", "v", "working_copy")},
-    keyword_args=("clip_coef", "norm", "working_copy"), half_only=("working_copy",)))
+    samples=_samples))
 
 
 def _grad_norm_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, ...]:

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from helios.kernels.contract.dtypes import check_float
+from helios.kernels.contract.samples import bounded_samples
 from helios.kernels.contract.spec import OpSpec, normal_inputs, register, spec_of
 from helios.kernels.contract.tolerance import POINTWISE_TOLERANCE, Tolerance
 from helios.kernels.lib.maps import map_kernel, output, run_map, unary_op
@@ -186,7 +187,8 @@ def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *
 
     register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, reference, reference_backward,
                     lambda rng, shape, **_: (generate(rng, shape),), saves=(saves,), scalars=scalars,
-                    tolerance=tolerance or POINTWISE_TOLERANCE, input_bound=input_bound or {}))
+                    tolerance=tolerance or POINTWISE_TOLERANCE,
+                    samples=bounded_samples(input_bound) if input_bound else None))
     return Pointwise(forward, backward)
 
 

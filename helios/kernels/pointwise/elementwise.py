@@ -8,6 +8,7 @@ hand-written.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from functools import partial
 
@@ -144,7 +145,8 @@ def _divisor_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, n
 def _binary_spec(fn: Callable, kernel: Kernel, doc: str, inputs=_binary_inputs, tolerance=ONE_ROUNDING) -> OpSpec:
     name = fn.__name__
     return register(OpSpec(name, doc, __name__, (kernel,), fn, None, partial(reference_binary, name), None, inputs,
-                           args=("a", "b"), saves=(), shapes=BINARY_SHAPES, tolerance=tolerance, autograd=False))
+                           args=("a", "b"), saves=(), shapes=BINARY_SHAPES, tolerance=tolerance, autograd=False,
+                           torch_op=getattr(operator, "truediv" if name == "div" else name)))  # torch's operators
 
 
 _binary_spec(add, ADD, "a + b; b of a's shape, a row vector [N] or a column [..., 1].")
@@ -154,9 +156,10 @@ _binary_spec(div, DIV, "a / b, broadcasting b like add.", _divisor_inputs, {"y":
 register(OpSpec("scale", "x * s for a Python scalar s.", __name__, (SCALE,), scale, None,
                 lambda x, s: x * s, None, lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(),
                 scalars={"s": (-2.5, 0.37, 1.0)}, tolerance={"y": Tolerance(rel=2)},
-                autograd=False))  # s rounded to f32, then the product
+                autograd=False, torch_op=lambda x, s: x * s))  # s rounded to f32, then the product
 register(OpSpec("neg", "-x.", __name__, (NEG,), neg, None, np.negative, None,
-                lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(), tolerance=EXACT, autograd=False))
+                lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(), tolerance=EXACT, autograd=False,
+                torch_op=lambda x: -x))
 
 
 def _mask_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +168,8 @@ def _mask_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.n
 
 register(OpSpec("masked_fill", "x with value where mask (same shape; float32, int32 or uint32) is nonzero.", __name__,
                 (MASKED_FILL,), masked_fill, None, reference_masked_fill, None, _mask_inputs, args=("x", "mask"),
-                indices=("mask",), saves=(), scalars={"value": (-1e4, 0.0, 2.5)}, tolerance=EXACT, autograd=False))
+                indices=("mask",), saves=(), scalars={"value": (-1e4, 0.0, 2.5)}, tolerance=EXACT, autograd=False,
+                torch_op=lambda x, mask, value: x.masked_fill(mask != 0, value)))
 register(OpSpec("add_inplace", "a += alpha * b in place; returns a.", __name__, (ADD_INPLACE,), add_inplace, None,
                 lambda a, b, alpha: a + alpha * b, None, _binary_inputs, args=("a", "b"), saves=(),
                 inplace={"y": "a"}, scalars={"alpha": (1.0, -0.5, 1e-3)},

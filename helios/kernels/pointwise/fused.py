@@ -112,7 +112,7 @@ def _two_normal(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.nd
 # absolute); each gradient composes a few more products around the same sigmoid (320 and 160).
 register(OpSpec("swiglu", "silu(gate) * up (the LLaMA MLP's gate).", __name__, (SWIGLU, SWIGLU_BWD), swiglu,
                 swiglu_backward, reference_swiglu, reference_swiglu_backward, _two_normal, args=("gate", "up"),
-                saves=("gate", "up"),
+                saves=("gate", "up"), torch_op=lambda gate, up: gate * gate.sigmoid() * up,
                 tolerance={"y": Tolerance(rel=160, abs=16), "dgate": Tolerance(rel=320, abs=160),
                            "dup": Tolerance(rel=320, abs=160)}))
 

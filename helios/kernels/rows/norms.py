@@ -436,10 +436,22 @@ _TOLERANCE = {"y": Tolerance(rel=168, abs=168), "mean": Tolerance(rel=17, abs=17
               "db": Tolerance(abs=1680, floor=1.0)}
 _ROW_OP = dict(family="rows", shapes=ROW_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE,
                f32=("mean", "rstd", "dw", "db"), scalars={"eps": (1e-5, 0.5)}, grad_scalars=())
+
+
+def _torch_norm(name: str, x, *params, eps: float):
+    """torch.nn.functional's norm `name` over the last axis: the specs' torch equivalent (imported when the parity
+    test calls it; torch is a test dependency, not helios's)."""
+    import torch.nn.functional as F
+
+    return getattr(F, name)(x, x.shape[-1:], *params, eps=eps)
+
+
 register(OpSpec("layernorm", "LayerNorm over the last axis (biased variance, as torch); b may be None.", __name__,
                 (LAYERNORM, LAYERNORM_BACKWARD), layernorm, layernorm_backward, reference_layernorm,
                 reference_layernorm_backward, _inputs, args=("x", "w", "b"), outputs=("y", "mean", "rstd"),
-                saves=("x", "w", "mean", "rstd"), sinks=("dw", "db"), optional={"b": "has_bias"}, **_ROW_OP))
+                saves=("x", "w", "mean", "rstd"), sinks=("dw", "db"), optional={"b": "has_bias"},
+                torch_op=lambda x, w, b, eps: _torch_norm("layer_norm", x, w, b, eps=eps), **_ROW_OP))
 register(OpSpec("rmsnorm", "RMSNorm over the last axis.", __name__, (RMSNORM, RMSNORM_BACKWARD), rmsnorm,
                 rmsnorm_backward, reference_rmsnorm, reference_rmsnorm_backward, _rms_inputs,
-                args=("x", "w"), outputs=("y", "rstd"), saves=("x", "w", "rstd"), sinks=("dw",), **_ROW_OP))
+                args=("x", "w"), outputs=("y", "rstd"), saves=("x", "w", "rstd"), sinks=("dw",),
+                torch_op=lambda x, w, eps: _torch_norm("rms_norm", x, w, eps=eps), **_ROW_OP))

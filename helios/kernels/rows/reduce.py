@@ -447,6 +447,10 @@ _REDUCE_SHAPES = tuple(s for s in ((1,), (1, 1), (7, 8), (33, 33), (7, 513), (1,
 _SUM_TOLERANCE = {"y": Tolerance(rel=64, abs=2, floor=1.0)}
 _REDUCE_OP = dict(family="rows", also_families=("reduce_all",), shapes=_REDUCE_SHAPES, sizes=rows_and_cols,
                   f32=("y",), scalars={"axis": (-1, None)}, autograd=False)
+# torch: over the last axis (a 1-D input's as shape (1,)), or over everything as shape (1,) (axis=None)
+_TORCH_REDUCTIONS = {name: lambda x, axis, op=op: getattr(x, op)(-1 if axis == -1 else None).reshape(
+    x.shape[:-1] if axis == -1 and x.dim() > 1 else (1,)) for name, op in (("sum", "sum"), ("mean", "mean"),
+                                                                          ("max", "amax"))}
 for _name, _doc, _forward, _reference, _tolerance in (
         ("sum", "Sum over the last axis, or over everything as shape (1,) (axis=None).", reduce_sum, reference_sum,
          _SUM_TOLERANCE),
@@ -455,7 +459,7 @@ for _name, _doc, _forward, _reference, _tolerance in (
         ("max", "Maximum over the last axis, or over everything as shape (1,) (axis=None).", reduce_max,
          reference_max, {"y": Tolerance()})):
     register(OpSpec(_name, _doc, __name__, (REDUCE_ROWS, REDUCE_ALL), _forward, None, _reference, None,
-                    _shifted_inputs, tolerance=_tolerance, **_REDUCE_OP))
+                    _shifted_inputs, tolerance=_tolerance, torch_op=_TORCH_REDUCTIONS[_name], **_REDUCE_OP))
 
 # Column sums: one row, rows up to and past SUM_ROWS_CHUNK (64, 65: one pass, then chunks), past 64 chunks (4097,
 # 4161 rows: the chunks' sum takes two passes itself when two passes are forced), past ONE_PASS_ELEMENTS unforced
@@ -468,10 +472,11 @@ register(OpSpec("sum_rows", "Column sums of a 2-D [M, N] tensor as [N] f32 (bias
                 shapes=((1, 1), (1, 7), (7, 33), (64, 12), (65, 7), (513, 64), (3000, 36), (4097, 5), (4161, 3),
                         (4100, 65)),
                 sizes=rows_and_cols, f32=("y",), tolerance={"y": Tolerance(rel=128, abs=2, floor=1.0)},
-                autograd=False))
+                autograd=False, torch_op=lambda x: x.sum(0)))
 # Three tensors at once (sizes from 1 to ~10^5: one-workgroup and partial stages), squares summed in f32: positive
 # terms, within 8 f32 roundings of the total.
 register(OpSpec("sumsq", "Sum of squares of every element of a list of tensors, as shape (1,) f32 (gradient "
                 "norms).", __name__, (REDUCE_ALL,), sumsq, None, reference_sumsq, None, _sumsq_inputs,
                 args=("a", "b", "c"), saves=(), family="reduce_all", shapes=((1,), (7, 33), (4097,), (300, 300)),
-                f32=("y",), tolerance={"y": Tolerance(rel=8)}, autograd=False, packed=True))
+                f32=("y",), tolerance={"y": Tolerance(rel=8)}, autograd=False, packed=True,
+                torch_op=lambda a, b, c: sum(t.square().sum() for t in (a, b, c)).reshape(1)))

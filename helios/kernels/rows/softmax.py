@@ -177,5 +177,5 @@ def _inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray]:
 # an f32 sum), 168 (1e-5) of max |dx| for the backward.
 register(OpSpec("softmax", "Softmax over the last axis.", __name__, (SOFTMAX, SOFTMAX_BACKWARD), softmax,
                 softmax_backward, reference, reference_backward, _inputs, saves=("y",), family="rows",
-                shapes=ROW_SHAPES, sizes=rows_and_cols,
+                shapes=ROW_SHAPES, sizes=rows_and_cols, torch_op=lambda x: x.softmax(-1),
                 tolerance={"y": Tolerance(abs=34), "dx": Tolerance(abs=168, floor=1e-3)}))

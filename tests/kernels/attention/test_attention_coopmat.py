@@ -1,9 +1,9 @@
 """Flash attention on the matrix units (helios/kernels/attention_coopmat*.py) beyond its op spec's derived tests
 (tests/kernels/test_opspecs.py forces "coopmat_emulated", which lavapipe runs, in bf16 and fp16 against the float64
-reference, with the extra roundings of P and dS the matrix units take: the spec's `choice_tolerance`; "coopmat"
-runs there where a device has native matrix units): spirv-val of every variant with the native lowering's
-instructions only in the native variants, the rule fed other devices' DeviceInfos, and the rule choosing the
-emulation in a process that asks for it (HELIOS_COOPMAT=emulate).
+reference, with the extra roundings of P and dS the matrix units take: the tolerance its samples carry under that
+choice, attention.tolerance; "coopmat" runs there where a device has native matrix units): spirv-val of every
+variant with the native lowering's instructions only in the native variants, the rule fed other devices'
+DeviceInfos, and the rule choosing the emulation in a process that asks for it (HELIOS_COOPMAT=emulate).
 """
 
 from __future__ import annotations

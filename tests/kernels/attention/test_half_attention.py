@@ -39,11 +39,9 @@ def _f64(x) -> np.ndarray:
 def _check(got, want, half, name, D):
     """got within the op spec's tolerance of result `name` for the variant the rule runs here in `half` (in the GPU
     profile the emulated matrix units, which round P and dS to the dtype: a wider bound than the row kernels')."""
-    from helios.kernels.contract.spec import spec_of
-
     assert got.dtype == NUMPY[half]
     choice = selection.choose("attention", (D,), half)
-    spec_of("flash_attention").tolerance_of(name, choice).check(got, want, half, f"{name} ({choice})")
+    A.tolerance(choice)[name].check(got, want, half, f"{name} ({choice})")
 
 
 def test_rng_counter_binding(half):

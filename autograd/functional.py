@@ -197,10 +197,20 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     return S.FUNCTIONS["swiglu"].apply(gate, up)
 
 
+def maximum(a: Tensor, b: Tensor) -> Tensor:
+    """The larger of a and b elementwise (one shape); a tie splits the gradient, as torch.maximum."""
+    return S.FUNCTIONS["maximum"].apply(a, b)
+
+
+def minimum(a: Tensor, b: Tensor) -> Tensor:
+    """The smaller of a and b elementwise (one shape); a tie splits the gradient, as torch.minimum."""
+    return S.FUNCTIONS["minimum"].apply(a, b)
+
+
 # The function above of each op spec that has a derived Function (S.FUNCTIONS), by the spec's name; where the two
 # names differ, this one is torch's (`layer_norm` for the spec `layernorm`). tests/test_no_injected_names.py checks
 # it covers S.FUNCTIONS.
 OF_SPEC = {"clamp": clamp, "dropout": dropout, "embedding": embedding, "exp": exp, "gelu": gelu,
-           "layernorm": layer_norm, "log": log, "matmul": matmul, "relu": relu,
+           "layernorm": layer_norm, "log": log, "matmul": matmul, "maximum": maximum, "minimum": minimum, "relu": relu,
            "residual_dropout_add": residual_dropout_add, "rmsnorm": rms_norm, "rope": rope, "silu": silu,
            "softcap": softcap, "softmax": softmax, "sqrt": sqrt, "swiglu": swiglu}

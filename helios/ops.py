@@ -37,6 +37,7 @@ from helios.kernels.pointwise.activations import (
     sqrt,
     sqrt_backward,
 )
+from helios.kernels.pointwise.binary import maximum, maximum_backward, minimum, minimum_backward
 from helios.kernels.pointwise.cast import cast, scale_by
 from helios.kernels.pointwise.dropout import dropout, dropout_backward
 from helios.kernels.pointwise.elementwise import add, add_inplace, clone, div, masked_fill, mul, neg, scale, sub
@@ -54,10 +55,11 @@ __all__ = [
     "cross_entropy", "cross_entropy_backward", "div", "dropout", "dropout_backward", "embedding", "embedding_backward",
     "exp", "exp_backward", "flash_attention", "flash_attention_backward", "gelu", "gelu_backward", "grad_norm",
     "layernorm", "layernorm_backward", "log", "log_backward", "loss_scale_update", "masked_fill", "matmul",
-    "matmul_backward", "max", "mean", "mul", "neg", "relu", "relu_backward", "residual_dropout_add",
-    "residual_dropout_add_backward", "rmsnorm", "rmsnorm_backward", "rope", "rope_backward", "scale", "scale_by",
-    "silu", "silu_backward", "slice_columns", "softcap", "softcap_backward", "softmax", "softmax_backward", "sqrt",
-    "sqrt_backward", "sub", "sum", "sum_rows", "sumsq", "swiglu", "swiglu_backward",
+    "matmul_backward", "max", "maximum", "maximum_backward", "mean", "minimum", "minimum_backward", "mul", "neg",
+    "relu", "relu_backward", "residual_dropout_add", "residual_dropout_add_backward", "rmsnorm", "rmsnorm_backward",
+    "rope", "rope_backward", "scale", "scale_by", "silu", "silu_backward", "slice_columns", "softcap",
+    "softcap_backward", "softmax", "softmax_backward", "sqrt", "sqrt_backward", "sub", "sum", "sum_rows", "sumsq",
+    "swiglu", "swiglu_backward",
 ]
 
 

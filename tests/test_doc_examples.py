@@ -78,6 +78,7 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
     "VK_DRIVER_FILES=$PWD/.mesa22/lvp_icd.json make test": ParseOnly("the whole suite on Mesa 22: `make -n`"),
     "make train CONFIG=configs/llama-tiny.toml": ParseOnly("fetches Shakespeare and trains: `make -n`"),
     "make test-gpu-profile": ParseOnly("a stage of `make test`: `make -n`"),
+    "make test-subgroups": ParseOnly("a stage of `make test`: `make -n`"),
     "make test-swiftshader": ParseOnly("a stage of `make test`: `make -n`"),
     ".venv/bin/python -m trainer prepare configs/shakespeare.toml": Quick(
         "--data.path={corpus} --data.root={tmp}/data --model.vocab_size=320",

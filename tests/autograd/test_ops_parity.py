@@ -59,12 +59,8 @@ def test_binary(name, hf, tf, b_shape):
 
 
 @pytest.mark.parametrize("name,hf,tf,positive", [
-    ("neg", F.neg, torch.neg, False), ("exp", F.exp, torch.exp, False), ("log", F.log, torch.log, True),
-    ("sqrt", F.sqrt, torch.sqrt, True), ("relu", F.relu, torch.relu, False),
-    ("gelu", F.gelu, lambda x: TF.gelu(x, approximate="tanh"), False), ("silu", F.silu, TF.silu, False),
+    ("neg", F.neg, torch.neg, False),
     ("clone", F.clone, torch.clone, False), ("scale", lambda x: F.scale(x, -1.75), lambda x: x * -1.75, False),
-    ("clamp", lambda x: F.clamp(x, -0.5, 0.7), lambda x: torch.clamp(x, -0.5, 0.7), False),
-    ("softcap", lambda x: F.softcap(x, 1.5), lambda x: 1.5 * torch.tanh(x / 1.5), False),
     ("sum_last", lambda x: F.sum(x, -1), lambda x: x.sum(-1), False),
     ("sum_all", lambda x: F.sum(x, None), lambda x: x.sum().reshape(1), False),
     ("mean_last", lambda x: F.mean(x, -1), lambda x: x.mean(-1), False),
@@ -79,10 +75,6 @@ def test_masked_fill():
     mask = (np.random.default_rng(4).random(SHAPE) < 0.3).astype(np.float32)
     _check(lambda x: F.masked_fill(x, autograd.tensor(mask), -2.0),
            lambda x: x.masked_fill(torch.tensor(mask, dtype=torch.bool), -2.0), [_rand(SHAPE, 5)])
-
-
-def test_swiglu():
-    _check(F.swiglu, lambda g, u: TF.silu(g) * u, [_rand(SHAPE, 6), _rand(SHAPE, 7)])
 
 
 def test_dropout_zero_and_residual_add_match_identity():

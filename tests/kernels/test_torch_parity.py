@@ -58,10 +58,8 @@ def test_parity_covers_the_ops_torch_has():
     assert without == NO_TORCH_EQUIVALENT, f"name a torch_op for, or list here: {sorted(without ^ NO_TORCH_EQUIVALENT)}"
 
 
-# No torch function computes the same thing (helios's own fused steps, RNG streams, layouts, plans), or one does but
-# its declaration waits on the pointwise helper's rewrite (the unary activations: tests/autograd/test_ops_parity.py).
+# No torch function computes the same thing (helios's own fused steps, RNG streams, layouts, plans).
 NO_TORCH_EQUIVALENT = {
     "adamw_step", "add_inplace", "cast", "concat", "copy_columns", "cross_entropy", "dropout", "embedding",
     "flash_attention", "grad_norm", "loss_scale_update", "residual_dropout_add", "rope", "scale_by", "slice_columns",
-    "clamp", "exp", "gelu", "log", "relu", "silu", "softcap", "sqrt",
 }

@@ -145,7 +145,7 @@ class Pointwise(NamedTuple):
 
 def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *, saves: str = "x", flops: int = 1,
               grad_flops: int = 1, grad_doc: str = "", inputs=None, scalars: dict | None = None,
-              defaults: dict | None = None, push=None, tolerance=None, input_bound=None,
+              defaults: dict | None = None, push=None, tolerance=None, input_bound=None, torch_op=None,
               module: str = __name__) -> Pointwise:
     """Declare a unary pointwise op and its VJP: `body(b, x, **scalars)` -> y, `grad_body(b, saved, dy, **scalars)`
     -> dx, where saved is x or y (`saves`), and `reference_grad(saved, **scalars)` is d y / dx in numpy.
@@ -154,7 +154,8 @@ def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *
     x; `defaults` for those that may be left out); `push(**scalars)` turns them into the push constants (default:
     each as a float), for scalars that have a sentinel such as clamp's open bound None. Registers an OpSpec (with
     the forward and backward kernels) and returns the op functions name and name_backward, which the declaring
-    module binds under those names (`module`: its __name__, which the functions and the spec report)."""
+    module binds under those names (`module`: its __name__, which the functions and the spec report). `torch_op`:
+    the PyTorch equivalent (a function of torch tensors and the same scalars) the derived parity test runs."""
     scalars, defaults = dict(scalars or {}), dict(defaults or {})
     names = tuple(scalars)
     params = [(n, f32) for n in (push(**{k: 0.0 for k in names}) if push else names)]
@@ -187,9 +188,21 @@ def pointwise(name: str, doc: str, body, grad_body, reference, reference_grad, *
 
     register(OpSpec(name, doc, module, (fwd_kernel, bwd_kernel), forward, backward, reference, reference_backward,
                     lambda rng, shape, **_: (generate(rng, shape),), saves=(saves,), scalars=scalars,
-                    tolerance=tolerance or POINTWISE_TOLERANCE,
+                    tolerance=tolerance or POINTWISE_TOLERANCE, torch_op=torch_op,
                     samples=bounded_samples(input_bound) if input_bound else None))
     return Pointwise(forward, backward)
+
+
+def _torch_gelu(x):
+    import torch.nn.functional as tf  # only the parity test calls it, with torch installed
+
+    return tf.gelu(x, approximate="tanh")
+
+
+def _torch_silu(x):
+    import torch.nn.functional as tf
+
+    return tf.silu(x)
 
 
 def _positive_inputs(rng: np.random.Generator, shape) -> np.ndarray:
@@ -203,24 +216,25 @@ def _exp_inputs(rng: np.random.Generator, shape) -> np.ndarray:
 exp, exp_backward = pointwise(
     "exp", "e^x.", lambda b, x: b.exp(x), lambda b, y, dy: dy * y, np.exp, lambda y: y, saves="y",
     grad_doc="dx = dy * y, from the forward output y = e^x.", inputs=_exp_inputs,
-    input_bound={"fp16": 10.0})  # e^10 and its gradient stay inside fp16's range (65504)
+    input_bound={"fp16": 10.0}, torch_op=lambda x: x.exp())  # e^10 and its gradient stay inside fp16's range (65504)
 log, log_backward = pointwise(
     "log", "Natural logarithm.", lambda b, x: b.log(x), lambda b, x, dy: dy / x, np.log, lambda x: 1.0 / x,
-    grad_doc="dx = dy / x.", inputs=_positive_inputs)
+    grad_doc="dx = dy / x.", inputs=_positive_inputs, torch_op=lambda x: x.log())
 sqrt, sqrt_backward = pointwise(
     "sqrt", "Square root.", lambda b, x: b.sqrt(x), lambda b, y, dy: dy / (y * 2.0), np.sqrt, lambda y: 0.5 / y,
-    saves="y", grad_flops=2, grad_doc="dx = dy / (2 y), from the forward output y = sqrt(x).", inputs=_positive_inputs)
+    saves="y", grad_flops=2, grad_doc="dx = dy / (2 y), from the forward output y = sqrt(x).", inputs=_positive_inputs,
+    torch_op=lambda x: x.sqrt())
 relu, relu_backward = pointwise(
     "relu", "max(x, 0).", lambda b, x: b.select(x > 0.0, x, 0.0), _relu_bwd, lambda x: np.maximum(x, 0.0),
-    lambda x: (x > 0).astype(x.dtype), grad_doc="dy where x > 0, else 0.")
+    lambda x: (x > 0).astype(x.dtype), grad_doc="dy where x > 0, else 0.", torch_op=lambda x: x.relu())
 gelu, gelu_backward = pointwise(
     "gelu", 'GELU, tanh approximation (torch.nn.functional.gelu(approximate="tanh")).',
     lambda b, x: gelu_value(b, x), lambda b, x, dy: dy * gelu_grad(b, x), reference_gelu, reference_gelu_grad,
-    flops=16, grad_flops=22, grad_doc="dy * gelu'(x) for the tanh approximation.")
+    flops=16, grad_flops=22, grad_doc="dy * gelu'(x) for the tanh approximation.", torch_op=_torch_gelu)
 silu, silu_backward = pointwise(
     "silu", "x * sigmoid(x).", lambda b, x: x * sigmoid(b, x), _silu_bwd, lambda x: x * reference_sigmoid(x),
     lambda x: reference_sigmoid(x) * (1.0 + x * (1.0 - reference_sigmoid(x))), flops=4, grad_flops=8,
-    grad_doc="dy * s * (1 + x (1 - s)), s = sigmoid(x).")
+    grad_doc="dy * s * (1 + x (1 - s)), s = sigmoid(x).", torch_op=_torch_silu)
 
 # Exact ops: the result is an input or a bound, so within one rounding of the dtype (clamp's f32 bound of a float64
 # test value is one rounding off it already).
@@ -230,11 +244,11 @@ clamp, clamp_backward = pointwise(
     "not).", lambda b, x, lo, hi: _clamp(b, x, lo, hi), _clamp_bwd, reference_clamp, reference_clamp_grad, flops=2,
     grad_flops=2, grad_doc="dy where lo <= x <= hi (inclusive, as torch), else 0.",
     scalars={"lo": (-0.5, None, -0.1, 0.3), "hi": (0.7, 0.2, None, -0.3)}, defaults={"lo": None, "hi": None},
-    push=_bounds, tolerance=_EXACT)
+    push=_bounds, tolerance=_EXACT, torch_op=lambda x, lo, hi: x.clamp(lo, hi))
 softcap, softcap_backward = pointwise(
     "softcap", "cap * tanh(x / cap).", lambda b, x, cap: tanh(b, x / cap) * cap, _softcap_bwd, reference_softcap,
     reference_softcap_grad, flops=16, grad_flops=18, grad_doc="dy * (1 - tanh(x / cap)^2).",
-    scalars={"cap": (5.0, 30.0, 2.5)})
+    scalars={"cap": (5.0, 30.0, 2.5)}, torch_op=lambda x, cap: (x / cap).tanh() * cap)
 
 # Indexed by name for callers that want the references alone: derived from the specs above.
 REFERENCE = {n: spec_of(n).reference for n in ("exp", "log", "sqrt", "relu", "gelu", "silu")}

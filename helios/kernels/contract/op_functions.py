@@ -1,7 +1,7 @@
-"""The registry of op functions that helios.ops serves: a kernel file declares its op functions here at import
-(elementwise.py's `OPS = declare_ops(__name__, clone)`), or declares them as op specs (helios.kernels.contract.spec,
-whose `register` declares the spec's forward and backward here). Kernel modules import this, never helios.ops, so
-the kernels do not depend on the namespace that serves them."""
+"""The registry of op functions that helios/ops.py is generated from (tools/gen_ops.py): a kernel file declares
+its op functions here at import (elementwise.py's `OPS = declare_ops(__name__, clone)`), or declares them as op
+specs (helios.kernels.contract.spec, whose `register` declares the spec's forward and backward here). Kernel modules
+import this, never helios.ops, so the kernels do not depend on the namespace that serves them."""
 
 from __future__ import annotations
 

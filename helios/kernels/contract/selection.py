@@ -121,7 +121,7 @@ def families() -> list[Family]:
     return _FAMILIES.values()
 
 
-_RECORDING: list[dict] = []  # the open recording() blocks' {(family, shape, dtype): None}, innermost last
+_RECORDING: list[dict] = []  # the open recording() blocks' {(family, shape, dtype): calls}, innermost last
 _TRYING: dict[tuple, Any] = {}  # (family, shape, dtype) -> the choice trying() forces there
 TABLE = "table"  # a stored winner saying the rule's own table measured fastest
 
@@ -136,7 +136,8 @@ def choose(family: str, shape: tuple, dtype: str = "f32", info=None):
     shape = tuple(shape)
     f = _family(family)
     if _RECORDING:
-        _RECORDING[-1][family, shape, dtype] = None
+        calls = _RECORDING[-1]
+        calls[family, shape, dtype] = calls.get((family, shape, dtype), 0) + 1
     forced = _FORCED.get(family)
     if forced is None and _TRYING:
         forced = _TRYING.get((family, shape, dtype))
@@ -180,8 +181,8 @@ def _stored(info, f: Family, shape: tuple, dtype: str):
 
 @contextmanager
 def recording() -> Iterator[dict]:
-    """Collect, in first-call order, every (family, shape, dtype) that `choose` is asked for inside the block:
-    the dict's keys (nested blocks each collect their own)."""
+    """Collect, in first-call order, every (family, shape, dtype) that `choose` is asked for inside the block,
+    with how often: {key: calls} (nested blocks: the innermost collects)."""
     calls: dict = {}
     _RECORDING.append(calls)
     try:

@@ -3,10 +3,10 @@ choices at exactly the shapes that trainer config trains (helios.bench.tuner: on
 candidate timed in a whole replayed step), with a progress bar and a time budget, stores the winners and prints,
 per family and shape, the table's choice, the winner and the speed-up.
 
-`python -m helios.bench tune matmul [--shapes MxNxK,...] [--layouts nn,nt,tn]` times every candidate tiling (the device family's: register-blocked on CPU devices, shared-memory tiled on
-GPUs; `--all-tilings` for both) for each shape and layout, and stores the fastest in
-`helios.env.cache_dir()/tuning-<device key>.json`, which the matmul op then uses for exactly those shapes.
-Prints one record per candidate (`winner` marks the stored one).
+`python -m helios.bench tune matmul [--shapes MxNxK,...] [--layouts nn,nt,tn]` times every candidate tiling (the
+device family's: register-blocked on CPU devices, shared-memory tiled on GPUs; `--all-tilings` for both) for each
+shape and layout, and stores the fastest in `helios.env.cache_dir()/tuning-<device key>.json`, which the matmul op
+then uses for exactly those shapes. Prints one record per candidate (`winner` marks the stored one).
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def format_config(records: list[dict]) -> str:
     """Per family and shape: the table's choice, the winner and the step's speed-up; then what was left."""
     rows = [r for r in records if r["event"] == "tune"]
     summary = next(r for r in records if r["event"] == "tune_summary")
-    head = f"{'family':<19}{'shape':<24}{'dtype':<6}{'table':<22}{'winner':<22}{'table ms':>9}{'tuned ms':>9}{'speed-up':>9}"
+    head = (f"{'family':<19}{'shape':<24}{'dtype':<6}{'table':<22}{'winner':<22}"
+            f"{'table ms':>9}{'tuned ms':>9}{'speed-up':>9}")
     lines = [head]
     for r in sorted(rows, key=lambda r: r["family"]):
         lines.append(f"{r['family']:<19}{r['shape']:<24}{r['dtype']:<6}{r['table']:<22}{r['winner']:<22}"

@@ -13,9 +13,9 @@ Derived from the selection contract, with no knob per family (helios.kernels.con
    `repeats` replayed steps (helios.bench.harness.device_sample: sync, run, sync). A candidate whose launch
    fails (the device contract refuses it) is never stored.
 4. The winner is stored per (device key incl. driver build, family, shape key, dtype) in the TuningStore, which
-   `selection.choose` then prefers over the table; it must beat the table by `margin` twice, in two sittings
-   (a whole-step figure on a shared CPU is noisy), else "table" is stored: measured, and the table kept. Winners are stored as each key
-   is decided, so later keys are timed on top of earlier winners.
+   `selection.choose` then prefers over the table; it must beat the table by `margin` twice, in two sittings (a
+   whole-step figure on a shared CPU is noisy), else "table" is stored: measured, and the table kept. Winners are
+   stored as each key is decided, so later keys are timed on top of earlier winners.
 
 Keys are tuned in order of how often the step launches them, until `budget_s` runs out; the rest are reported
 as skipped (and a later `only_missing` run picks them up). Library code: it prints nothing; `progress(done,

@@ -5,15 +5,15 @@ A family declares its rule once, next to its kernels:
     @selection.rule("matmul", choices=BLOCKS)
     def _choose(info, shape, dtype, forced): ...   # -> the variant (or tiling, or plan) to launch
 
-`info` is the device's DeviceInfo, `shape` the family's own tuple of sizes (matmul: layout, M, N, K, batch;
-rows: rows, cols, cacheable; ...), `dtype` "f32", "bf16" or "fp16", and `forced` what tests, benchmarks or
-the tuner forced for the family (None: the rule decides). Most rules return a variant name; a family whose choice also sets launch parameters
-returns a small plan (cross_entropy: variant and workgroup size; sum_rows: variant and pass count). Op
-functions call `choose(family, shape, dtype)`; tests and benchmarks call `force(family, choice)` or use
-`forcing(family, choice)` as a context manager. No family keeps knobs of its own: no `variant=`,
-`layout=` or `tiling=` arguments, no module constants patched by tests, and a rule never reads another
-family's forced choice (a family that follows another one's choices says so in its own rule).
-Rules read `info.cpu_profile` (the device class), never `info.is_cpu`.
+`info` is the device's DeviceInfo, `shape` the family's own tuple of sizes (matmul: layout, M, N, K, batch; rows:
+rows, cols, cacheable; ...), `dtype` "f32", "bf16" or "fp16", and `forced` what tests, benchmarks or the tuner
+forced for the family (None: the rule decides). Most rules return a variant name; a family whose choice also sets
+launch parameters returns a small plan (cross_entropy: variant and workgroup size; sum_rows: variant and pass
+count). Op functions call `choose(family, shape, dtype)`; tests and benchmarks call `force(family, choice)` or use
+`forcing(family, choice)` as a context manager. No family keeps knobs of its own: no `variant=`, `layout=` or
+`tiling=` arguments, no module constants patched by tests, and a rule never reads another family's forced choice (a
+family that follows another one's choices says so in its own rule). Rules read `info.cpu_profile` (the device
+class), never `info.is_cpu`.
 
 The rule's registration is also the family's catalogue of what its tests run: `forced=` the choices
 tests/kernels/test_opspecs.py forces, one test each (default: every one of `choices`), and `subgroup=` the
@@ -259,5 +259,6 @@ def forcing(family: str, choice) -> Iterator[None]:
         force(family, before)
 
 
-__all__ = ["rule", "choose", "label", "shape_key", "recording", "trying", "TABLE", "fits", "check_addressed", "force", "forced", "forcing", "declared", "families", "Family",
+__all__ = ["rule", "choose", "label", "shape_key", "recording", "trying", "TABLE", "fits",
+           "check_addressed", "force", "forced", "forcing", "declared", "families", "Family",
            "Subgroup"]

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from helios import env
 
-
 _KEYS: dict[int, tuple[object, str]] = {}  # id(info) -> (info, its key): selection.choose asks at every launch
 
 

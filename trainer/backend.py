@@ -89,6 +89,7 @@ class Backend(ABC):
 
     name: str
     cfg: ModelConfig  # the model's config (generate reads its block_size)
+    kernel_choices: bool = False  # whether helios's selection rules choose its kernels (train.tune="auto" tunes them)
     sample_stats: SampleStats = SampleStats()  # set by each generate()
 
     def __init_subclass__(cls, **kwargs) -> None:

@@ -95,6 +95,7 @@ class TrainConfig:
     keep_best: bool = False  # also keep ckpt-best: the checkpoint of the lowest val loss (never rotated out)
     early_stop_patience: int = 0  # stop after this many evals without a lower val loss (0: never)
     watchdog_s: float = 600.0  # --nproc: end the job when a rank makes no progress for this long (0: never)
+    tune: str = "off"  # "auto": before step 1, tune the kernel choices at this config's shapes where none are stored
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ RULES: dict[tuple[str, str], _Rule] = {
     ("train", "init_tokenizer"): (lambda v: v != "", "a path to a tokenizer.json file"),
     ("train", "early_stop_patience"): _upto(1_000_000, 0),
     ("train", "watchdog_s"): _upto(7 * 86400, 0),
+    ("train", "tune"): (lambda v: v in ("off", "auto"), 'one of "off", "auto"'),
     ("run", "out_dir"): (lambda v: v != "", "a directory path"),
     ("run", "name"): (lambda v: bool(_name_re.match(v)) and v.strip(".") != "",
                       "letters, digits, '_', '-', '.' (no slashes, not only dots)"),

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from trainer import env
+from trainer.autotune import auto_tune
 from trainer.backend import CUMULATIVE_COUNTERS, Backend
 from trainer.checkpoint import Checkpoint, save_best, save_checkpoint
 from trainer.config import Config, model_signature
@@ -332,6 +333,9 @@ class Trainer:
         if self.step >= t.max_iters:
             self.emit("end", step=self.step, status="done")
             return "done"
+        tuned = auto_tune(b, cfg, t.max_iters - self.step, self.world.size)
+        if tuned is not None:
+            self.emit("tune", step=self.step, **tuned)
         inject, delay = env.inject_nan_steps(), env.step_delay_s()
         tokens_per_step = self.global_batch * t.grad_accum * cfg.model.block_size
         fpt = b.flops_per_token()

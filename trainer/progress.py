@@ -47,6 +47,17 @@ def describe(record: dict[str, Any]) -> str | None:
         return f"step {record['step']}: skipped ({record['reason']}, grad norm {norm})"
     if ev == "end":
         return f"{record['status']} at step {record['step']}"
+    if ev == "tune":
+        if record["status"] == "skipped":
+            return f"tune: skipped, {record['reason']}"
+        if record["status"] != "tuned":
+            return (f"tune: {record['already_stored']} shapes already tuned on this device, nothing to do"
+                    if record["status"] == "stored" else f"tune: nothing tuned (budget {record['budget_s']:g} s)")
+        changes = record["changes"]
+        return (f"tune: {record['tuned']} shapes of {', '.join(record['families'])} in {record['seconds']:.0f} s "
+                f"(budget {record['budget_s']:g} s), {len(changes)} changed from the table"
+                + (": " + "; ".join(changes) if changes else "")
+                + (f"; {record['skipped']} left by the budget" if record["skipped"] else ""))
     if ev == "peak":
         was, now = (record.get(k) for k in ("was", "peak_flops"))
         return (f"step {record['step']}: MFU passed 100% of the device peak ({fmt_num(was and was / 1e9, ',.1f')} "

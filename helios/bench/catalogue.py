@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from helios.registry import Registry, import_modules, package_modules
 
-# Modules of helios.bench that are no benchmark: the CLI, shared timing, and this catalogue.
-NOT_BENCHMARKS = frozenset({"__main__", "harness", "catalogue"})
+# Modules of helios.bench that are no benchmark: the CLI, shared timing, this catalogue, and the generic tuner
+# (a library that `tune` and the trainer's train.tune call).
+NOT_BENCHMARKS = frozenset({"__main__", "harness", "catalogue", "tuner"})
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class HeliosBackend(Backend):
     """GPT + fused AdamW on the helios Vulkan engine."""
 
     name = "helios"  # --backend helios (declaring it registers this class in trainer.backend)
+    kernel_choices = True
 
     def __init__(self, model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int):
         self.cfg, self.optim_cfg, self.seed = model_cfg, optim_cfg, seed

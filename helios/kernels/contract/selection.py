@@ -5,21 +5,27 @@ A family declares its rule once, next to its kernels:
     @selection.rule("matmul", choices=BLOCKS)
     def _choose(info, shape, dtype, forced): ...   # -> the variant (or tiling, or plan) to launch
 
-`info` is the device's DeviceInfo, `shape` the family's own tuple of sizes (matmul: layout, M, N, K, batch;
-rows: rows, cols, cacheable; ...), `dtype` "f32", "bf16" or "fp16", and `forced` what tests, benchmarks or
-the tuner forced for the family (None: the rule decides; stored tuning results plug in inside the rule, as
-matmul's does). Most rules return a variant name; a family whose choice also sets launch parameters
-returns a small plan (cross_entropy: variant and workgroup size; sum_rows: variant and pass count). Op
-functions call `choose(family, shape, dtype)`; tests and benchmarks call `force(family, choice)` or use
-`forcing(family, choice)` as a context manager. No family keeps knobs of its own: no `variant=`,
-`layout=` or `tiling=` arguments, no module constants patched by tests, and a rule never reads another
-family's forced choice (a family that follows another one's choices says so in its own rule).
-Rules read `info.cpu_profile` (the device class), never `info.is_cpu`.
+`info` is the device's DeviceInfo, `shape` the family's own tuple of sizes (matmul: layout, M, N, K, batch; rows:
+rows, cols, cacheable; ...), `dtype` "f32", "bf16" or "fp16", and `forced` what tests, benchmarks or the tuner
+forced for the family (None: the rule decides). Most rules return a variant name; a family whose choice also sets
+launch parameters returns a small plan (cross_entropy: variant and workgroup size; sum_rows: variant and pass
+count). Op functions call `choose(family, shape, dtype)`; tests and benchmarks call `force(family, choice)` or use
+`forcing(family, choice)` as a context manager. No family keeps knobs of its own: no `variant=`, `layout=` or
+`tiling=` arguments, no module constants patched by tests, and a rule never reads another family's forced choice (a
+family that follows another one's choices says so in its own rule). Rules read `info.cpu_profile` (the device
+class), never `info.is_cpu`.
 
 The rule's registration is also the family's catalogue of what its tests run: `forced=` the choices
 tests/kernels/test_opspecs.py forces, one test each (default: every one of `choices`), and `subgroup=` the
 few of them CI runs again at lavapipe's other subgroup sizes (`-m subgroup`, `Subgroup` cases). The tests
 read both from here (`declared(family)`); no test keeps a table of its own.
+
+Measured winners (helios.bench.tuner): a family's candidates are its `choices` (else the `forced` catalogue).
+`choose` prefers, where nothing is forced, a winner stored for exactly (device, family, shape, dtype) in the
+TuningStore over the rule's table, for every family in this one place; a stored winner that is no longer a
+candidate, or that the rule refuses on this device (ValueError), is ignored, and "table" (the table measured
+fastest) leaves the choice to the rule. `recording()` collects the (family, shape, dtype) a block of work
+asks for, and `trying(family, shape, dtype, choice)` forces one choice at one shape: the tuner's two hooks.
 """
 
 from __future__ import annotations
@@ -62,6 +68,13 @@ class Family:
     check: Callable[[Any], Any]  # validates (and may normalise) a forced choice; raises ValueError
     forced: tuple = ()  # the choices the op-spec tests force, one test each, in this order
     subgroup: tuple[Subgroup, ...] = ()  # those CI runs again at other subgroup sizes
+    choices: tuple = ()  # what may be forced, where the rule lists it (else `check` decides)
+
+    @property
+    def candidates(self) -> tuple:
+        """What a tuner tries: the rule's `choices`, else its `forced` catalogue (a family whose choices are
+        open-ended, such as a count, has none)."""
+        return self.choices or self.forced
 
     def subgroup_case(self, op: str, choice, dtype: str) -> Subgroup | None:
         """The subgroup case `op`'s test of `choice` in `dtype` is, or None."""
@@ -86,7 +99,7 @@ def rule(family: str, choices: Collection | None = None, check: Callable[[Any], 
         return check(choice) if check is not None else choice
 
     def register(fn: Rule) -> Rule:
-        declared = Family(family, fn, checked, tested, tuple(subgroup))
+        declared = Family(family, fn, checked, tested, tuple(subgroup), tuple(choices or ()))
         _FAMILIES.add(family, declared, f"{fn.__module__}.{fn.__qualname__}")
         return fn
 
@@ -108,13 +121,90 @@ def families() -> list[Family]:
     return _FAMILIES.values()
 
 
+_RECORDING: list[dict] = []  # the open recording() blocks' {(family, shape, dtype): calls}, innermost last
+_TRYING: dict[tuple, Any] = {}  # (family, shape, dtype) -> the choice trying() forces there
+TABLE = "table"  # a stored winner saying the rule's own table measured fastest
+
+
 def choose(family: str, shape: tuple, dtype: str = "f32", info=None):
-    """The variant (or plan) `family` runs for `shape` in `dtype` on this device (or on `info`'s)."""
+    """The variant (or plan) `family` runs for `shape` in `dtype` on this device (or on `info`'s): the forced
+    choice, else a stored tuning winner for exactly this (device, family, shape, dtype), else the rule's table."""
     if info is None:
         from helios.device import get_device
 
         info = get_device().info
-    return _family(family).rule(info, tuple(shape), dtype, _FORCED.get(family))
+    shape = tuple(shape)
+    f = _family(family)
+    if _RECORDING:
+        calls = _RECORDING[-1]
+        calls[family, shape, dtype] = calls.get((family, shape, dtype), 0) + 1
+    forced = _FORCED.get(family)
+    if forced is None and _TRYING:
+        forced = _TRYING.get((family, shape, dtype))
+    if forced is None:
+        stored = _stored(info, f, shape, dtype)
+        if stored is not None:
+            try:
+                return f.rule(info, shape, dtype, stored)
+            except ValueError:  # a winner this device no longer runs: the table decides
+                pass
+    return f.rule(info, shape, dtype, forced)
+
+
+def label(choice) -> str:
+    """A choice as the tuning store and the tuner's tables write it: a name, or a tuple's fields joined by "/"."""
+    return "/".join(map(str, choice)) if isinstance(choice, tuple) else str(choice)
+
+
+def shape_key(shape: tuple) -> str:
+    """The tuning store's key of a family's shape tuple (helios.kernels.contract.tuning.key adds the dtype)."""
+    return ",".join(map(str, shape))
+
+
+def _stored(info, f: Family, shape: tuple, dtype: str):
+    """The candidate stored as f's winner for (shape, dtype) on info's device, or None (none, TABLE, or a label
+    that is no longer one of f's candidates). Winners are measured on real devices: a stand-in info (tests
+    reasoning about a rule's table) has none."""
+    from helios.device import DeviceInfo
+    from helios.kernels.contract.tuning import STORE, key
+
+    if not isinstance(info, DeviceInfo):
+        return None
+    winners = STORE.winners(info, f.name)
+    if not winners:
+        return None
+    got = winners.get(key(shape_key(shape), dtype))
+    if got is None or got == TABLE:
+        return None
+    return next((c for c in f.candidates if label(c) == got), None)
+
+
+@contextmanager
+def recording() -> Iterator[dict]:
+    """Collect, in first-call order, every (family, shape, dtype) that `choose` is asked for inside the block,
+    with how often: {key: calls} (nested blocks: the innermost collects)."""
+    calls: dict = {}
+    _RECORDING.append(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDING.remove(calls)
+
+
+@contextmanager
+def trying(family: str, shape: tuple, dtype: str, choice) -> Iterator[None]:
+    """Force `choice` for `family` at exactly (shape, dtype) for the duration of a with-block (a family-wide
+    `force` still wins): how the tuner times one candidate at one shape of a real step."""
+    at = (family, tuple(shape), dtype)
+    before = _TRYING.get(at)
+    _TRYING[at] = _family(family).check(choice)
+    try:
+        yield
+    finally:
+        if before is None:
+            del _TRYING[at]
+        else:
+            _TRYING[at] = before
 
 
 _FITS: dict[tuple, bool] = {}
@@ -169,5 +259,6 @@ def forcing(family: str, choice) -> Iterator[None]:
         force(family, before)
 
 
-__all__ = ["rule", "choose", "fits", "check_addressed", "force", "forced", "forcing", "declared", "families", "Family",
+__all__ = ["rule", "choose", "label", "shape_key", "recording", "trying", "TABLE", "fits",
+           "check_addressed", "force", "forced", "forcing", "declared", "families", "Family",
            "Subgroup"]

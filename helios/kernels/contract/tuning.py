@@ -7,7 +7,10 @@ description and one section per family, `{shape key: choice}`:
 
 The device key names the device, its driver and driver build, and an overriding profile, so a winner is
 used only on exactly what measured it. A family makes its own shape keys (`key(...)` adds the dtype when it
-is not f32). A rule asks `TuningStore.winner`; `python -m helios.bench tune` calls `save`. Files are read
+is not f32). A rule asks `TuningStore.winner`; `python -m helios.bench tune` calls `save`. The generic
+tuner (helios.bench.tuner) stores every family's winners under `selection.shape_key(shape)` keys
+(`"256,384,128,True:bf16"`), which `selection.choose` reads for every family; matmul's own `nn:MxNxK`
+keys stay its rule's. Files are read
 once per process and path; a test that wants a fresh read calls `forget`.
 """
 
@@ -21,14 +24,21 @@ from pathlib import Path
 
 from helios import env
 
+_KEYS: dict[int, tuple[object, str]] = {}  # id(info) -> (info, its key): selection.choose asks at every launch
+
 
 def device_key(info) -> str:
     """A file-name-safe key for a device, its driver version and an overriding profile: tuning results are
     valid for exactly that (the GPU profile on lavapipe tunes other tilings than the CPU's own)."""
+    known = _KEYS.get(id(info))
+    if known is not None and known[0] is info:
+        return known[1]
     raw = f"{info.name}-{info.driver_name}-{info.driver_info or info.driver_version}"
     if info.profile:
         raw += f"-{info.profile}-profile"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
+    got = re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
+    _KEYS[id(info)] = (info, got)  # keeping info keeps its id from being reused
+    return got
 
 
 def key(shape: str, dtype: str = "f32") -> str:

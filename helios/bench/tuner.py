@@ -1,0 +1,217 @@
+"""The generic tuner: every family with choices, timed at the shapes a real training step asks for.
+
+Derived from the selection contract, with no knob per family (helios.kernels.contract.selection):
+1. One step runs under `selection.recording()`: that gives every (family, shape, dtype) the step asks for.
+2. A family's candidates at a (shape, dtype) are its rule's choices (`Family.candidates`): each is handed to
+   the rule as a forced choice; one the rule refuses on this device (ValueError) is dropped, and choices the
+   rule turns into the same plan (a tiling the device cannot run gives way to the table) are timed once.
+   Keys where every candidate plans what the table plans have nothing to tune.
+3. Each remaining candidate is timed by running the whole step with that one choice forced at that one
+   (family, shape, dtype) (`selection.trying`), against the step with the table's choice, in the same
+   sitting: the difference is that family's at that shape. A step is timed as it trains: captured and
+   replayed (`reset` drops the capture, two warm-up steps record and capture it), median wall-clock ms of
+   `repeats` replayed steps (helios.bench.harness.device_sample: sync, run, sync). A candidate whose launch
+   fails (the device contract refuses it) is never stored.
+4. The winner is stored per (device key incl. driver build, family, shape key, dtype) in the TuningStore, which
+   `selection.choose` then prefers over the table; it must beat the table by `margin` twice, in two sittings (a
+   whole-step figure on a shared CPU is noisy), else "table" is stored: measured, and the table kept. Winners are
+   stored as each key is decided, so later keys are timed on top of earlier winners.
+
+Keys are tuned in order of how often the step launches them, until `budget_s` runs out; the rest are reported
+as skipped (and a later `only_missing` run picks them up). Library code: it prints nothing; `progress(done,
+total, what)` is called per timed candidate. `tune_config` builds the model a trainer config trains (as
+trainer/backends/helios.py does), one micro-batch of its batch and block size in its dtype, and tunes that.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from helios.bench.harness import device_sample
+from helios.errors import HeliosError
+from helios.kernels.contract import selection
+from helios.kernels.contract.tuning import STORE, TuningStore, key
+
+Key = tuple[str, tuple, str]  # (family, shape, dtype)
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One tuned (family, shape, dtype): the table's choice and the winner (labels), their step ms, and every
+    timed candidate's ms."""
+
+    family: str
+    shape: tuple
+    dtype: str
+    table: str
+    winner: str
+    table_ms: float
+    winner_ms: float
+    timed: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        """Table step time over the stored winner's (1.0 when the table was kept)."""
+        return self.table_ms / self.winner_ms if self.winner_ms > 0 else 1.0
+
+
+@dataclass
+class Report:
+    """What a tuning run did: the tuned keys, the ones the budget left, its seconds and where winners went."""
+
+    trials: list[Trial] = field(default_factory=list)
+    skipped: list[Key] = field(default_factory=list)
+    already: list[Key] = field(default_factory=list)  # stored before (only_missing)
+    seconds: float = 0.0
+    stored_in: str | None = None
+
+
+def tunable_families() -> list[selection.Family]:
+    """Every family with more than one candidate (what `bench tune --help` lists)."""
+    return [f for f in selection.families() if len(f.candidates) > 1]
+
+
+def candidates(info, family: str, shape: tuple, dtype: str) -> tuple[Any, dict[str, Any]]:
+    """(the table's plan, {label: choice}) at (shape, dtype) on info's device: one choice per distinct plan other
+    than the table's, dropping those the rule refuses."""
+    f = selection.declared(family)
+    table = f.rule(info, shape, dtype, None)
+    seen, out = {table}, {}
+    for choice in f.candidates:
+        try:
+            plan = f.rule(info, shape, dtype, f.check(choice))
+        except ValueError:  # the rule refuses it on this device (a feature it lacks)
+            continue
+        if plan not in seen:
+            seen.add(plan)
+            out[selection.label(choice)] = choice
+    return table, out
+
+
+def table_label(info, family: str, shape: tuple, dtype: str, table_plan) -> str:
+    """The name of the choice the table makes: the first candidate planning the same, else "table"."""
+    f = selection.declared(family)
+    for choice in f.candidates:
+        try:
+            if f.rule(info, shape, dtype, f.check(choice)) == table_plan:
+                return selection.label(choice)
+        except ValueError:
+            continue
+    return selection.TABLE
+
+
+def time_step(step: Callable[[], Any], reset: Callable[[], None], repeats: int, warmup: int = 2) -> float:
+    """Median wall-clock ms of `step` over `repeats` runs after `reset` and `warmup` runs."""
+    reset()
+    for _ in range(warmup):
+        step()
+    return statistics.median(device_sample(step, 1) for _ in range(repeats))
+
+
+def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, info=None,
+         families: Collection[str] | None = None, budget_s: float = 120.0, repeats: int = 3, warmup: int = 2,
+         margin: float = 0.02, store: TuningStore = STORE, save: bool = True, only_missing: bool = False,
+         progress: Progress | None = None) -> Report:
+    """Tune every family with choices (or those in `families`) at the (shape, dtype)s `step` asks for; see the
+    module docstring. `save=False` times and reports but stores nothing."""
+    if info is None:
+        from helios.device import get_device
+
+        info = get_device().info
+    t0 = time.perf_counter()
+    report = Report()
+    reset()
+    with selection.recording() as calls:
+        step()
+    work = []
+    for fam, shape, dtype in sorted(calls, key=calls.get, reverse=True):  # the most launched first
+        f = selection.declared(fam)
+        if len(f.candidates) < 2 or (families is not None and fam not in families):
+            continue
+        table, cands = candidates(info, fam, shape, dtype)
+        if not cands:
+            continue
+        if only_missing and store.winner(info, fam, key(selection.shape_key(shape), dtype)) is not None:
+            report.already.append((fam, shape, dtype))
+            continue
+        work.append(((fam, shape, dtype), table, cands))
+    total = sum(1 + len(c) for _, _, c in work)
+    done = 0
+    per_timing = None  # seconds one timing takes, from the first
+    for i, ((fam, shape, dtype), table, cands) in enumerate(work):
+        left = budget_s - (time.perf_counter() - t0)
+        if per_timing is not None and left < per_timing * (1 + len(cands)):
+            report.skipped.extend(k for k, _, _ in work[i:])
+            break
+        what = f"{fam} {selection.shape_key(shape)} {dtype}"
+        s0 = time.perf_counter()
+        timed = {"<table>": time_step(step, reset, repeats, warmup)}
+        per_timing = per_timing or time.perf_counter() - s0
+        done += 1
+        if progress:
+            progress(done, total, what)
+        for name, choice in cands.items():
+            try:
+                with selection.trying(fam, shape, dtype, choice):
+                    timed[name] = time_step(step, reset, repeats, warmup)
+            except (HeliosError, ValueError):  # the device contract refused a launch: never a winner
+                reset()
+            done += 1
+            if progress:
+                progress(done, total, what)
+        table_ms = timed.pop("<table>")
+        best = min(timed, key=timed.get, default=None)
+        won = best is not None and timed[best] < table_ms * (1 - margin)
+        if won:  # confirmed in a second sitting, table first again: one noisy sample does not make a winner
+            again = time_step(step, reset, repeats, warmup)
+            with selection.trying(fam, shape, dtype, cands[best]):
+                best_again = time_step(step, reset, repeats, warmup)
+            won = best_again < again * (1 - margin)
+            table_ms, timed[best] = (table_ms + again) / 2, (timed[best] + best_again) / 2
+        winner = best if won else selection.TABLE
+        tname = table_label(info, fam, shape, dtype, table)
+        report.trials.append(Trial(fam, shape, dtype, tname, winner if won else tname, table_ms,
+                                   timed[best] if won else table_ms, {tname: table_ms, **timed}))
+        if save:
+            path = store.save(info, fam, {key(selection.shape_key(shape), dtype): winner})
+            report.stored_in = str(path) if path else "nowhere: the cache directory is not writable"
+    reset()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def config_step(cfg, seed: int = 0):
+    """(step, reset, backend) for a trainer config: its model (trainer/backends/helios.py's HeliosBackend) and
+    one micro-batch of its batch and block size of seeded random tokens, trained with its optimiser settings."""
+    import numpy as np
+
+    from trainer.backends.helios import HeliosBackend
+
+    backend = HeliosBackend.create(cfg.model, cfg.optim, seed)
+    rng = np.random.default_rng(seed)
+    shape = (cfg.train.batch_size, cfg.model.block_size)
+    x = rng.integers(0, cfg.model.vocab_size, size=shape, dtype=np.int32)
+    y = rng.integers(0, cfg.model.vocab_size, size=shape, dtype=np.int32)
+
+    def step():
+        return backend.train_step([(x, y)], lr=cfg.optim.lr, grad_clip=cfg.optim.grad_clip, spike_threshold=None)
+
+    return step, backend.invalidate_capture, backend
+
+
+def tune_config(cfg, **options) -> Report:
+    """Tune the shapes trainer config `cfg` trains (see `tune` for the options), on a model of its own."""
+    step, reset, backend = config_step(cfg)
+    try:
+        return tune(step, reset, **options)
+    finally:
+        backend.invalidate_capture()
+
+
+__all__ = ["Trial", "Report", "tunable_families", "candidates", "table_label", "time_step", "tune", "config_step",
+           "tune_config"]

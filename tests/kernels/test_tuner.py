@@ -1,0 +1,115 @@
+"""The generic tuner and stored winners (helios.bench.tuner, selection.choose): a winner is used for exactly its
+(device, family, shape, dtype), a stale or unfit one is ignored, a candidate that does not run is never stored,
+and `bench tune` tunes a config end to end and lists every family with choices."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from helios.kernels.contract import selection
+from helios.kernels.contract.tuning import STORE, key
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """An empty tuning store in a cache directory of this test's own."""
+    monkeypatch.setenv("HELIOS_CACHE_DIR", str(tmp_path))
+    STORE.forget()
+    yield STORE
+    STORE.forget()
+
+
+@pytest.fixture
+def info():
+    from helios.device import get_device
+
+    return get_device().info
+
+
+def test_a_stored_winner_is_used_for_exactly_its_device_family_shape_and_dtype(store, info):
+    shape = (1024, "sum")
+    assert selection.choose("reduce_all", shape, "f32", info=info) == "sum_vec4"  # the table
+    store.save(info, "reduce_all", {key(selection.shape_key(shape)): "scalar"})
+    assert selection.choose("reduce_all", shape, "f32", info=info) == "sum_scalar"
+    assert selection.choose("reduce_all", (1028, "sum"), "f32", info=info) == "sum_vec4"  # another shape
+    assert selection.choose("reduce_all", shape, "bf16", info=info) == "bf16_sum_vec4"  # another dtype
+    other = dataclasses.replace(info, name=info.name + " (another)")  # another device key
+    assert selection.choose("reduce_all", shape, "f32", info=other) == "sum_vec4"
+    assert selection.choose("rope", (4, 2, 2, 16, False), "f32", info=info) == "vec4"  # another family
+    with selection.forcing("reduce_all", "vec4"):  # a forced choice still wins
+        assert selection.choose("reduce_all", shape, "f32", info=info) == "sum_vec4"
+
+
+def test_a_stale_unfit_or_table_winner_is_ignored(store, info):
+    shape = (1024, "sum")
+    store.save(info, "reduce_all", {key(selection.shape_key(shape)): "vec8"})  # no longer a choice
+    assert selection.choose("reduce_all", shape, "f32", info=info) == "sum_vec4"
+    store.save(info, "reduce_all", {key(selection.shape_key(shape)): selection.TABLE})
+    assert selection.choose("reduce_all", shape, "f32", info=info) == "sum_vec4"
+    bare = dataclasses.replace(info, float_atomic_add_buffer=False, buffer_device_address=False)
+    emb = (64, 100, 16, False)
+    store.save(bare, "embedding_backward", {key(selection.shape_key(emb)): "atomic"})  # the rule refuses it here
+    assert selection.choose("embedding_backward", emb, "f32", info=bare) == "scan"
+    store.save(bare, "adamw", {key("4096"): "vec4_addr"})  # needs device addresses
+    assert selection.choose("adamw", (4096,), "f32", info=bare) == "vec4"
+
+
+def test_the_tuner_never_stores_a_candidate_that_does_not_run(store, info):
+    from helios.bench import tuner
+
+    bare = dataclasses.replace(info, float_atomic_add_buffer=False)
+    shape = (64, 100, 16, True)  # planned: the table takes "sorted"
+    table, cands = tuner.candidates(bare, "embedding_backward", shape, "f32")
+    assert table == "sorted" and list(cands) == ["scan"]  # "atomic" refused, "deterministic" plans the table's
+
+    def step():  # a launch the device contract refuses whenever "scan" is chosen
+        if selection.choose("embedding_backward", shape, "f32", info=bare) == "scan":
+            raise ValueError("refused by the device contract")
+
+    report = tuner.tune(step, info=bare, families={"embedding_backward"}, budget_s=30, repeats=1, warmup=0)
+    assert [(t.family, t.winner) for t in report.trials] == [("embedding_backward", "sorted")]
+    assert store.winners(bare, "embedding_backward") == {key(selection.shape_key(shape)): selection.TABLE}
+
+
+TINY = """[model]
+n_layer = 1
+n_head = 2
+n_embd = 32
+block_size = 16
+vocab_size = 320
+[train]
+batch_size = 2
+"""
+
+
+def test_bench_tune_a_config_writes_winners_and_prints_the_table(store, info, tmp_path, capsys):
+    from helios.bench.__main__ import main
+
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    assert main(["tune", str(config), "--budget-s", "20", "--quick", "--families", "rows,elementwise,adamw"]) == 0
+    out = capsys.readouterr().out
+    assert "table" in out.splitlines()[0] and "winner" in out.splitlines()[0] and "speed-up" in out
+    data = json.loads(store.path(info).read_text())
+    tuned = [f for f in ("rows", "elementwise", "adamw") if data.get(f)]
+    assert tuned, data
+    for fam in tuned:
+        assert fam in out
+        labels = {selection.label(c) for c in selection.declared(fam).candidates} | {selection.TABLE}
+        assert set(data[fam].values()) <= labels
+
+
+def test_bench_tune_help_lists_every_family_with_choices(capsys):
+    from helios.bench.__main__ import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["tune", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    with_choices = [f.name for f in selection.families() if len(f.candidates) > 1]
+    assert {"matmul", "attention", "rows", "adamw", "cross_entropy"} <= set(with_choices)
+    for name in with_choices:
+        assert f"  {name}: " in out

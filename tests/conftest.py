@@ -149,6 +149,18 @@ def _validation_layer_clean():
         get_device().check_validation()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_tuning_results_left():
+    """No test leaves tuning winners in the shared cache directory: every later test (and process) would train
+    with them. A test that tunes uses its own HELIOS cache directory, or `--dry-run`."""
+    from helios import env
+
+    before = set(env.cache_dir().glob("tuning-*.json"))
+    yield
+    left = sorted(set(env.cache_dir().glob("tuning-*.json")) - before)
+    assert not left, f"a test stored tuning results in the shared cache directory: {[str(p) for p in left]}"
+
+
 @pytest.fixture(scope="session")
 def spirv_val(request):
     """spirv-val verdicts for every selected test_spirv_valid case, checked in one batch (tests/spirv_val.py)."""

@@ -99,6 +99,9 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
     "python -m helios.spirv validate": ParseOnly("as above"),
     ".venv/bin/python -m helios.bench matmul --quick": Quick("--repeats 1 --shapes 64x64x64", BENCHES),
     ".venv/bin/python -m helios.bench tune matmul": Quick(BENCH + " --dry-run", BENCHES + "; stores nothing"),
+    "python -m helios.bench tune configs/shakespeare.toml --budget-s 120": Quick(
+        "--budget-s 3 --families rows --dry-run", "tunes for two minutes and stores winners that later tests would "
+        "train with: one family, a few seconds, nothing stored"),
     "python -m helios.bench tune matmul": ParseOnly(SAME + "README's `.venv/bin/python -m helios.bench tune matmul`"),
     # docs/BENCHMARKS.md (its measurement commands)
     ".venv/bin/python -m helios.bench --quick --json > lavapipe_quick.jsonl": ParseOnly("every kernel benchmark"),

@@ -17,6 +17,8 @@ import importlib
 import sys
 from pathlib import Path
 
+from generated_file import write_or_check  # tools/ is on sys.path when a tool runs or a test imports it
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "helios" / "ops.py"
 LINE_LENGTH = 120  # pyproject.toml's [tool.ruff] line-length: the output passes ruff as written
@@ -110,15 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if --out is not up to date")
     args = parser.parse_args(argv)
     text = generate()
-    if args.check:
-        current = args.out.read_text() if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date; run python tools/gen_ops.py", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text)
-    print(f"wrote {args.out} ({len(text.splitlines())} lines)")
-    return 0
+    return write_or_check(args.out, text, args.check, "tools/gen_ops.py")
 
 
 if __name__ == "__main__":

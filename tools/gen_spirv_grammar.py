@@ -16,6 +16,8 @@ import keyword
 import sys
 from pathlib import Path
 
+from generated_file import write_or_check  # tools/ is on sys.path when a tool runs or a test imports it
+
 DEBIAN_DIR = Path("/usr/include/spirv/unified1")
 
 
@@ -203,15 +205,7 @@ def main(argv: list[str] | None = None) -> int:
               "spirv-headers)", file=sys.stderr)
         return 2
     text = generate(args.grammar_dir)
-    if args.check:
-        current = args.out.read_text() if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date; run python tools/gen_spirv_grammar.py", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text)
-    print(f"wrote {args.out} ({len(text.splitlines())} lines)")
-    return 0
+    return write_or_check(args.out, text, args.check, "tools/gen_spirv_grammar.py")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from helios.kernels.indexing import embedding as E
 from helios.kernels.indexing.layout import reference_concat
 from helios.kernels.rows import cross_entropy as C
 from tests.conftest import dtype_params
+from tests.kernels.indexing.test_embedding import fixed_and_exact_plan_gradients
 
 
 @pytest.fixture(params=dtype_params("bf16", "fp16"))
@@ -53,16 +54,10 @@ def test_fixed_capacity_plan_with_half_dy(half, n_tokens, vocab):
     rng = np.random.default_rng(n_tokens)
     ids = rng.integers(-1, vocab + 1, (1, n_tokens)).astype(np.int32)
     dy = _rounded(rng.standard_normal((n_tokens, 12)), half)
-    fixed = E.FixedScatterPlan(n_tokens, vocab)
-    for tensor, array in zip(fixed.tensors, fixed.arrays(ids), strict=True):
-        tensor.runtime.upload(tensor.storage, 0, array)
-    got, want = rt.zeros((vocab, 12)), rt.zeros((vocab, 12))
-    E.embedding_backward(rt.from_numpy(ids), got, None, rt.from_numpy(dy), got, accumulate=True, plan=fixed.plan)
-    E.embedding_backward(rt.from_numpy(ids), want, None, rt.from_numpy(dy), want, accumulate=True,
-                         plan=E.sorted_segments(ids, vocab))
-    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    got, want = fixed_and_exact_plan_gradients(E.FixedScatterPlan(n_tokens, vocab), ids, dy, vocab)
+    np.testing.assert_array_equal(got, want)
     ref, _ = E.reference_backward(ids.astype(np.int64), dy.astype(np.float64), vocab)
-    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=2e-5)
 
 
 def test_embedding_operand_dtypes_are_checked(half):

@@ -101,6 +101,18 @@ def test_grid_past_65535_workgroups():
     np.testing.assert_array_equal(out.numpy(), table[ids[0]])
 
 
+def fixed_and_exact_plan_gradients(fixed, ids: np.ndarray, dy: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """The table gradients of the embedding backward through a captured step's FixedScatterPlan (its arrays
+    uploaded for ids) and through the exact sorted plan, from the same dy."""
+    for tensor, array in zip(fixed.tensors, fixed.arrays(ids), strict=True):
+        tensor.runtime.upload(tensor.storage, 0, array)
+    got, want = rt.zeros((vocab, dy.shape[1])), rt.zeros((vocab, dy.shape[1]))
+    E.embedding_backward(rt.from_numpy(ids), got, None, rt.from_numpy(dy), got, accumulate=True, plan=fixed.plan)
+    E.embedding_backward(rt.from_numpy(ids), want, None, rt.from_numpy(dy), want, accumulate=True,
+                         plan=E.sorted_segments(ids, vocab))
+    return got.numpy(), want.numpy()
+
+
 @pytest.mark.parametrize("n_tokens,vocab", [(1, 4), (7, 3), (33, 64), (513, 40)])
 def test_fixed_capacity_plan_gives_the_exact_plans_result(n_tokens, vocab):
     """A captured step's plan (FixedScatterPlan: padded to min(tokens, vocab) segments, the padding empty and
@@ -109,12 +121,7 @@ def test_fixed_capacity_plan_gives_the_exact_plans_result(n_tokens, vocab):
     ids = rng.integers(-1, vocab + 1, (1, n_tokens)).astype(np.int32)  # a few out of range: dropped
     dy = rng.standard_normal((n_tokens, 12)).astype(np.float32)
     fixed = E.FixedScatterPlan(n_tokens, vocab)
-    for tensor, array in zip(fixed.tensors, fixed.arrays(ids), strict=True):
-        tensor.runtime.upload(tensor.storage, 0, array)
-    got, want = rt.zeros((vocab, 12)), rt.zeros((vocab, 12))
-    E.embedding_backward(rt.from_numpy(ids), got, None, rt.from_numpy(dy), got, accumulate=True, plan=fixed.plan)
-    E.embedding_backward(rt.from_numpy(ids), want, None, rt.from_numpy(dy), want, accumulate=True,
-                         plan=E.sorted_segments(ids, vocab))
-    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    got, want = fixed_and_exact_plan_gradients(fixed, ids, dy, vocab)
+    np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="holds"):
         fixed.arrays(ids[:, :0] if n_tokens > 1 else np.zeros((1, 2), np.int32))

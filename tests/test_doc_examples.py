@@ -99,6 +99,8 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
     "python -m helios.spirv validate": ParseOnly("as above"),
     ".venv/bin/python -m helios.bench matmul --quick": Quick("--repeats 1 --shapes 64x64x64", BENCHES),
     ".venv/bin/python -m helios.bench tune matmul": Quick(BENCH + " --dry-run", BENCHES + "; stores nothing"),
+    ".venv/bin/python -m helios.bench tune configs/shakespeare.toml --budget-s 120": Quick(
+        "--budget-s 3 --families rows --dry-run", "as GPU.md's below"),
     "python -m helios.bench tune configs/shakespeare.toml --budget-s 120": Quick(
         "--budget-s 3 --families rows --dry-run", "tunes for two minutes and stores winners that later tests would "
         "train with: one family, a few seconds, nothing stored"),

@@ -10,7 +10,9 @@ trains them; median of --steps each).
 
 How and what it costs: each timestamp waits for all earlier commands, so a device that overlaps dispatches is
 serialised (its sum is then an upper bound); lavapipe runs dispatches one after another anyway. The pairs add
-two commands per dispatch and a query read at the end; compare profiled with lazy wall ms for the overhead. A
+two commands per dispatch and a query read at the end; compare profiled with lazy wall ms for the overhead. On a
+2-core CPU device the host's recording of a lazy step also competes with the driver's threads, so the dispatches'
+sum can exceed a replayed step's wall ms (by ~15% for configs/shakespeare.toml): read the shares. A
 family is the kernel name's family by the table FAMILIES below (a kernel's own name, not the selection contract,
 which chooses variants but does not name its kernels).
 """

@@ -18,12 +18,13 @@ from helios.runtime.context import (
     set_runtime,
     sync,
 )
+from helios.runtime.profiling import Profile, profiling
 from helios.runtime.readback import Readback
 from helios.runtime.tensor import Tensor, copy, empty, fill, from_numpy, full, zeros
 from helios.runtime.timing import Timing, time_ms, timed
 
 __all__ = [
-    "Readback", "Runtime", "Tensor", "Timing", "configure", "copy", "counters", "empty", "fill", "flush", "from_numpy",
-    "full", "get_runtime", "launch", "max_tensor_bytes", "reset_counters", "set_runtime", "sync", "time_ms", "timed",
-    "zeros",
+    "Profile", "Readback", "Runtime", "Tensor", "Timing", "configure", "copy", "counters", "empty", "fill", "flush",
+    "from_numpy", "full", "get_runtime", "launch", "max_tensor_bytes", "profiling", "reset_counters", "set_runtime",
+    "sync", "time_ms", "timed", "zeros",
 ]

@@ -35,13 +35,16 @@ PROMPT = np.array([1], np.int32)
 
 
 def helios_backend(cfg, run: Path | None):
+    """(the config the model was built from, its helios backend): the config's random init, or with `run` the run's
+    own resolved config and latest checkpoint (its model may differ from the config file's)."""
     from trainer.backends.helios import HeliosBackend
 
     if run is None:
-        return HeliosBackend.create(cfg.model, cfg.optim, cfg.train.seed)
+        return cfg, HeliosBackend.create(cfg.model, cfg.optim, cfg.train.seed)
     from trainer.session import load_run
 
-    return load_run(run, "helios", val=False).backend
+    loaded = load_run(run, "helios", val=False)
+    return loaded.cfg, loaded.backend
 
 
 def hf_model(cfg, backend, threads: int):
@@ -98,8 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads for HF")
     parser.add_argument("--profile", action="store_true", help="cProfile one helios round of the first count")
     args = parser.parse_args(argv)
-    cfg = load_config(args.config)
-    backend = helios_backend(cfg, args.run)
+    cfg, backend = helios_backend(load_config(args.config), args.run)
     cfg_model = backend.cfg
     model = hf_model(cfg, backend, args.threads)
     block = cfg_model.block_size
@@ -123,8 +125,8 @@ def main(argv=None) -> int:
                     best[(side, n)] = r
     for n in counts:
         h, f = best[("helios", n)], best[("hf", n)]
-        print(json.dumps({**h, "config": args.config, "block_size": block}))
-        print(json.dumps({**f, "config": args.config, "block_size": block}))
+        print(json.dumps({**h, "config": str(args.run or args.config), "block_size": block}))
+        print(json.dumps({**f, "config": str(args.run or args.config), "block_size": block}))
         ratio = round(h["tok_s"] / f["tok_s"], 3)
         print(json.dumps({"event": "bench_sample_ratio", "tokens": n, "helios_over_hf": ratio, "rounds": args.rounds}))
     if args.profile:

@@ -30,9 +30,9 @@ asks for, and `trying(family, shape, dtype, choice)` forces one choice at one sh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from helios.kernels import discover
@@ -69,6 +69,9 @@ class Family:
     forced: tuple = ()  # the choices the op-spec tests force, one test each, in this order
     subgroup: tuple[Subgroup, ...] = ()  # those CI runs again at other subgroup sizes
     choices: tuple = ()  # what may be forced, where the rule lists it (else `check` decides)
+    forced_dtypes: Mapping = field(default_factory=dict, compare=False)
+    # ^ forced choice -> the dtypes its tests run, where not every dtype of the op (matmul: a half dtype changes only
+    #   loads and stores, which the tilings of one builder share)
 
     @property
     def candidates(self) -> tuple:
@@ -87,10 +90,11 @@ _FORCED: dict[str, Any] = {}
 
 
 def rule(family: str, choices: Collection | None = None, check: Callable[[Any], Any] | None = None,
-         forced: Iterable | None = None, subgroup: Iterable[Subgroup] = ()):
+         forced: Iterable | None = None, subgroup: Iterable[Subgroup] = (), forced_dtypes: Mapping | None = None):
     """Register `family`'s rule (a family declared by two rules is an error). A forced choice must be one of
     `choices` (or pass `check`). `forced`: the choices the op-spec tests force (default: `choices`, in order);
-    `subgroup`: the cases of those CI runs again at other subgroup sizes."""
+    `subgroup`: the cases of those CI runs again at other subgroup sizes; `forced_dtypes`: forced choice -> the
+    dtypes its tests run, where not all."""
     tested = tuple(choices if forced is None and choices is not None else forced or ())
 
     def checked(choice):
@@ -99,7 +103,7 @@ def rule(family: str, choices: Collection | None = None, check: Callable[[Any], 
         return check(choice) if check is not None else choice
 
     def register(fn: Rule) -> Rule:
-        declared = Family(family, fn, checked, tested, tuple(subgroup), tuple(choices or ()))
+        declared = Family(family, fn, checked, tested, tuple(subgroup), tuple(choices or ()), dict(forced_dtypes or {}))
         _FAMILIES.add(family, declared, f"{fn.__module__}.{fn.__qualname__}")
         return fn
 

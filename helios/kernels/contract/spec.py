@@ -1,7 +1,6 @@
-"""Op specs: one declaration per op gives its kernels, variant-selection family, op functions, numpy reference
-and VJP, input generator, awkward test shapes, tolerances and FLOP/byte counts; tests, autograd Functions, the
-helios.ops namespace, bench entries and docs/OPS.md's table are derived from the registry (`specs()`), not
-written again.
+"""Op specs: one declaration per op gives its kernels, variant-selection family, op functions, numpy reference and VJP,
+input generator, awkward test shapes, tolerances and FLOP/byte counts; tests, autograd Functions, the helios.ops
+namespace, bench entries and docs/OPS.md's table are derived from the registry (`specs()`), not written again.
 
 An op maps named tensor arguments (`args`: x, or x, w, b) to named results (`outputs`: y, or y, mean, rstd; only the
 first takes a gradient). Its backward takes the tensors named by `saves` (any of args and outputs) and dy, and
@@ -15,15 +14,15 @@ which the derived test and autograd Function use. A pointwise op with its backwa
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
 both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
 the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
-(autograd=False); ops taking a list of tensors (`packed`), writing into an argument they return (`inplace`),
-storing results in the dtype a scalar names (`dtype_scalar`) or choosing through more than one selection family
+(autograd=False); ops taking a list of tensors (`packed`), writing into an argument they return (`inplace`), storing
+results in the dtype a scalar names (`dtype_scalar`) or choosing through more than one selection family
 (`also_families`) say that too; test shapes may be `BroadcastShape`s (a row or column operand). A forced choice may
-run only some dtypes (`choice_dtypes`: matmul's tilings), where its compile cost or what it shares with other choices
-says so. The tests' cases come from the spec's sample generator (`sample_inputs`, helios.kernels.contract.samples):
-the default one serves most ops from the fields above, and an op with a special need (attention's sizes fixed by its
-shape, the shapes a matmul tiling runs, AdamW's keyword and half-only tensors, the embedding's sorted plan) declares
-its own beside it (`samples=`). Kernel discovery (importing every kernel module so that its specs register) is
-helios.kernels.discover, not the SPIR-V layer's.
+run only some dtypes (its rule's `forced_dtypes`: matmul's tilings), where its compile cost or what it shares with
+other choices says so. The tests' cases come from the spec's sample generator (`sample_inputs`,
+helios.kernels.contract.samples): the default one serves most ops from the fields above, and an op with a special
+need (attention's sizes fixed by its shape, the shapes a matmul tiling runs, AdamW's keyword and half-only tensors,
+the embedding's sorted plan) declares its own beside it (`samples=`). Kernel discovery (importing every kernel
+module so that its specs register) is helios.kernels.discover, not the SPIR-V layer's.
 """
 
 from __future__ import annotations
@@ -145,10 +144,6 @@ class OpSpec:
     #                                      outputs are stored in the dtype the op runs in (see result_storage)
     needs: bool = False                  # backward takes `needs=`: one bool per gradient (grads' order), False to
     #                                      skip computing it (None returned in its place), which autograd passes
-    choice_dtypes: Mapping[object, tuple[str, ...]] = field(default_factory=dict, compare=False)
-    # ^ forced choice -> the dtypes it is tested in, where not all of `dtypes` (matmul: the matrix units' tilings
-    #   are half-only; a half dtype changes only loads and stores, shared by the tilings of one builder); read when
-    #   the tests are collected, so a declaration rather than a sample
     torch_op: Callable | None = field(default=None, compare=False)
     # ^ the PyTorch equivalent, where one exists: (*torch tensors, one per arg (None where absent), **scalars) -> the
     #   first output; tests/kernels/test_torch_parity.py runs the samples through both, gradients by torch.autograd
@@ -171,10 +166,6 @@ class OpSpec:
             raise ValueError(f"op {self.name!r}: an in-place op cannot have a backward (its input is overwritten)")
         if self.dtype_scalar is not None and self.dtype_scalar not in self.scalars:
             raise ValueError(f"op {self.name!r}: dtype_scalar {self.dtype_scalar!r} is not among its scalars")
-        for choice, dts in self.choice_dtypes.items():
-            if stray := set(dts) - set(dtypes):
-                raise ValueError(f"op {self.name!r}: choice {choice!r} is tested in {sorted(stray)}, not among "
-                                 f"its dtypes {dtypes}")
         # a forward-only op (backward None) has no gradients to hold to a tolerance
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
@@ -209,8 +200,14 @@ class OpSpec:
         return (self.samples or default_samples)(self, dtype, choice, rng, kind, **how)
 
     def tested_dtypes(self, choice) -> tuple[str, ...]:
-        """The dtypes forced choice `choice` is tested in."""
-        return self.choice_dtypes.get(choice, self.dtypes) if self.choice_dtypes else self.dtypes
+        """The dtypes forced choice `choice` is tested in: its family rule's `forced_dtypes`, else all the op's."""
+        from helios.kernels.contract import selection
+
+        dtypes = selection.declared(self.family).forced_dtypes.get(choice, self.dtypes)
+        if stray := set(dtypes) - set(self.dtypes):
+            raise ValueError(f"op {self.name!r}: the {self.family} rule tests choice {choice!r} in {sorted(stray)}, "
+                             f"not among the op's dtypes {self.dtypes}")
+        return tuple(dtypes)
 
     def grad_kwargs(self, scalars: Mapping) -> dict:
         """Those of `scalars` that backward and reference_backward take."""

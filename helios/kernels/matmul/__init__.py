@@ -38,7 +38,7 @@ from helios.kernels.contract.samples import draw, scalar_shapes
 from helios.kernels.contract.spec import OpSpec, register
 from helios.kernels.contract.tolerance import Tolerance
 from helios.kernels.matmul import coopmat
-from helios.kernels.matmul import select as matmul_select
+from helios.kernels.matmul import select as matmul_select  # noqa: F401 (its import registers the matmul rule)
 from helios.kernels.matmul.common import LAYOUTS, launch_params
 from helios.kernels.matmul.reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul.tiled import TILED_TILINGS, build_tiled, tiled_grid
@@ -305,12 +305,6 @@ _CASES = (  # shape, trans_a, trans_b, alpha
 _REG32 = tuple(k for k, c in enumerate(_CASES) if c[1:3] == (False, True) and c[0][-1] % 4 == 0)
 _NOT_TT = tuple(k for k, c in enumerate(_CASES) if c[1:3] != (True, True))
 _CHOICE_CASES = {"reg32x16": _REG32, **dict.fromkeys(("reg16x16", "tiled64", "tiled128"), _NOT_TT)}
-# A half dtype changes only the loads and stores, which every register tiling shares (matmul_reg) and every
-# shared-memory one shares (matmul_tiled): half runs the smallest of each, lavapipe's own (reg12x8a) and the
-# matrix units' (emulated here; native on a GPU); f32 runs every register and tiled tiling, never a cm one.
-_HALF_TILINGS = ("reg8x8", "reg12x8a", "tiled32", *coopmat.CHOICES)
-_SPEC_DTYPES = {t: (("bf16", "fp16") if t in coopmat.CHOICES else ("f32", "bf16", "fp16") if t in _HALF_TILINGS
-                    else ("f32",)) for t in matmul_select.BLOCKS}
 # Each product sums K terms in f32 in its own order: off by up to 256 f32 roundings of the largest |C| (1 at
 # least), which a gradient scaled by 1.0002 or a dropped edge row or K tail exceeds many times over.
 _PRODUCT = Tolerance(abs=256, floor=1.0)
@@ -335,5 +329,5 @@ register(OpSpec(
     tolerance={"c": _PRODUCT, "da": _PRODUCT, "db": _PRODUCT}, needs=True,
     scalars={"trans_a": tuple(c[1] for c in _CASES), "trans_b": tuple(c[2] for c in _CASES),
              "alpha": tuple(c[3] for c in _CASES)},
-    choice_dtypes=_SPEC_DTYPES, samples=_samples,
+    samples=_samples,
     torch_op=lambda a, b, trans_a, trans_b, alpha: alpha * ((a.mT if trans_a else a) @ (b.mT if trans_b else b))))

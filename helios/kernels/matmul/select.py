@@ -113,7 +113,17 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
 # their workgroup by subgroup broadcasts (the smallest: as many loads as lanes, and lavapipe's own: 12 rows dealt
 # round 8 lanes; at 4 lanes the rule gives tiled ones instead), in f32. The emulated matrix units' lanes are
 # test_matmul_coopmat.py's marked cases (every layout and dtype, both tilings).
-@selection.rule("matmul", choices=BLOCKS, subgroup=(selection.Subgroup("reg8x8"), selection.Subgroup("reg12x8a")))
+# The dtypes the op-spec tests run each tiling in. A half dtype changes only the loads and stores, which every
+# register tiling shares (matmul_reg) and every shared-memory one shares (matmul_tiled): half runs the smallest of
+# each, lavapipe's own (reg12x8a) and the matrix units' (emulated here; native on a GPU); f32 runs every register and
+# tiled tiling, never a cm one.
+_HALF_TILINGS = ("reg8x8", "reg12x8a", "tiled32", *COOPMAT)
+TESTED_DTYPES = {t: (("bf16", "fp16") if t in COOPMAT else ("f32", "bf16", "fp16") if t in _HALF_TILINGS else ("f32",))
+                 for t in BLOCKS}
+
+
+@selection.rule("matmul", choices=BLOCKS, subgroup=(selection.Subgroup("reg8x8"), selection.Subgroup("reg12x8a")),
+                forced_dtypes=TESTED_DTYPES)
 def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) -> str:
     """The tiling for shape = (layout, M, N, K, batch) in dtype: the forced one, else the matrix units for half
     operands where the device has them, else a stored tuning winner, else the table's (a tiling the device

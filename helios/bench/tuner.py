@@ -76,17 +76,25 @@ def tunable_families() -> list[selection.Family]:
     return [f for f in selection.families() if len(f.candidates) > 1]
 
 
+def _plans(info, family: str, shape: tuple, dtype: str) -> list[tuple[Any, Any]]:
+    """(choice, the plan the rule makes of it) at (shape, dtype) for each candidate the rule accepts on info's
+    device (one it refuses, a feature the device lacks, raises ValueError and is left out)."""
+    f = selection.declared(family)
+    plans = []
+    for choice in f.candidates:
+        try:
+            plans.append((choice, f.rule(info, shape, dtype, f.check(choice))))
+        except ValueError:
+            continue
+    return plans
+
+
 def candidates(info, family: str, shape: tuple, dtype: str) -> tuple[Any, dict[str, Any]]:
     """(the table's plan, {label: choice}) at (shape, dtype) on info's device: one choice per distinct plan other
     than the table's, dropping those the rule refuses."""
-    f = selection.declared(family)
-    table = f.rule(info, shape, dtype, None)
+    table = selection.declared(family).rule(info, shape, dtype, None)
     seen, out = {table}, {}
-    for choice in f.candidates:
-        try:
-            plan = f.rule(info, shape, dtype, f.check(choice))
-        except ValueError:  # the rule refuses it on this device (a feature it lacks)
-            continue
+    for choice, plan in _plans(info, family, shape, dtype):
         if plan not in seen:
             seen.add(plan)
             out[selection.label(choice)] = choice
@@ -95,14 +103,8 @@ def candidates(info, family: str, shape: tuple, dtype: str) -> tuple[Any, dict[s
 
 def table_label(info, family: str, shape: tuple, dtype: str, table_plan) -> str:
     """The name of the choice the table makes: the first candidate planning the same, else "table"."""
-    f = selection.declared(family)
-    for choice in f.candidates:
-        try:
-            if f.rule(info, shape, dtype, f.check(choice)) == table_plan:
-                return selection.label(choice)
-        except ValueError:
-            continue
-    return selection.TABLE
+    return next((selection.label(c) for c, plan in _plans(info, family, shape, dtype) if plan == table_plan),
+                selection.TABLE)
 
 
 def time_step(step: Callable[[], Any], reset: Callable[[], None], repeats: int, warmup: int = 2) -> float:

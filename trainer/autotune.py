@@ -13,8 +13,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-
 from trainer.backend import Backend
 from trainer.config import Config
 
@@ -30,14 +28,11 @@ def auto_tune(backend: Backend, cfg: Config, steps_left: int, world_size: int = 
         return {"status": "skipped", "reason": "this backend's kernels have no choices to tune"}
     if world_size > 1:
         return {"status": "skipped", "reason": "a data-parallel run does not tune (run `bench tune` first)"}
-    from helios.bench.tuner import time_step, tune
+    from helios.bench.tuner import random_micro_batches, time_step, tune
     from helios.kernels.contract import selection
 
     t0 = time.perf_counter()
-    rng = np.random.default_rng(cfg.train.seed)
-    shape = (cfg.train.batch_size, cfg.model.block_size)
-    micro = [(rng.integers(0, cfg.model.vocab_size, size=shape, dtype=np.int32),
-              rng.integers(0, cfg.model.vocab_size, size=shape, dtype=np.int32))] * cfg.train.grad_accum
+    micro = random_micro_batches(cfg, cfg.train.seed, cfg.train.grad_accum)
     state = backend.state_dict()
 
     def step():

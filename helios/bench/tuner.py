@@ -187,21 +187,28 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
     return report
 
 
-def config_step(cfg, seed: int = 0):
-    """(step, reset, backend) for a trainer config: its model (trainer/backends/helios.py's HeliosBackend) and
-    one micro-batch of its batch and block size of seeded random tokens, trained with its optimiser settings."""
+def random_micro_batches(cfg, seed: int, accum: int = 1) -> list[tuple]:
+    """`accum` copies of one (x, y) micro-batch of seeded random tokens at trainer config `cfg`'s batch and block
+    size: what a tuned step trains on (the kernels chosen depend on the shapes, not the tokens)."""
     import numpy as np
 
-    from trainer.backends.helios import HeliosBackend
-
-    backend = HeliosBackend.create(cfg.model, cfg.optim, seed)
     rng = np.random.default_rng(seed)
     shape = (cfg.train.batch_size, cfg.model.block_size)
     x = rng.integers(0, cfg.model.vocab_size, size=shape, dtype=np.int32)
     y = rng.integers(0, cfg.model.vocab_size, size=shape, dtype=np.int32)
+    return [(x, y)] * accum
+
+
+def config_step(cfg, seed: int = 0):
+    """(step, reset, backend) for a trainer config: its model (trainer/backends/helios.py's HeliosBackend) and
+    one micro-batch of its batch and block size of seeded random tokens, trained with its optimiser settings."""
+    from trainer.backends.helios import HeliosBackend
+
+    backend = HeliosBackend.create(cfg.model, cfg.optim, seed)
+    micro = random_micro_batches(cfg, seed)
 
     def step():
-        return backend.train_step([(x, y)], lr=cfg.optim.lr, grad_clip=cfg.optim.grad_clip, spike_threshold=None)
+        return backend.train_step(micro, lr=cfg.optim.lr, grad_clip=cfg.optim.grad_clip, spike_threshold=None)
 
     return step, backend.invalidate_capture, backend
 
@@ -215,5 +222,5 @@ def tune_config(cfg, **options) -> Report:
         backend.invalidate_capture()
 
 
-__all__ = ["Trial", "Report", "tunable_families", "candidates", "table_label", "time_step", "tune", "config_step",
-           "tune_config"]
+__all__ = ["Trial", "Report", "tunable_families", "candidates", "table_label", "time_step", "tune",
+           "random_micro_batches", "config_step", "tune_config"]

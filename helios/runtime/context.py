@@ -217,16 +217,21 @@ class Runtime:
             stage.release()
 
     # -- timing --------------------------------------------------------------------------------
-    def take_query_pool(self):
-        """A two-entry timestamp query pool (reused)."""
-        if self._query_pools:
-            return self._query_pools.pop()
+    def create_query_pool(self, count: int):
+        """A new timestamp query pool of `count` entries (a HeliosError where the compute queue has no timestamps);
+        the caller destroys it."""
         vk = self.device.vk
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.device.physical)
         if not families[self.device.queue_family].timestampValidBits:
             raise HeliosError(f"the device '{self.info.name}' has no timestamps on its compute queue")
-        info = vk.VkQueryPoolCreateInfo(queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=2)
+        info = vk.VkQueryPoolCreateInfo(queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=count)
         return vk.vkCreateQueryPool(self.device.device, info, None)
+
+    def take_query_pool(self):
+        """A two-entry timestamp query pool (reused)."""
+        if self._query_pools:
+            return self._query_pools.pop()
+        return self.create_query_pool(2)
 
     def give_query_pool(self, pool) -> None:
         self._query_pools.append(pool)

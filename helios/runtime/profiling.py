@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from helios.errors import HeliosError
 from helios.runtime import context
+from helios.runtime.timing import pair_ms
 
 PAIRS = 2048  # timestamp pairs per query pool; a drain (a sync) when it fills
 
@@ -36,11 +37,7 @@ class Profiler:
         self.runtime, self.profile = runtime, profile
         dev = runtime.device
         self.vk, self.dev = dev.vk, dev
-        families = dev.vk.vkGetPhysicalDeviceQueueFamilyProperties(dev.physical)
-        if not families[dev.queue_family].timestampValidBits:
-            raise HeliosError(f"the device '{runtime.info.name}' has no timestamps on its compute queue")
-        info = dev.vk.VkQueryPoolCreateInfo(queryType=dev.vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=2 * PAIRS)
-        self.pool = dev.vk.vkCreateQueryPool(dev.device, info, None)
+        self.pool = runtime.create_query_pool(2 * PAIRS)
         self.names: list[tuple[str, str]] = []  # (kernel, variant) of each pair recorded since the last drain
         self.data = dev.ffi.new(f"uint64_t[{2 * PAIRS}]")
         runtime.recorder.reset_queries(self.pool, 0, 2 * PAIRS)
@@ -64,17 +61,9 @@ class Profiler:
         """Wait for the device, read the recorded pairs into the profile, and reset the pool."""
         rec = self.runtime.recorder
         rec.wait_all()
-        n = len(self.names)
-        if n:
-            vk = self.vk
-            flags = vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT
-            status = vk.lib.vkGetQueryPoolResults(self.dev.device, self.pool, 0, 2 * n, 16 * n, self.data, 8, flags)
-            if status != vk.VK_SUCCESS:
-                raise HeliosError(f"vkGetQueryPoolResults failed ({status}) reading the profile's timestamps")
-            period = self.runtime.info.timestamp_period_ns / 1e6
-            d = self.data
-            self.profile.dispatches.extend(
-                (k, v, (int(d[2 * j + 1]) - int(d[2 * j])) * period) for j, (k, v) in enumerate(self.names))
+        if self.names:
+            ms = pair_ms(self.runtime, self.pool, len(self.names), self.data)
+            self.profile.dispatches.extend((k, v, t) for (k, v), t in zip(self.names, ms, strict=True))
             self.names.clear()
             rec.reset_queries(self.pool, 0, 2 * PAIRS)
 

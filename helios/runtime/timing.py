@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from helios.errors import HeliosError
 from helios.runtime import context
 
 
@@ -34,13 +35,25 @@ def timed() -> Iterator[Timing]:
     finally:
         rec.write_timestamp(pool, 1)
         rec.wait_all()
-        vk, ffi = rt.device.vk, rt.device.ffi
-        data = ffi.new("uint64_t[2]")
-        flags = vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT
-        status = vk.lib.vkGetQueryPoolResults(rt.device.device, pool, 0, 2, 16, data, 8, flags)
-        rt.give_query_pool(pool)
-        if status == vk.VK_SUCCESS:
-            result.ms = (int(data[1]) - int(data[0])) * rt.info.timestamp_period_ns / 1e6
+        try:
+            result.ms = pair_ms(rt, pool, 1, rt.device.ffi.new("uint64_t[2]"))[0]
+        except HeliosError:  # the driver could not read them: ms stays NaN
+            pass
+        finally:
+            rt.give_query_pool(pool)
+
+
+def pair_ms(rt, pool, pairs: int, data) -> list[float]:
+    """Device ms between the two timestamps of each of the first `pairs` pairs of `pool` (entries 2j and 2j + 1),
+    read into `data` (a uint64_t[2 * pairs] or larger), waiting for them; a HeliosError naming the VkResult where
+    the driver cannot read them."""
+    vk = rt.device.vk
+    flags = vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT
+    status = vk.lib.vkGetQueryPoolResults(rt.device.device, pool, 0, 2 * pairs, 16 * pairs, data, 8, flags)
+    if status != vk.VK_SUCCESS:
+        raise HeliosError(f"vkGetQueryPoolResults failed ({status}) reading {pairs} timestamp pair(s)")
+    period = rt.info.timestamp_period_ns / 1e6
+    return [(int(data[2 * j + 1]) - int(data[2 * j])) * period for j in range(pairs)]
 
 
 def time_ms(fn: Callable[[], object], repeats: int = 10, warmup: int = 2) -> list[float]:

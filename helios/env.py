@@ -11,6 +11,7 @@ OPENBLAS_THREAD_TIMEOUT and GOTO_THREAD_TIMEOUT (quiet_blas_threads, before nump
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -38,11 +39,16 @@ def validate() -> bool:
 
 def cache_dir() -> Path:
     """HELIOS_CACHE_DIR, else $XDG_CACHE_HOME/helios, else ~/.cache/helios."""
-    explicit = os.environ.get("HELIOS_CACHE_DIR")
+    env = os.environ  # read at every call (tests change them); the Path is worked out once per combination:
+    # selection.choose asks for it at every launch (the tuning store), and Path.home() alone costs ~8 us
+    return _cache_dir(env.get("HELIOS_CACHE_DIR"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _cache_dir(explicit: str | None, xdg: str | None, home: str | None) -> Path:
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "helios"
+    return Path(xdg or str(Path.home() / ".cache")) / "helios"  # Path.home() reads HOME (else the password file)
 
 
 def memory_budget_mb() -> int | None:

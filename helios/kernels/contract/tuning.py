@@ -54,11 +54,17 @@ class TuningStore:
     def __init__(self, directory: Path | None = None) -> None:
         self._directory = directory
         self._read: dict[tuple[Path, str], dict[str, str]] = {}  # (file, family) -> {shape key: choice}
+        self._paths: dict[tuple[Path, str], Path] = {}  # (directory, device key) -> its file
 
     def path(self, info) -> Path:
-        """The file holding this device's winners."""
+        """The file holding this device's winners (the Path made once per directory and device: every launch
+        asks, through selection.choose)."""
         directory = env.cache_dir() if self._directory is None else self._directory
-        return directory / f"tuning-{device_key(info)}.json"
+        at = (directory, device_key(info))
+        path = self._paths.get(at)
+        if path is None:
+            path = self._paths[at] = directory / f"tuning-{at[1]}.json"
+        return path
 
     def winners(self, info, family: str, choices: Collection | None = None) -> dict[str, str]:
         """This device's stored winners of `family` ({} when none), those in `choices` only (a winner a newer

@@ -22,33 +22,30 @@ def inject_nan_steps() -> frozenset[int]:
         ) from None
 
 
-def step_delay_s() -> float:
-    """HELIOS_STEP_DELAY_S: sleep this long after each step (a test hook that makes signal timing easy)."""
-    raw = os.environ.get("HELIOS_STEP_DELAY_S", "").strip()
+def _seconds(name: str, example: str) -> float:
+    """A test hook's non-negative seconds from environment variable `name` (0 when unset)."""
+    raw = os.environ.get(name, "").strip()
     try:
         return max(0.0, float(raw)) if raw else 0.0
     except ValueError:
-        raise ConfigError(f"HELIOS_STEP_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.2") from None
+        raise ConfigError(f"{name}={raw!r} is not allowed: expected seconds, e.g. {example}") from None
+
+
+def step_delay_s() -> float:
+    """HELIOS_STEP_DELAY_S: sleep this long after each step (a test hook that makes signal timing easy)."""
+    return _seconds("HELIOS_STEP_DELAY_S", "0.2")
 
 
 def ckpt_delay_s() -> float:
     """HELIOS_CKPT_DELAY_S: sleep this long between the phases of a checkpoint write (temp files written, renamed
     into place, `latest` updated) -- a test hook that opens windows for killing a trainer mid-checkpoint."""
-    raw = os.environ.get("HELIOS_CKPT_DELAY_S", "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else 0.0
-    except ValueError:
-        raise ConfigError(f"HELIOS_CKPT_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.2") from None
+    return _seconds("HELIOS_CKPT_DELAY_S", "0.2")
 
 
 def work_delay_s() -> float:
     """HELIOS_WORK_DELAY_S: sleep this long before each eval batch and each sampled token of the evals and samples
     during training (a test hook that makes them long enough to signal in the middle of one)."""
-    raw = os.environ.get("HELIOS_WORK_DELAY_S", "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else 0.0
-    except ValueError:
-        raise ConfigError(f"HELIOS_WORK_DELAY_S={raw!r} is not allowed: expected seconds, e.g. 0.05") from None
+    return _seconds("HELIOS_WORK_DELAY_S", "0.05")
 
 
 def torch_threads() -> int:

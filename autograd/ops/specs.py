@@ -55,5 +55,4 @@ def spec_function(spec: OpSpec) -> type[Function]:
 
 # Spec name -> its Function: derived from the registry, so a new spec needs no line here (and no module-level name:
 # callers index this table).
-FUNCTIONS: dict[str, type[Function]] = {spec.name: spec_function(spec) for spec in specs()
-                                        if spec.autograd and spec.backward is not None}
+FUNCTIONS: dict[str, type[Function]] = {spec.name: spec_function(spec) for spec in specs() if spec.derives_function}

@@ -183,6 +183,11 @@ class OpSpec:
         return tuple(f"d{a}" for a in self.args if a not in self.indices)
 
     @property
+    def derives_function(self) -> bool:
+        """Whether autograd derives its Function (autograd.ops.specs.FUNCTIONS): autograd=True and a backward."""
+        return self.autograd and self.backward is not None
+
+    @property
     def backward_kwargs(self) -> tuple[str, ...]:
         """Keyword arguments only backward takes, built by its caller on the host (the embedding scatter's sorted
         `plan`; a Sample's backward_kwargs() gives them): backward's keyword-only parameters other than the

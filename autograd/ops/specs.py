@@ -2,9 +2,9 @@
 the spec's name (`FUNCTIONS["gelu"]`, a Function class named Gelu): forward and VJP are the spec's op functions.
 Scalars are keyword arguments of `apply`; gradients the spec says have sinks (a norm's dw and db) are added straight
 into the parameters' gradient arena (`ctx.grad_sink`), so accumulating them costs no dispatch. Index arguments
-(`indices`: ids, targets) get no gradient, and keyword arguments that only backward takes (`backward_kwargs`: the
-embedding's sorted plan) are kept from `apply` for it. A backward that can skip gradients (`needs`: matmul's, the
-embedding's) computes only those its inputs need. A new spec needs no edit here."""
+(`indices`: ids, targets) get no gradient, and keyword arguments that only backward takes (`backward_kwargs`, read
+from its signature: the embedding's sorted plan) are kept from `apply` for it. A backward that can skip gradients
+(`needs`: matmul's, the embedding's) computes only those its inputs need. A new spec needs no edit here."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ def spec_function(spec: OpSpec) -> type[Function]:
     per float arg (None for index args), ACCUMULATED for one written into its sink."""
     floats = [k for k, a in enumerate(spec.args) if a not in spec.indices]  # the arg each gradient belongs to
     sunk = [(k, g) for k, g in zip(floats, spec.grads, strict=True) if g in spec.sinks]
+    backward_only = spec.backward_kwargs  # read from backward's signature once, not at every apply
 
     def forward(ctx, *args, **scalars):
         if len(args) > len(spec.args):  # scalars given positionally, in the spec's order
             scalars |= dict(zip(spec.scalars, args[len(spec.args):], strict=False))
             args = args[:len(spec.args)]
-        ctx.backward_kwargs = {k: scalars.pop(k) for k in spec.backward_kwargs if k in scalars}
+        ctx.backward_kwargs = {k: scalars.pop(k) for k in backward_only if k in scalars}
         ctx.scalars = spec.grad_kwargs(scalars)
         ctx.flags = {flag: args[spec.args.index(arg)] is not None for arg, flag in spec.optional.items()}
         outputs = spec.forward(*args, **scalars)
@@ -54,5 +55,4 @@ def spec_function(spec: OpSpec) -> type[Function]:
 
 # Spec name -> its Function: derived from the registry, so a new spec needs no line here (and no module-level name:
 # callers index this table).
-FUNCTIONS: dict[str, type[Function]] = {spec.name: spec_function(spec) for spec in specs()
-                                        if spec.autograd and spec.backward is not None}
+FUNCTIONS: dict[str, type[Function]] = {spec.name: spec_function(spec) for spec in specs() if spec.derives_function}

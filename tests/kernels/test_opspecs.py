@@ -215,7 +215,7 @@ def test_forward_and_backward_against_reference(spec, choice, dtype, force, requ
     sub = _subgroup_case(spec, choice, dtype) if subgroup_stage else None
     keep = sub.shapes if sub is not None else None  # the shapes the subgroup stage runs (None: all)
     force(spec.family, choice)
-    for family in spec.also_families:  # the k-th choice of spec.family with the k-th (cycling) of each other one
+    for family in spec.families[1:]:  # the k-th choice of spec.family with the k-th (cycling) of each other one
         others = [c for c in FORCED[family] if not _unfit(spec.kernels, c, dtype)]  # all of them where all fit
         force(family, others[FORCED[spec.family].index(choice) % len(others)])
     rng = np.random.default_rng(0)
@@ -317,7 +317,7 @@ def test_every_spec_is_complete(spec):
     assert callable(spec.reference) and callable(spec.forward) and callable(spec.inputs)
     assert (spec.backward is None) == (spec.reference_backward is None), "a backward needs its reference and back"
     assert selection._family(spec.family).name == spec.family
-    for family in (spec.family, *spec.also_families):
+    for family in spec.families:
         assert selection._family(family).name == family
         assert FORCED[family], f"no forced choices for family {family}"
     registered = {k.name: k for k in registry.load_all()}

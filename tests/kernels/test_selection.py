@@ -16,6 +16,7 @@ import pytest
 import helios.runtime as rt
 from helios import ops
 from helios.kernels.contract import selection
+from helios.kernels.contract.spec import spec_of
 from helios.kernels.indexing import layout as L
 from helios.kernels.pointwise import rope as P
 from helios.kernels.rows import cross_entropy as C
@@ -138,12 +139,15 @@ def test_forcing_reaches_rope_and_copy_columns(force):
 
 def test_each_rule_declares_what_its_tests_force():
     """Every family of an op spec declares the choices the op-spec tests force (test_opspecs checks that), each one
-    its rule accepts; its subgroup cases are among them (test_opspecs.py reads both from the rules)."""
+    its rule accepts; its subgroup cases are among them, and the ops it also serves are registered ops of other
+    families (test_opspecs.py reads all three from the rules)."""
     for family in selection.families():
         for choice in family.forced:
             family.check(choice)  # a ValueError names a choice the rule refuses
         for case in family.subgroup:
             assert case.choice in family.forced, f"{family.name}: subgroup case {case.choice!r} is never forced"
+        for op in family.also_serves:  # ops of other families (OpSpec.families reads this)
+            assert spec_of(op).family != family.name, f"{family.name} serves {op}, one of its own ops already"
     rows = selection.declared("rows")
     case = rows.subgroup_case("softmax", rows.subgroup[-1].choice, "f32")
     assert case is not None and rows.subgroup_case("layernorm", case.choice, "f32") is None  # softmax's only

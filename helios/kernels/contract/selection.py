@@ -17,8 +17,11 @@ class), never `info.is_cpu`.
 
 The rule's registration is also the family's catalogue of what its tests run: `forced=` the choices
 tests/kernels/test_opspecs.py forces, one test each (default: every one of `choices`), and `subgroup=` the
-few of them CI runs again at lavapipe's other subgroup sizes (`-m subgroup`, `Subgroup` cases). The tests
-read both from here (`declared(family)`); no test keeps a table of its own.
+few of them CI runs again at lavapipe's other subgroup sizes (`-m subgroup`, `Subgroup` cases), `forced_dtypes=`
+the dtypes a forced choice is tested in where not all, and `also_serves=` the ops of other families whose op
+functions choose through this one too (sum, mean and max over everything choose reduce_all's access), whose tests
+force this family's choices alongside their own. The tests read these from here (`declared(family)`,
+OpSpec.families); no test keeps a table of its own.
 
 Measured winners (helios.bench.tuner): a family's candidates are its `choices` (else the `forced` catalogue).
 `choose` prefers, where nothing is forced, a winner stored for exactly (device, family, shape, dtype) in the
@@ -72,6 +75,8 @@ class Family:
     forced_dtypes: Mapping = field(default_factory=dict, compare=False)
     # ^ forced choice -> the dtypes its tests run, where not every dtype of the op (matmul: a half dtype changes only
     #   loads and stores, which the tilings of one builder share)
+    also_serves: tuple[str, ...] = ()  # ops of other families that choose through this one too (reduce_all: sum,
+    #                                    mean and max over everything); their tests force its choices too
 
     @property
     def candidates(self) -> tuple:
@@ -90,11 +95,13 @@ _FORCED: dict[str, Any] = {}
 
 
 def rule(family: str, choices: Collection | None = None, check: Callable[[Any], Any] | None = None,
-         forced: Iterable | None = None, subgroup: Iterable[Subgroup] = (), forced_dtypes: Mapping | None = None):
+         forced: Iterable | None = None, subgroup: Iterable[Subgroup] = (), forced_dtypes: Mapping | None = None,
+         also_serves: Iterable[str] = ()):
     """Register `family`'s rule (a family declared by two rules is an error). A forced choice must be one of
     `choices` (or pass `check`). `forced`: the choices the op-spec tests force (default: `choices`, in order);
     `subgroup`: the cases of those CI runs again at other subgroup sizes; `forced_dtypes`: forced choice -> the
-    dtypes its tests run, where not all."""
+    dtypes its tests run, where not all; `also_serves`: the ops of other families that choose through this one
+    too."""
     tested = tuple(choices if forced is None and choices is not None else forced or ())
 
     def checked(choice):
@@ -103,7 +110,8 @@ def rule(family: str, choices: Collection | None = None, check: Callable[[Any], 
         return check(choice) if check is not None else choice
 
     def register(fn: Rule) -> Rule:
-        declared = Family(family, fn, checked, tested, tuple(subgroup), tuple(choices or ()), dict(forced_dtypes or {}))
+        declared = Family(family, fn, checked, tested, tuple(subgroup), tuple(choices or ()), dict(forced_dtypes or {}),
+                          tuple(also_serves))
         _FAMILIES.add(family, declared, f"{fn.__module__}.{fn.__qualname__}")
         return fn
 

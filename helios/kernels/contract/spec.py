@@ -15,8 +15,10 @@ one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next t
 both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
 the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
 (autograd=False); ops taking a list of tensors (`packed`), writing into an argument they return (`inplace`), storing
-results in the dtype a scalar names (`dtype_scalar`) or choosing through more than one selection family
-(`also_families`) say that too; test shapes may be `BroadcastShape`s (a row or column operand). A forced choice may
+results in the dtype a scalar names (its test values given as `OutputDtypes`: cast's) say that too; an op that also
+chooses through another family's rule is named by that rule (`also_serves`: reduce_all's for the sums over
+everything), and keyword arguments only backward takes (the embedding's sorted plan) are backward's keyword-only
+parameters (`backward_kwargs`); test shapes may be `BroadcastShape`s (a row or column operand). A forced choice may
 run only some dtypes (its rule's `forced_dtypes`: matmul's tilings), where its compile cost or what it shares with
 other choices says so. The tests' cases come from the spec's sample generator (`sample_inputs`,
 helios.kernels.contract.samples): the default one serves most ops from the fields above, and an op with a special
@@ -27,6 +29,7 @@ module so that its specs register) is helios.kernels.discover, not the SPIR-V la
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -69,6 +72,16 @@ class BroadcastShape(tuple):
 
     def __repr__(self) -> str:
         return f"{tuple(self)!r} ({self.form} operand)"
+
+
+class OutputDtypes(tuple):
+    """A scalar's test values that name the dtype the op's outputs are stored in, whatever dtype it runs in
+    (cast's `dtype`: scalars={"dtype": OutputDtypes(("bf16", "fp16", "f32"))}); OpSpec.dtype_scalar finds it."""
+
+    def __new__(cls, dtypes):
+        if stray := set(dtypes) - set(DTYPES):
+            raise ValueError(f"output dtypes {sorted(stray)} are not among {DTYPES}")
+        return super().__new__(cls, dtypes)
 
 
 def broadcast_operand(shape) -> tuple:
@@ -123,25 +136,19 @@ class OpSpec:
     f32: tuple[str, ...] = ()            # args, outputs and gradients stored f32 whatever the dtype (statistics,
     #                                      parameter gradients)
     scalars: Mapping[str, tuple] = field(default_factory=dict, compare=False)
-    # ^ scalar keyword arguments -> test values; the k-th test case takes the k-th value of each (cycling shorter)
+    # ^ scalar keyword arguments -> test values; the k-th test case takes the k-th value of each (cycling shorter);
+    #   values given as OutputDtypes name the dtype the outputs are stored in (cast's `dtype`)
     grad_scalars: tuple[str, ...] | None = None  # the scalars backward takes (None: all)
     sinks: tuple[str, ...] = ()          # gradients backward can add into f32 sinks (dw: `dw_out=`, accumulate=True)
     optional: Mapping[str, str | None] = field(default_factory=dict, compare=False)
     # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias; None for an op
     #   without a backward: adamw_step's decay_mask, clip_coef, norm); the tests run each shape again without each
     indices: tuple[str, ...] = ()        # args that are int32 index arrays (ids, targets): no rounding, no gradient
-    backward_kwargs: tuple[str, ...] = ()  # keyword arguments that only backward takes, computed by its caller on the
-    #                                        host (the embedding scatter's sorted plan): the autograd Function keeps
-    #                                        them from apply for backward
-    also_families: tuple[str, ...] = ()  # other selection families its op functions choose through (sum over
-    #                                      everything: reduce_all); the tests force theirs alongside `family`'s
     packed: bool = False                 # forward and reference take the tensor args as one list (concat's parts,
     #                                      sumsq's tensors)
     inplace: Mapping[str, str] = field(default_factory=dict, compare=False)
     # ^ output -> the arg it is written into (add_inplace's y is a): forward returns that argument's tensor itself,
     #   which the derived test checks; forward-only ops (backward=None) alone, as a gradient would need the input
-    dtype_scalar: str | None = None      # the scalar naming the dtype outputs are stored in (cast's `dtype`); None:
-    #                                      outputs are stored in the dtype the op runs in (see result_storage)
     needs: bool = False                  # backward takes `needs=`: one bool per gradient (grads' order), False to
     #                                      skip computing it (None returned in its place), which autograd passes
     torch_op: Callable | None = field(default=None, compare=False)
@@ -164,8 +171,8 @@ class OpSpec:
             raise ValueError(f"op {self.name!r}: inplace names {sorted(stray)}, not among its outputs and args")
         if self.inplace and self.backward is not None:
             raise ValueError(f"op {self.name!r}: an in-place op cannot have a backward (its input is overwritten)")
-        if self.dtype_scalar is not None and self.dtype_scalar not in self.scalars:
-            raise ValueError(f"op {self.name!r}: dtype_scalar {self.dtype_scalar!r} is not among its scalars")
+        if len(named := [k for k, v in self.scalars.items() if isinstance(v, OutputDtypes)]) > 1:
+            raise ValueError(f"op {self.name!r}: scalars {named} each name the outputs' dtype; one may")
         # a forward-only op (backward None) has no gradients to hold to a tolerance
         if missing := (set(self.outputs) | set(self.grads if self.backward else ())) - set(self.tolerance):
             raise ValueError(f"op {self.name!r}: no tolerance for {sorted(missing)}: add them to `tolerance`")
@@ -175,6 +182,36 @@ class OpSpec:
         """The gradients backward returns: d + each float argument's name (index arguments take none)."""
         return tuple(f"d{a}" for a in self.args if a not in self.indices)
 
+    @property
+    def derives_function(self) -> bool:
+        """Whether autograd derives its Function (autograd.ops.specs.FUNCTIONS): autograd=True and a backward."""
+        return self.autograd and self.backward is not None
+
+    @property
+    def backward_kwargs(self) -> tuple[str, ...]:
+        """Keyword arguments only backward takes, built by its caller on the host (the embedding scatter's sorted
+        `plan`; a Sample's backward_kwargs() gives them): backward's keyword-only parameters other than the
+        scalars, the optional args' flags and `needs`. The autograd Function keeps them from apply for backward."""
+        if self.backward is None:
+            return ()
+        given = {*self.scalars, *self.optional.values(), *(("needs",) if self.needs else ())}
+        return tuple(n for n, p in inspect.signature(self.backward).parameters.items()
+                     if p.kind is p.KEYWORD_ONLY and n not in given)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The selection families its op functions choose through: `family`, then those whose rule says it also
+        serves this op (sum over everything: reduce_all); the tests force theirs alongside `family`'s."""
+        from helios.kernels.contract import selection
+
+        return (self.family, *(f.name for f in selection.families() if self.name in f.also_serves))
+
+    @property
+    def dtype_scalar(self) -> str | None:
+        """The scalar whose values name the dtype the outputs are stored in (given as OutputDtypes: cast's
+        `dtype`); None: outputs are stored in the dtype the op runs in (see result_storage)."""
+        return next((k for k, v in self.scalars.items() if isinstance(v, OutputDtypes)), None)
+
     def storage(self, name: str, dtype: str) -> str:
         """The dtype tensor `name` (an arg, output or gradient) is stored in when the op runs in `dtype`."""
         return "f32" if name in self.f32 else dtype
@@ -182,8 +219,9 @@ class OpSpec:
     def result_storage(self, name: str, dtype: str, scalars: Mapping) -> str:
         """The dtype tensor `name` is stored in when the op runs in `dtype` with `scalars`: an output of an op with a
         dtype_scalar is stored in that scalar's dtype, anything else as `storage` says."""
-        if self.dtype_scalar is not None and name in self.outputs:
-            return scalars[self.dtype_scalar]
+        named = self.dtype_scalar
+        if named is not None and name in self.outputs:
+            return scalars[named]
         return self.storage(name, dtype)
 
     def scalar_cases(self) -> list[dict]:

@@ -458,4 +458,4 @@ register(OpSpec("embedding", "Rows of table for int32 ids [B, T] as [N, D], plus
                 args=("ids", "table", "pos_table"), outputs=("y",), saves=("ids", "table", "pos_table"),
                 family="embedding_backward", shapes=_SHAPES, sizes=rows_and_cols, tolerance=_TOLERANCE,
                 f32=("dtable", "dpos_table"), sinks=("dtable", "dpos_table"), optional={"pos_table": "has_pos_table"},
-                indices=("ids",), backward_kwargs=("plan",), needs=True, samples=_samples))
+                indices=("ids",), needs=True, samples=_samples))

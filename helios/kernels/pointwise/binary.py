@@ -97,14 +97,14 @@ def _tie_inputs(rng: np.random.Generator, shape, **_) -> tuple[np.ndarray, np.nd
 
 
 maximum, maximum_backward = binary_pointwise(
-    "maximum", "The larger of a and b elementwise (NaN if either is NaN), as torch.maximum.",
+    "maximum", "The larger of a and b elementwise, as torch.maximum (NaN if either is; a tie splits the gradient).",
     lambda b, a, c: _pick(b, a, c, a > c),
     lambda b, a, c, dy: (_split(b, dy, a > c, a == c), _split(b, dy, c > a, a == c)),
     lambda a, c: np.maximum(a, c),
     lambda a, c: (_reference_split(a > c, a == c), _reference_split(c > a, a == c)),
     inputs=_tie_inputs, grad_flops=4, torch_op=lambda a, c: a.maximum(c))
 minimum, minimum_backward = binary_pointwise(
-    "minimum", "The smaller of a and b elementwise (NaN if either is NaN), as torch.minimum.",
+    "minimum", "The smaller of a and b elementwise, as torch.minimum (NaN if either is; a tie splits the gradient).",
     lambda b, a, c: _pick(b, a, c, a < c),
     lambda b, a, c, dy: (_split(b, dy, a < c, a == c), _split(b, dy, c < a, a == c)),
     lambda a, c: np.minimum(a, c),

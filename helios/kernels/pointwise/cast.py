@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from helios.kernels.contract.dtypes import FLOAT_DTYPES, HALF_DTYPES, NUMPY, check_float
-from helios.kernels.contract.spec import OpSpec, normal_inputs, register
+from helios.kernels.contract.spec import OpSpec, OutputDtypes, normal_inputs, register
 from helios.kernels.contract.tolerance import Tolerance
 from helios.kernels.lib.maps import map_kernel, run_map
 from helios.runtime import Tensor, copy, empty
@@ -80,7 +80,7 @@ __all__ = ["cast", "scale_by", "reference_cast", "reference_scale_by"]
 register(OpSpec("cast", "x converted to dtype (f32, bf16 or fp16), rounded to nearest even; the same dtype copies.",
                 __name__, (CAST_TO_HALF, CAST_TO_F32), cast, None, reference_cast, None,
                 lambda rng, shape, **_: (normal_inputs(rng, shape),), saves=(),
-                scalars={"dtype": HALF_DTYPES + ("f32",)}, dtype_scalar="dtype",
+                scalars={"dtype": OutputDtypes(HALF_DTYPES + ("f32",))},
                 tolerance={"y": Tolerance()}, autograd=False))
 
 

@@ -162,7 +162,7 @@ def all_groups(n: int) -> int:
     return _max(1, _min(256, ceil_div(n, ALL_LOCAL * 16)))
 
 
-@selection.rule("reduce_all", choices=("scalar", "vec4"))
+@selection.rule("reduce_all", choices=("scalar", "vec4"), also_serves=("sum", "mean", "max"))  # their axis=None
 def _choose_all(info, shape: tuple, dtype: str, forced: str | None) -> str:
     """shape = (n, op): vec4 loads (with a scalar tail) from 4 elements on, unless "scalar" is forced."""
     n, op = shape
@@ -445,8 +445,9 @@ _REDUCE_SHAPES = tuple(s for s in ((1,), (1, 1), (7, 8), (33, 33), (7, 513), (1,
 # (a 33,337-long row; the inputs keep sums away from 0): 64 of |sum| plus 2 of the largest result (floor 1), still
 # far below a dropped element (~1,000 roundings at the longest row) or a scale of 1.0001 (~1,700); max is exact.
 _SUM_TOLERANCE = {"y": Tolerance(rel=64, abs=2, floor=1.0)}
-_REDUCE_OP = dict(family="rows", also_families=("reduce_all",), shapes=_REDUCE_SHAPES, sizes=rows_and_cols,
-                  f32=("y",), scalars={"axis": (-1, None)}, autograd=False)
+# axis=None chooses through reduce_all, whose rule says it serves these ops (their tests force its choices too).
+_REDUCE_OP = dict(family="rows", shapes=_REDUCE_SHAPES, sizes=rows_and_cols, f32=("y",), scalars={"axis": (-1, None)},
+                  autograd=False)
 # torch: over the last axis (a 1-D input's as shape (1,)), or over everything as shape (1,) (axis=None)
 _TORCH_REDUCTIONS = {name: lambda x, axis, op=op: getattr(x, op)(-1 if axis == -1 else None).reshape(
     x.shape[:-1] if axis == -1 and x.dim() > 1 else (1,)) for name, op in (("sum", "sum"), ("mean", "mean"),

@@ -102,9 +102,12 @@ def candidates(info, family: str, shape: tuple, dtype: str) -> tuple[Any, dict[s
 
 
 def table_label(info, family: str, shape: tuple, dtype: str, table_plan) -> str:
-    """The name of the choice the table makes: the first candidate planning the same, else "table"."""
-    return next((selection.label(c) for c, plan in _plans(info, family, shape, dtype) if plan == table_plan),
-                selection.TABLE)
+    """The name of the choice the table makes: the candidate that is the table's plan itself, else the first
+    planning the same, else "table". (A forced choice the device cannot run gives way to the table and so plans
+    the same: on SwiftShader, without int64, forcing reg8x8 runs the table's tiled32, which is its name.)"""
+    same = [c for c, plan in _plans(info, family, shape, dtype) if plan == table_plan]
+    exact = [c for c in same if c == table_plan]
+    return selection.label((exact or same)[0]) if same else selection.TABLE
 
 
 def time_step(step: Callable[[], Any], reset: Callable[[], None], repeats: int, warmup: int = 2) -> float:

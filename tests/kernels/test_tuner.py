@@ -74,6 +74,18 @@ def test_the_tuner_never_stores_a_candidate_that_does_not_run(store, info):
     assert store.winners(bare, "embedding_backward") == {key(selection.shape_key(shape)): selection.TABLE}
 
 
+def test_the_table_label_names_what_runs_not_a_choice_that_gives_way_to_it(info):
+    from helios.bench import tuner
+
+    shape = ("nt", 256, 384, 128, 1)
+    no_int64 = dataclasses.replace(info, int64=False, profile="gpu")  # SwiftShader's GPU profile
+    table = selection.declared("matmul").rule(no_int64, shape, "f32", None)
+    assert table.startswith("tiled")  # register tilings need int64: forcing reg8x8 gives way to this table
+    assert tuner.table_label(no_int64, "matmul", shape, "f32", table) == table  # not "reg8x8", the first candidate
+    lavapipe = selection.declared("matmul").rule(info, shape, "f32", None)
+    assert tuner.table_label(info, "matmul", shape, "f32", lavapipe) == lavapipe  # negative control: runs as is
+
+
 TINY = """[model]
 n_layer = 1
 n_head = 2

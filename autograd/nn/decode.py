@@ -48,6 +48,11 @@ class KVCache:
         self.offset_alignment = offset_alignment
         self.unit = row_unit(offset_alignment, cfg.n_embd, self.width, cfg.n_head * cfg.head_dim)
         self.capture = capture
+        from helios.kernels.decode.select import plan
+
+        # One-token steps run a fused kernel per block and one for ln_f + LM head where the "decode" rule takes
+        # this model (helios.kernels.decode); prefills, and models it refuses, run the ops one by one.
+        self.fused = plan(cfg, _dtype_name(model.wte.weight.data.dtype)) == "fused"
         self._steps: dict[tuple[int, int], tuple] = {}  # (first row, end) -> (Capture, ids tensor, logits)
         self.replays = 0  # one-token steps replayed from a capture (no host recording)
 
@@ -120,6 +125,8 @@ class KVCache:
 
         cfg, model = self.cfg, self.model
         n = t - p0
+        if n == 1 and self.fused:
+            return self._fused_step(ids, p0, t)
         C, W, H, Hkv, D = cfg.n_embd, self.width, cfg.n_head, cfg.kv_heads, cfg.head_dim
         llama = cfg.arch == "llama"
         pos = None if llama else model.wpe.weight.data.view(p0 * C, (cfg.block_size - p0, C))
@@ -144,6 +151,30 @@ class KVCache:
         last = _norm(model.ln_f, last)
         head = model.wte.weight if cfg.tie_embeddings else model.lm_head.weight
         return ops.matmul(last, head.data, trans_b=True)
+
+
+    def _fused_step(self, ids, p0: int, t: int) -> object:
+        """The logits of one new token at position t - 1 through the fused kernels: embedding, one dispatch per block
+        (its QKV row written into the cache), one for ln_f and the LM head."""
+        from helios import ops
+
+        cfg, model = self.cfg, self.model
+        C = cfg.n_embd
+        x = ops.embedding(ids, model.wte.weight.data, model.wpe.weight.data.view(p0 * C, (cfg.block_size - p0, C)))
+        for block, cache in zip(model.h, self.rows, strict=True):
+            attn, mlp = block.attn, block.mlp
+            params = [p.data for layer in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc, mlp.c_proj)
+                      for p in (layer.weight, layer.bias)]
+            x, _ = ops.decode_block(x, cache, *params, t=t, n_head=cfg.n_head, eps=block.ln_1.eps)
+        head = model.wte.weight if cfg.tie_embeddings else model.lm_head.weight
+        return ops.decode_head(x, model.ln_f.weight.data, model.ln_f.bias.data, head.data, eps=model.ln_f.eps)
+
+
+def _dtype_name(dtype) -> str:
+    """A parameter array's dtype as the selection rules name it."""
+    from helios.kernels.contract.dtypes import FLOAT_DTYPES
+
+    return FLOAT_DTYPES.get(dtype, str(dtype))
 
 
 def row_unit(offset_alignment: int, *widths: int) -> int:

@@ -19,8 +19,9 @@ import numpy as np
 from helios.kernels.contract.samples import draw
 from helios.kernels.contract.spec import OpSpec, register
 from helios.kernels.contract.tolerance import Tolerance
-from helios.kernels.decode.common import WG, each_unit, gemv4, horizontal_sum, layernorm, vec4
+from helios.kernels.decode.common import WG, each_unit, kernel_variant, gemv4, horizontal_sum, layernorm, vec4
 from helios.kernels.lib.row_workers import FLT_MAX
+from helios.kernels.lib.wide import WideView
 from helios.kernels.pointwise.activations import gelu_value
 from helios.kernels.rows.norms import reference_layernorm
 from helios.runtime import Tensor, empty, launch
@@ -28,6 +29,12 @@ from helios.spirv import Kernel, KernelBuilder, Variant, f32, one_workgroup, u32
 
 # Bindings after x (0) and the cache (1), in the op's argument order; y is the last.
 PARAMS = ("ln1_w", "ln1_b", "w_qkv", "b_qkv", "w_proj", "b_proj", "ln2_w", "ln2_b", "w_fc", "b_fc", "w_out", "b_out")
+
+
+# "plain" binds every tensor as a storage buffer; "addressed" reads and writes the cache and the four weight matrices
+# through their device addresses, which lavapipe (Mesa 25) turns into gathers instead of bounds-checked loops over
+# the lanes (helios.device.driver.gathers_pay_off). The "decode_kernels" rule (select.py) picks one.
+VARIANTS = {"plain": {}, "addressed": {"addressed": True}}
 
 
 # -- numpy reference ----------------------------------------------------------------------------------
@@ -62,15 +69,24 @@ def build(b: KernelBuilder, v: Variant) -> None:
     C4, HID4, D4 = b.spec("C4", u32, 32), b.spec("HID4", u32, 128), b.spec("D4", u32, 8)
     SCORES, H = b.spec("SCORES", u32, 512), b.spec("H", u32, 4)
     t, eps, scale = b.push("t", u32), b.push("eps", f32), b.push("scale", f32)
-    x_in, cache = b.buffer(0, f32, "r"), b.buffer(1, f32, "rw")
-    p = {name: b.buffer(2 + k, f32, "r").vec4 for k, name in enumerate(PARAMS)}
+    addressed = v.get("addressed", False)  # the cache and weight matrices through device addresses, as u64 words
+
+    def matrix(binding: int, access: str):
+        buf = b.buffer(binding, f32, access, addressed)
+        return WideView(b, buf) if addressed else buf.vec4
+
+    x_in, kv = b.buffer(0, f32, "r"), matrix(1, "rw")
+    p = {name: matrix(2 + k, "r") if name.startswith("w_") else b.buffer(2 + k, f32, "r").vec4
+         for k, name in enumerate(PARAMS)}
     y = b.buffer(2 + len(PARAMS), f32, "w")
     xs, hs, q, att = (b.shared(vec4, C4, n) for n in ("xs", "hs", "q", "att"))
     hid, scores, partials = b.shared(vec4, HID4, "hid"), b.shared(f32, SCORES, "scores"), b.shared(f32, WG, "partials")
     lid = b.local_index()
     W4 = C4 * 3  # vec4s per cache row
-    kv = cache.vec4
     row = (t - 1) * W4
+
+    def rows4(u):  # the weight rows of output vec4 u
+        return [u * 4 + r for r in range(4)]
 
     def load(u):
         xs[u] = x_in.vec4[u]
@@ -80,7 +96,7 @@ def build(b: KernelBuilder, v: Variant) -> None:
     layernorm(b, lid, C4, xs, hs, p["ln1_w"], p["ln1_b"], eps, partials)
 
     def project_qkv(u):
-        out = p["b_qkv"][u] + gemv4(b, hs, p["w_qkv"], u, C4)
+        out = p["b_qkv"][u] + gemv4(b, hs, p["w_qkv"], rows4(u), C4)
         kv[row + u] = out
         with b.if_(u < C4):
             q[u] = out
@@ -93,7 +109,7 @@ def build(b: KernelBuilder, v: Variant) -> None:
         j = pair - h * t
         acc = b.var(f32, 0.0)
         key = j * W4 + C4 + h * D4
-        with b.for_range(0, D4) as d:
+        with b.for_range(0, D4, unroll=False) as d:
             acc.value = acc.value + b.dot(q[h * D4 + d], kv[key + d])
         scores[pair] = acc.value * scale  # scores[h * t + j]
 
@@ -102,23 +118,23 @@ def build(b: KernelBuilder, v: Variant) -> None:
     lane, lanes = b.subgroup_local_id(), b.subgroup_size()
     with b.for_range(b.subgroup_id(), H, b.num_subgroups()) as h:  # a subgroup per head: f32 softmax over t keys
         m = b.var(f32, -FLT_MAX)
-        with b.for_range(lane, t, lanes) as j:
+        with b.for_range(lane, t, lanes, unroll=False) as j:
             m.value = b.max(m.value, scores[h * t + j])
         top = b.subgroup_max(m.value)
         s = b.var(f32, 0.0)
-        with b.for_range(lane, t, lanes) as j:
+        with b.for_range(lane, t, lanes, unroll=False) as j:
             e = b.exp(scores[h * t + j] - top)
             scores[h * t + j] = e
             s.value = s.value + e
         inv = 1.0 / b.subgroup_add(s.value)
-        with b.for_range(lane, t, lanes) as j:
+        with b.for_range(lane, t, lanes, unroll=False) as j:
             scores[h * t + j] = scores[h * t + j] * inv
     b.barrier()
 
     def attend(u):  # o's vec4 u of head u / D4: sum_j p_j v_j
         h = u / D4
         acc = b.var(vec4, 0.0)
-        with b.for_range(0, t) as j:
+        with b.for_range(0, t, unroll=False) as j:
             acc.value = acc.value + kv[j * W4 + C4 * 2 + u] * scores[h * t + j]
         att[u] = acc.value
 
@@ -126,20 +142,20 @@ def build(b: KernelBuilder, v: Variant) -> None:
     b.barrier()
 
     def project_out(u):  # xs[u] is read and written by this invocation alone
-        xs[u] = xs[u] + p["b_proj"][u] + gemv4(b, att, p["w_proj"], u, C4)
+        xs[u] = xs[u] + p["b_proj"][u] + gemv4(b, att, p["w_proj"], rows4(u), C4)
 
     each_unit(b, lid, C4, project_out)
     b.barrier()
     layernorm(b, lid, C4, xs, hs, p["ln2_w"], p["ln2_b"], eps, partials)
 
     def fc(u):
-        hid[u] = gelu_value(b, p["b_fc"][u] + gemv4(b, hs, p["w_fc"], u, C4))
+        hid[u] = gelu_value(b, p["b_fc"][u] + gemv4(b, hs, p["w_fc"], rows4(u), C4))
 
     each_unit(b, lid, HID4, fc)
     b.barrier()
 
     def project_down(u):
-        y.vec4[u] = xs[u] + p["b_out"][u] + gemv4(b, hid, p["w_out"], u, HID4)
+        y.vec4[u] = xs[u] + p["b_out"][u] + gemv4(b, hid, p["w_out"], rows4(u), HID4)
 
     each_unit(b, lid, C4, project_down)
 
@@ -150,7 +166,7 @@ def block_flops(C: int, hidden: int, t: int) -> int:
 
 
 DECODE_BLOCK = Kernel(
-    "decode_block", build, variants={"f32": {}}, grid=one_workgroup,
+    "decode_block", build, variants=VARIANTS, grid=one_workgroup,
     flops=lambda T, t, C, H, hidden: block_flops(C, hidden, t),  # the sizes of a test shape (op spec)
     bytes=lambda T, t, C, H, hidden: 4 * (4 * C * C + 2 * C * hidden + 2 * t * C + 3 * C + 6 * C + 4 * C + hidden),
 )
@@ -177,7 +193,7 @@ def decode_block(x: Tensor, cache: Tensor, ln1_w: Tensor, ln1_b: Tensor, w_qkv: 
     y = empty((1, C))
     params = (ln1_w, ln1_b, w_qkv, b_qkv, w_proj, b_proj, ln2_w, ln2_b, w_fc, b_fc, w_out, b_out)
     launch(DECODE_BLOCK, [x, cache, *params, y], push={"t": t, "eps": float(eps), "scale": 1.0 / math.sqrt(C // n_head)},
-           grid=(1, 1, 1), spec=spec_values(C, n_head, hidden, block_size), variant="f32")
+           grid=(1, 1, 1), spec=spec_values(C, n_head, hidden, block_size), variant=kernel_variant(C))
     return y, cache
 
 
@@ -217,6 +233,6 @@ def _samples(spec, dtype, choice, rng, kind="kernel", **how):
 register(OpSpec(
     "decode_block", "A GPT-2 block on one new row at position t - 1: its qkv written into the KV cache row, attention "
     "over rows 0..t-1, MLP; one workgroup, inference only.", __name__, (DECODE_BLOCK,), decode_block, None,
-    reference, None, _inputs, args=("x", "cache", *PARAMS), outputs=("y", "cache"), family="decode", shapes=SHAPES,
+    reference, None, _inputs, args=("x", "cache", *PARAMS), outputs=("y", "cache"), family="decode_kernels", shapes=SHAPES,
     sizes=lambda shape: tuple(shape), tolerance={"y": Tolerance(abs=256, floor=1.0), "cache": Tolerance(abs=64, floor=1.0)},
     autograd=False, inplace={"cache": "cache"}, samples=_samples, scalars={"t": (1,), "n_head": (1,), "eps": (1e-5,)}))

@@ -44,11 +44,12 @@ def test_supports_needs_aligned_rows():
 
 def test_fused_one_token_steps_match_unfused_and_take_fewer_dispatches():
     """One-token steps through the fused decode kernels (helios.kernels.decode) give the unfused path's logits at
-    every position (t = 1 .. block_size, 3 heads of 12), in embedding + one dispatch per block + one for the head."""
+    every position (t = 1 .. block_size), in embedding + one dispatch per block + one for the head. Rows of 64 floats
+    start on every device's offset alignment, so each step computes exactly its one row (KVCache.unit 1)."""
     import helios.runtime as rt
     from helios.kernels.contract import selection
 
-    cfg = GPTConfig(arch="gpt2", n_layer=2, n_embd=36, n_head=3, block_size=9, vocab_size=37, dtype="fp32")
+    cfg = GPTConfig(arch="gpt2", n_layer=2, n_embd=64, n_head=4, block_size=9, vocab_size=37, dtype="fp32")
     model = GPT(cfg, seed=3)
     model.eval()
     ids = np.random.default_rng(1).integers(0, cfg.vocab_size, cfg.block_size).astype(np.int32)

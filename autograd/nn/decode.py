@@ -11,6 +11,12 @@ width's rows do not (an odd width on a 256-byte device), a step starts at the la
 and recomputes the few cached rows since then from the kept token ids; where they do (every width that
 is a multiple of 4 floats on a 16-byte device), a step computes exactly the new rows.
 
+A one-token step of a model the "decode" selection rule takes (GPT-2 blocks in f32 that fit the device:
+helios.kernels.decode.select) runs fused kernels instead: the embedding, one dispatch per block (ln_1, the QKV row
+written into the cache, attention over the cached rows, proj, ln_2, MLP; one workgroup) and one for ln_f and the
+LM head, 2 + n_layer dispatches where the ops take 7 per block and 3 more. Prefills (many rows), and models the
+rule refuses (llama, GQA, softcap, bias-free, half dtypes), run the ops one by one as above.
+
 With `capture=True` a one-token step is recorded once per cache position into a reusable command buffer
 (helios.runtime.capture) and replayed when that position comes again (a sampling window that slides back
 over positions it has filled before): a replay records nothing on the host. Its token id travels in a fixed

@@ -94,5 +94,6 @@ def _samples(spec, dtype, choice, rng, kind="kernel", **how):
 register(OpSpec(
     "decode_head", "The LM head of a decode step: logits [1, V] = layernorm(x [1, C]) @ head [V, C]^T; one dispatch, "
     "inference only.", __name__, (DECODE_HEAD,), decode_head, None, reference, None, _inputs,
-    args=("x", "w", "b", "head"), family="decode_kernels", shapes=SHAPES, sizes=lambda shape: (1,) * (2 - len(shape)) + tuple(shape),
+    args=("x", "w", "b", "head"), family="decode_kernels", shapes=SHAPES,
+    sizes=lambda shape: (1,) * (2 - len(shape)) + tuple(shape),
     tolerance={"y": Tolerance(abs=64, floor=1.0)}, autograd=False, samples=_samples, scalars={"eps": (1e-5,)}))

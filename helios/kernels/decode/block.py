@@ -255,8 +255,9 @@ def _samples(spec, dtype, choice, rng, kind="kernel", **how):
 # y within 256 f32 roundings of max |y| (sums of a few hundred products, an exp and a tanh on the way); the cache row
 # is one projection.
 register(OpSpec(
-    "decode_block", "A GPT-2 block on one new row at position t - 1: its qkv written into the KV cache row, attention "
-    "over rows 0..t-1, MLP; one workgroup, inference only.", __name__, (DECODE_BLOCK,), decode_block, None,
+    "decode_block", "A GPT-2 block on one new row at position t - 1 (step = (t, token id), int32 on the device; "
+    "x None: the token's embedding wte[id] + wpe[t - 1]): its qkv written into the KV cache row, attention over rows "
+    "0..t-1, MLP; one workgroup, inference only.", __name__, (DECODE_BLOCK,), decode_block, None,
     reference, None, _inputs, args=("x", "cache", *PARAMS, "step", "wte", "wpe"), outputs=("y", "cache"),
     family="decode_kernels", shapes=SHAPES, indices=("step",), optional={"x": None},
     sizes=lambda shape: (1,) * (5 - len(shape)) + tuple(shape),

@@ -28,7 +28,7 @@ from helios.kernels.lib.wide import WideView
 from helios.kernels.pointwise.activations import gelu_value
 from helios.kernels.rows.norms import reference_layernorm
 from helios.runtime import Tensor, empty, launch
-from helios.spirv import Kernel, KernelBuilder, Variant, boolean, f32, one_workgroup, u32
+from helios.spirv import Kernel, KernelBuilder, Variant, f32, one_workgroup, u32
 
 # Bindings after x (0) and the cache (1), in the op's argument order; y is the last.
 PARAMS = ("ln1_w", "ln1_b", "w_qkv", "b_qkv", "w_proj", "b_proj", "ln2_w", "ln2_b", "w_fc", "b_fc", "w_out", "b_out")
@@ -36,8 +36,10 @@ PARAMS = ("ln1_w", "ln1_b", "w_qkv", "b_qkv", "w_proj", "b_proj", "ln2_w", "ln2_
 
 # "plain" binds every tensor as a storage buffer; "addressed" reads and writes the cache and the four weight matrices
 # through their device addresses, which lavapipe (Mesa 25) turns into gathers instead of bounds-checked loops over
-# the lanes (helios.device.driver.gathers_pay_off). The "decode_kernels" rule (select.py) picks one.
-VARIANTS = {"plain": {}, "addressed": {"addressed": True}}
+# the lanes (helios.device.driver.gathers_pay_off), and unrolls 4 vec4s of each weight row per loop trip (a plain
+# GEMV loop is left to the driver's compiler: unrolled, lavapipe's bounds-checked loads compile ~5x slower). The
+# "decode_kernels" rule (select.py) picks one.
+VARIANTS = {"plain": {"chunk": 1}, "addressed": {"addressed": True, "chunk": 4}}
 
 
 # -- numpy reference ----------------------------------------------------------------------------------
@@ -73,8 +75,9 @@ def build(b: KernelBuilder, v: Variant) -> None:
     (r), 16 wte [V, C], 17 wpe [block_size, C] (r; read where EMBED, else bound to anything)."""
     b.local_size(WG)
     C4, HID4, D4 = b.spec("C4", u32, 32), b.spec("HID4", u32, 128), b.spec("D4", u32, 8)
-    SCORES, H, embed = b.spec("SCORES", u32, 512), b.spec("H", u32, 4), b.spec("EMBED", boolean, False)
-    eps, scale = b.push("eps", f32), b.push("scale", f32)
+    SCORES, H = b.spec("SCORES", u32, 512), b.spec("H", u32, 4)
+    # embed: a push constant, not a spec constant, so the first block shares the others' pipeline
+    eps, scale, embed = b.push("eps", f32), b.push("scale", f32), b.push("embed", u32)
     addressed = v.get("addressed", False)  # the cache and weight matrices through device addresses, as u64 words
 
     def matrix(binding: int, access: str):
@@ -98,7 +101,7 @@ def build(b: KernelBuilder, v: Variant) -> None:
         return [u * 4 + r for r in range(4)]
 
     def load(u):
-        with b.if_(embed):
+        with b.if_(embed.ne(0)):
             xs[u] = wte[token * C4 + u] + wpe[(t - 1) * C4 + u]
         with b.else_():
             xs[u] = x_in.vec4[u]
@@ -108,7 +111,7 @@ def build(b: KernelBuilder, v: Variant) -> None:
     layernorm(b, lid, C4, xs, hs, p["ln1_w"], p["ln1_b"], eps, partials)
 
     def project_qkv(u):
-        out = p["b_qkv"][u] + gemv4(b, hs, p["w_qkv"], rows4(u), C4)
+        out = p["b_qkv"][u] + gemv4(b, hs, p["w_qkv"], rows4(u), C4, v.chunk)
         kv[row + u] = out
         with b.if_(u < C4):
             q[u] = out
@@ -154,20 +157,20 @@ def build(b: KernelBuilder, v: Variant) -> None:
     b.barrier()
 
     def project_out(u):  # xs[u] is read and written by this invocation alone
-        xs[u] = xs[u] + p["b_proj"][u] + gemv4(b, att, p["w_proj"], rows4(u), C4)
+        xs[u] = xs[u] + p["b_proj"][u] + gemv4(b, att, p["w_proj"], rows4(u), C4, v.chunk)
 
     each_unit(b, lid, C4, project_out)
     b.barrier()
     layernorm(b, lid, C4, xs, hs, p["ln2_w"], p["ln2_b"], eps, partials)
 
     def fc(u):
-        hid[u] = gelu_value(b, p["b_fc"][u] + gemv4(b, hs, p["w_fc"], rows4(u), C4))
+        hid[u] = gelu_value(b, p["b_fc"][u] + gemv4(b, hs, p["w_fc"], rows4(u), C4, v.chunk))
 
     each_unit(b, lid, HID4, fc)
     b.barrier()
 
     def project_down(u):
-        y.vec4[u] = xs[u] + p["b_out"][u] + gemv4(b, hid, p["w_out"], rows4(u), HID4)
+        y.vec4[u] = xs[u] + p["b_out"][u] + gemv4(b, hid, p["w_out"], rows4(u), HID4, v.chunk)
 
     each_unit(b, lid, C4, project_down)
 
@@ -184,10 +187,9 @@ DECODE_BLOCK = Kernel(
 )
 
 
-def spec_values(C: int, n_head: int, hidden: int, block_size: int, embed: bool = False) -> dict:
+def spec_values(C: int, n_head: int, hidden: int, block_size: int) -> dict:
     """The specialization constants of a launch (they size the shared arrays, so they key the pipeline)."""
-    return {"C4": C // 4, "HID4": hidden // 4, "D4": C // n_head // 4, "SCORES": n_head * block_size, "H": n_head,
-            "EMBED": embed}
+    return {"C4": C // 4, "HID4": hidden // 4, "D4": C // n_head // 4, "SCORES": n_head * block_size, "H": n_head}
 
 
 # -- op function --------------------------------------------------------------------------------------
@@ -211,8 +213,8 @@ def decode_block(x: Tensor | None, cache: Tensor, ln1_w: Tensor, ln1_b: Tensor, 
     params = (ln1_w, ln1_b, w_qkv, b_qkv, w_proj, b_proj, ln2_w, ln2_b, w_fc, b_fc, w_out, b_out)
     embed = x is None
     launch(DECODE_BLOCK, [wte if embed else x, cache, *params, y, step, wte, wpe],
-           push={"eps": float(eps), "scale": 1.0 / math.sqrt(C // n_head)}, grid=(1, 1, 1),
-           spec=spec_values(C, n_head, hidden, block_size, embed), variant=kernel_variant(C))
+           push={"eps": float(eps), "scale": 1.0 / math.sqrt(C // n_head), "embed": int(embed)}, grid=(1, 1, 1),
+           spec=spec_values(C, n_head, hidden, block_size), variant=kernel_variant(C))
     return y, cache
 
 

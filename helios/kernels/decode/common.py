@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from helios.spirv import KernelBuilder, SharedArray, Value, f32, vec
 
-CHUNK = 4  # vec4s of a weight row per trip of gemv4's loop
 WG = 128  # invocations per workgroup: the least maxComputeWorkGroupInvocations Vulkan guarantees
 vec4 = vec(f32, 4)
 
@@ -59,10 +58,10 @@ def layernorm(b: KernelBuilder, lid: Value, units: Value, src: SharedArray, dst:
     b.barrier()
 
 
-def gemv4(b: KernelBuilder, src: SharedArray, weight, rows: list, k_units: Value) -> Value:
+def gemv4(b: KernelBuilder, src: SharedArray, weight, rows: list, k_units: Value, chunk: int = 1) -> Value:
     """The vec4 of dot(src, weight[rows[r]]) for r = 0..3: four rows of a row-major weight (a vec4 view, rows
     `k_units` vec4s long) against the shared row `src`. Four rows share each load of src, and the loop over the row
-    runs CHUNK vec4s per trip (lavapipe pays per trip and per shared load, not per multiply-add), then the rest."""
+    runs `chunk` vec4s per trip (lavapipe pays per trip and per shared load, not per multiply-add), then the rest."""
     accs = [b.var(vec4, 0.0) for _ in rows]
     bases = [r * k_units for r in rows]
 
@@ -71,12 +70,16 @@ def gemv4(b: KernelBuilder, src: SharedArray, weight, rows: list, k_units: Value
         for base, acc in zip(bases, accs, strict=True):
             acc.value = acc.value + s * weight[base + k]
 
-    whole = k_units - k_units % CHUNK
-    with b.for_range(0, whole, CHUNK, unroll=False) as k0:
-        for c in range(CHUNK):
-            step(k0 + c)
-    with b.for_range(whole, k_units, unroll=False) as k:
-        step(k)
+    if chunk == 1:
+        with b.for_range(0, k_units, unroll=False) as k:
+            step(k)
+    else:
+        whole = k_units - k_units % chunk
+        with b.for_range(0, whole, chunk, unroll=False) as k0:
+            for c in range(chunk):
+                step(k0 + c)
+        with b.for_range(whole, k_units, unroll=False) as k:
+            step(k)
     return b.vector(*(horizontal_sum(acc.value) for acc in accs))
 
 

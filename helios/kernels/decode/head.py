@@ -46,7 +46,7 @@ def build(b: KernelBuilder, v: Variant) -> None:
     units = b.min(first + ROWS // 4, (V + 3) // 4)
     with b.for_range(first + lid, units, WG, unroll=False) as u:
         rows = [b.min(u * 4 + r, V - 1) for r in range(4)]  # a last unit past V reads row V - 1 again
-        out = gemv4(b, hs, matrix, rows, C4)
+        out = gemv4(b, hs, matrix, rows, C4, v.chunk)
         for r in range(4):
             with b.if_(u * 4 + r < V):
                 logits[u * 4 + r] = out[r]

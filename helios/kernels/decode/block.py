@@ -90,7 +90,7 @@ def build(b: KernelBuilder, v: Variant) -> None:
     y = b.buffer(2 + len(PARAMS), f32, "w")
     step = b.buffer(15, u32, "r")
     wte, wpe = b.buffer(16, f32, "r").vec4, b.buffer(17, f32, "r").vec4
-    t, token = step[0], step[1]
+    t, token = b.clamp(step[0], 1, SCORES / H), step[1]  # t within 1..block_size: no write outside the cache
     xs, hs, q, att = (b.shared(vec4, C4, n) for n in ("xs", "hs", "q", "att"))
     hid, scores, partials = b.shared(vec4, HID4, "hid"), b.shared(f32, SCORES, "scores"), b.shared(f32, WG, "partials")
     lid = b.local_index()
@@ -199,8 +199,8 @@ def decode_block(x: Tensor | None, cache: Tensor, ln1_w: Tensor, ln1_b: Tensor, 
                  eps: float = 1e-5) -> tuple[Tensor, Tensor]:
     """(y [1, C], cache): a GPT-2 block on the row x [1, C] (None: wte[id] + wpe[t - 1]) at position t - 1, step an
     int32 tensor (t, token id) on the device, its qkv written into row t - 1 of cache [block_size, 3C] (returned,
-    the same tensor), attending over rows 0..t-1; one dispatch, f32. t must be in 1..block_size (not checked on
-    the host: the device holds it)."""
+    the same tensor), attending over rows 0..t-1; one dispatch, f32. t is the device's (not checked on the host): the
+    kernel clamps it into 1..block_size, so it never writes outside the cache."""
     C = cache.shape[-1] // 3
     block_size, hidden = cache.shape[0], w_fc.shape[0]
     if C % 4 or C % n_head or (C // n_head) % 4 or hidden % 4 or tuple(cache.shape) != (block_size, 3 * C):

@@ -72,7 +72,7 @@ def reference(x, cache, ln1_w, ln1_b, w_qkv, b_qkv, w_proj, b_proj, ln2_w, ln2_b
 # -- kernel -------------------------------------------------------------------------------------------
 def build(b: KernelBuilder, v: Variant) -> None:
     """Bindings: 0 x [C] (r), 1 cache [block_size, 3C] (rw), 2..13 PARAMS (r), 14 y [C] (w), 15 step (t, token id)
-    (r), 16 wte [V, C], 17 wpe [block_size, C] (r; read where EMBED, else bound to anything)."""
+    (r), 16 wte [V, C], 17 wpe [block_size, C] (r; read where `embed` is pushed nonzero, else bound to anything)."""
     b.local_size(WG)
     C4, HID4, D4 = b.spec("C4", u32, 32), b.spec("HID4", u32, 128), b.spec("D4", u32, 8)
     SCORES, H = b.spec("SCORES", u32, 512), b.spec("H", u32, 4)

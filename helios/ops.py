@@ -14,6 +14,8 @@ from __future__ import annotations
 from helios.kernels.attention import flash_attention, flash_attention_backward
 from helios.kernels.contract.op_functions import declare_ops as declare_ops
 from helios.kernels.contract.op_functions import declared as declared
+from helios.kernels.decode.block import decode_block
+from helios.kernels.decode.head import decode_head
 from helios.kernels.indexing.embedding import embedding, embedding_backward
 from helios.kernels.indexing.layout import concat, copy_columns, slice_columns
 from helios.kernels.matmul import matmul, matmul_backward
@@ -52,14 +54,14 @@ from helios.kernels.rows.softmax import softmax, softmax_backward
 
 __all__ = [
     "adamw_step", "add", "add_inplace", "cast", "clamp", "clamp_backward", "clone", "concat", "copy_columns",
-    "cross_entropy", "cross_entropy_backward", "div", "dropout", "dropout_backward", "embedding", "embedding_backward",
-    "exp", "exp_backward", "flash_attention", "flash_attention_backward", "gelu", "gelu_backward", "grad_norm",
-    "layernorm", "layernorm_backward", "log", "log_backward", "loss_scale_update", "masked_fill", "matmul",
-    "matmul_backward", "max", "maximum", "maximum_backward", "mean", "minimum", "minimum_backward", "mul", "neg",
-    "relu", "relu_backward", "residual_dropout_add", "residual_dropout_add_backward", "rmsnorm", "rmsnorm_backward",
-    "rope", "rope_backward", "scale", "scale_by", "silu", "silu_backward", "slice_columns", "softcap",
-    "softcap_backward", "softmax", "softmax_backward", "sqrt", "sqrt_backward", "sub", "sum", "sum_rows", "sumsq",
-    "swiglu", "swiglu_backward",
+    "cross_entropy", "cross_entropy_backward", "decode_block", "decode_head", "div", "dropout", "dropout_backward",
+    "embedding", "embedding_backward", "exp", "exp_backward", "flash_attention", "flash_attention_backward", "gelu",
+    "gelu_backward", "grad_norm", "layernorm", "layernorm_backward", "log", "log_backward", "loss_scale_update",
+    "masked_fill", "matmul", "matmul_backward", "max", "maximum", "maximum_backward", "mean", "minimum",
+    "minimum_backward", "mul", "neg", "relu", "relu_backward", "residual_dropout_add", "residual_dropout_add_backward",
+    "rmsnorm", "rmsnorm_backward", "rope", "rope_backward", "scale", "scale_by", "silu", "silu_backward",
+    "slice_columns", "softcap", "softcap_backward", "softmax", "softmax_backward", "sqrt", "sqrt_backward", "sub",
+    "sum", "sum_rows", "sumsq", "swiglu", "swiglu_backward",
 ]
 
 

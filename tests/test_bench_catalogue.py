@@ -16,7 +16,7 @@ def test_every_benchmark_module_declares_itself():
     left_out = {b.name for b in catalogue.benches() if b.order is None}
     assert left_out == {"tune", "bf16", "replay", "optable", "profile"}
     assert catalogue.default_order() == ("limits", "dispatch", "elementwise", "rows", "cross_entropy", "embedding",
-                                         "adamw", "matmul", "attention")
+                                         "adamw", "matmul", "attention", "decode")
 
 
 def test_every_spec_family_has_one_bench():

@@ -11,12 +11,20 @@ width's rows do not (an odd width on a 256-byte device), a step starts at the la
 and recomputes the few cached rows since then from the kept token ids; where they do (every width that
 is a multiple of 4 floats on a 16-byte device), a step computes exactly the new rows.
 
+A one-token step of a model the "decode" selection rule takes (GPT-2 blocks in f32 that fit the device:
+helios.kernels.decode.select) runs fused kernels instead: one dispatch per block (the first embeds the token; each
+does ln_1, writes its QKV row into the cache, attends over the cached rows, then proj, ln_2 and the MLP, in one
+workgroup) and one for ln_f and the LM head: 1 + n_layer dispatches where the ops take 7 per block and 3 more. They
+bind no row views (no alignment to keep) and read the position and the token from a device tensor, so with
+`capture=True` one captured step replays at every position. Prefills (many rows), and models the rule refuses
+(llama, GQA, softcap, bias-free, half dtypes), run the ops one by one as above.
+
 With `capture=True` a one-token step is recorded once per cache position into a reusable command buffer
 (helios.runtime.capture) and replayed when that position comes again (a sampling window that slides back
 over positions it has filled before): a replay records nothing on the host. Its token id travels in a fixed
 device buffer written before each replay; everything else it binds (cache rows, parameters, its outputs) is
 the same memory every time, and the logits it returns are that step's fixed output, rewritten by the next
-replay of the same position.
+replay of the same position (of a fused step: by the next fused step, at any position).
 """
 
 from __future__ import annotations
@@ -48,6 +56,12 @@ class KVCache:
         self.offset_alignment = offset_alignment
         self.unit = row_unit(offset_alignment, cfg.n_embd, self.width, cfg.n_head * cfg.head_dim)
         self.capture = capture
+        from helios.kernels.decode.select import plan
+
+        # One-token steps run a fused kernel per block and one for ln_f + LM head where the "decode" rule takes
+        # this model (helios.kernels.decode); prefills, and models it refuses, run the ops one by one.
+        self.fused = plan(cfg, _dtype_name(model.wte.weight.data.dtype)) == "fused"
+        self._fused = None  # the captured fused token step: (Capture, step tensor, logits)
         self._steps: dict[tuple[int, int], tuple] = {}  # (first row, end) -> (Capture, ids tensor, logits)
         self.replays = 0  # one-token steps replayed from a capture (no host recording)
 
@@ -64,9 +78,10 @@ class KVCache:
 
     def close(self) -> None:
         """Free the captured steps (their command buffers and pinned memory)."""
-        for cap, _, _ in self._steps.values():
+        for cap, _, _ in [*self._steps.values(), *([self._fused] if self._fused else [])]:
             cap.close()
         self._steps.clear()
+        self._fused = None
 
     def feed(self, ids) -> object:
         """Append token ids (1-D) at the next positions; returns the last position's logits, [1, vocab]."""
@@ -80,6 +95,9 @@ class KVCache:
             raise ValueError(f"feed: {n} tokens after {p0} cached do not fit block_size {cfg.block_size}")
         self.ids[p0:t] = ids
         one = n == 1
+        if one and self.fused:  # no row views: no alignment to keep, one capture for every position
+            self.length = t
+            return self._fused_token(int(ids[0]), t)
         p0 = p0 // self.unit * self.unit  # rows from an aligned start: recompute the cached ones since it
         window = np.ascontiguousarray(self.ids[None, p0:t])
         self.length = t
@@ -144,6 +162,53 @@ class KVCache:
         last = _norm(model.ln_f, last)
         head = model.wte.weight if cfg.tie_embeddings else model.lm_head.weight
         return ops.matmul(last, head.data, trans_b=True)
+
+
+    def _fused_token(self, token: int, t: int) -> object:
+        """The logits of `token` at position t - 1 through the fused kernels. Captured once (with `capture`): the
+        position and the token travel in a fixed device tensor (the kernels read them there), so the one capture
+        replays at every position."""
+        from helios import runtime as rt
+
+        step = np.array([t, token], np.int32)
+        if self._fused is not None:
+            cap, step_t, logits = self._fused
+            cap.write_input(step_t, step)
+            cap.replay()
+            self.replays += 1
+            return logits
+        step_t = rt.from_numpy(step)  # made before the scope: an upload inside it would be frozen in
+        if not self.capture:
+            return self._fused_step(step_t)
+        from helios.runtime.capture import Capture
+
+        with Capture() as cap:
+            logits = self._fused_step(step_t)
+        self._fused = (cap, step_t, logits)
+        return logits
+
+    def _fused_step(self, step) -> object:
+        """The logits of the token in `step` (an int32 tensor: t, token id) at position t - 1: one dispatch per block
+        (the first embeds the token; each writes its QKV row into the cache) and one for ln_f and the LM head."""
+        from helios import ops
+
+        cfg, model = self.cfg, self.model
+        x = None
+        for block, cache in zip(model.h, self.rows, strict=True):
+            attn, mlp = block.attn, block.mlp
+            params = [p.data for layer in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc, mlp.c_proj)
+                      for p in (layer.weight, layer.bias)]
+            x, _ = ops.decode_block(x, cache, *params, step, model.wte.weight.data, model.wpe.weight.data,
+                                    n_head=cfg.n_head, eps=block.ln_1.eps)
+        head = model.wte.weight if cfg.tie_embeddings else model.lm_head.weight
+        return ops.decode_head(x, model.ln_f.weight.data, model.ln_f.bias.data, head.data, eps=model.ln_f.eps)
+
+
+def _dtype_name(dtype) -> str:
+    """A parameter array's dtype as the selection rules name it."""
+    from helios.kernels.contract.dtypes import FLOAT_DTYPES
+
+    return FLOAT_DTYPES.get(dtype, str(dtype))
 
 
 def row_unit(offset_alignment: int, *widths: int) -> int:

@@ -378,7 +378,7 @@ def test_ops_table_is_current():
 
 def test_bench_has_every_spec():
     from helios.bench import adamw as optimizer
-    from helios.bench import attention, cross_entropy, elementwise, embedding, matmul, rows
+    from helios.bench import attention, cross_entropy, decode, elementwise, embedding, matmul, rows
 
     rng = np.random.default_rng(0)
     records = elementwise._records(1 << 10, 1, None) + rows._records(7, 33, rng, 1, None) + rows.case_records(rng, 1)
@@ -386,5 +386,6 @@ def test_bench_has_every_spec():
     records += embedding.records([(1, 7, 12)], rng, 1) + cross_entropy.records([(7, 33)], rng, 1)
     records += attention.records([(1, 2, 7, 64)], rng, 1, with_torch=False, with_helios_unfused=False)
     records += matmul.bench_shape("nt", 7, 33, 12, None, 1, None, False, backward=True)
+    records += decode.records(rng, 1)
     names = {r.get("op", r["kernel"]) for r in records}  # matmul and attention name their kernels, `op` the spec
     assert {n for s in SPECS for n in (s.name, f"{s.name}_backward") if s.backward or n == s.name} <= names

@@ -127,8 +127,20 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     with b.for_range(0, k4_end) as k4:
         k = k4 * 4
         pa, pb = A.prefetch(k), B.prefetch(k)
-        with b.for_range(0, 4) as kk:
-            fma_block(A.at(pa, kk, k + kk), B.at(pb, kk, k + kk))
+        if v.get("k_inner", False):
+            # Each accumulator takes its 4 k's in a row: one load, select and store of a spilled accumulator per
+            # 4 FMAs instead of per FMA. Same k order per element, so the same sums bit for bit.
+            av = [A.at(pa, kk, k + kk if kk else k) for kk in range(4)]
+            bv = [B.at(pb, kk, k + kk if kk else k) for kk in range(4)]
+            for i in range(tm):
+                for j in range(tn):
+                    t = acc[i][j].value
+                    for kk in range(4):
+                        t = b.fma(av[kk][i], bv[kk][j], t)
+                    acc[i][j].value = t
+        else:
+            with b.for_range(0, 4) as kk:
+                fma_block(A.at(pa, kk, k + kk), B.at(pb, kk, k + kk))
     with b.for_range(k4_end * 4, o.K) as k:
         fma_block(A.tail(k), B.tail(k))
     store_block(b, o, acc, m0, n0, z * o.sc)
@@ -156,8 +168,14 @@ REG_TILINGS = {
     "reg16x16": {"tm": 16, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg32x16": {"tm": 32, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg12x8a": {"tm": 12, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True},
+    "reg32x8ak": {"tm": 32, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True,
+                  "k_inner": True},
 }
 REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what matmul.select's table reads
 # reg12x8a: with A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
 # per-lane loop, so loads stop dominating and a block whose 96 accumulators spill less wins: on lavapipe 25,
 # 1.4x the table's descriptor-bound tilings over the default config's training shapes (docs/BENCHMARKS.md).
+# reg32x8ak: the same loads, with the 4 k's of a step unrolled and taken per accumulator (`k_inner`). llvmpipe's
+# JIT spills any block over ~24 accumulators and, inside a loop, blends every loop-carried value with the execution
+# mask; per FMA that was a load, a blend and a store, now once per 4 FMAs, so the bigger block (fewer gathers per
+# FMA) wins: 1.3-1.5x reg12x8a on the GPT shapes, 0.75-1.0 of the FMA ceiling (docs/BENCHMARKS.md).

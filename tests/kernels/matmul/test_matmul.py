@@ -144,7 +144,9 @@ def _info(cpu: bool, subgroup: int = 8, addresses: bool = False, **changes):
 def test_table_choice_by_device_type():
     assert sel.table_choice(_info(True), 2048, 1152, 1) == "reg32x16"
     assert sel.table_choice(_info(True), 7, 9, 1) == "reg8x8"
-    assert sel.table_choice(_info(True, addresses=True), 2048, 1152, 1) == "reg12x8a"
+    assert sel.table_choice(_info(True, addresses=True), 2048, 1152, 1) == "reg32x8ak"
+    assert sel.table_choice(_info(True, addresses=True), 16, 9, 1) == "reg32x8ak"
+    assert sel.table_choice(_info(True, addresses=True), 15, 9, 1) == "reg12x8a"
     assert sel.table_choice(_info(True, addresses=True), 1, 9, 1) == "reg12x8a"
     assert sel.table_choice(_info(False), 2048, 1152, 1) == "tiled128"
     assert sel.table_choice(_info(False), 64, 64, 1) == "tiled32"

@@ -68,7 +68,8 @@ def declare(b: KernelBuilder, v: Variant) -> Operands:
     """Declare bindings, push constants (see PUSH_FIELDS) and epilogue spec constants, in that order."""
     io, out = storage(variant_dtype(v.params)), storage(c_dtype(v))
     addressed = v.get("addressed", False)  # A and B read through device addresses (gathers on lavapipe)
-    bufs = [b.buffer(0, io, "r", addressed), b.buffer(1, io, "r", addressed), b.buffer(2, out, "rw"),
+    c_addressed = v.get("c_addressed", False)  # C too (its stores scatters)
+    bufs = [b.buffer(0, io, "r", addressed), b.buffer(1, io, "r", addressed), b.buffer(2, out, "rw", c_addressed),
             b.buffer(3, out, "r"), b.buffer(4, out, "r"), b.buffer(5, out, "w")]
     push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
     flags = {name: b.spec(name, boolean, False) for name in EPILOGUE_SPECS}

@@ -169,7 +169,7 @@ REG_TILINGS = {
     "reg32x16": {"tm": 32, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg12x8a": {"tm": 12, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True},
     "reg32x8ak": {"tm": 32, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True,
-                  "k_inner": True},
+                  "k_inner": True, "c_addressed": True},
 }
 REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what matmul.select's table reads
 # reg12x8a: with A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
@@ -178,4 +178,6 @@ REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what mat
 # reg32x8ak: the same loads, with the 4 k's of a step unrolled and taken per accumulator (`k_inner`). llvmpipe's
 # JIT spills any block over ~24 accumulators and, inside a loop, blends every loop-carried value with the execution
 # mask; per FMA that was a load, a blend and a store, now once per 4 FMAs, so the bigger block (fewer gathers per
-# FMA) wins: 1.3-1.5x reg12x8a on the GPT shapes, 0.75-1.0 of the FMA ceiling (docs/BENCHMARKS.md).
+# FMA) wins: 1.3-1.5x reg12x8a on the GPT shapes, 0.75-1.0 of the FMA ceiling (docs/BENCHMARKS.md). It also
+# stores C through its address (`c_addressed`): a store is then a scatter, not a bounds-checked loop over the lanes,
+# which takes the output's cost from ~15% to ~10% of the step at K = 128.

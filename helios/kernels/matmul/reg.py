@@ -159,7 +159,7 @@ def reg_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
 
 
 # name -> parameters (layout and vec are added per kernel): small, medium and large blocks, and the
-# addressed block (reg12x8a) that CPU drivers with device addresses run.
+# addressed blocks (reg12x8a, reg32x8ak) that CPU drivers with device addresses run.
 # Bigger blocks load less per FMA but JIT superlinearly slower on lavapipe (cold compile of one pipeline,
 # measured: 8x8 0.4 s, 16x16 2.2 s, 32x16 11 s, 64x16 73 s; Mesa's disk cache makes later runs instant),
 # so 32x16 is the largest offered.
@@ -179,5 +179,5 @@ REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what mat
 # JIT spills any block over ~24 accumulators and, inside a loop, blends every loop-carried value with the execution
 # mask; per FMA that was a load, a blend and a store, now once per 4 FMAs, so the bigger block (fewer gathers per
 # FMA) wins: 1.3-1.5x reg12x8a on the GPT shapes, 0.75-1.0 of the FMA ceiling (docs/BENCHMARKS.md). It also
-# stores C through its address (`c_addressed`): a store is then a scatter, not a bounds-checked loop over the lanes,
-# which takes the output's cost from ~15% to ~10% of the step at K = 128.
+# stores C through its address (`c_addressed`): a store is then a scatter, not a bounds-checked loop over the lanes
+# (the stores were ~15% of the kernel at K = 128; 3-9% faster there). Its cold compile on Mesa 25: ~0.5 s.

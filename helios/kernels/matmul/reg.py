@@ -128,8 +128,8 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
         k = k4 * 4
         pa, pb = A.prefetch(k), B.prefetch(k)
         if v.get("k_inner", False):
-            # Each accumulator takes its 4 k's in a row: one load, select and store of a spilled accumulator per
-            # 4 FMAs instead of per FMA. Same k order per element, so the same sums bit for bit.
+            # Each accumulator takes its 4 k's in a row: a spilled accumulator is loaded and stored once per 4 FMAs
+            # instead of per FMA. Same k order per element, so the same sums bit for bit.
             av = [A.at(pa, kk, k + kk if kk else k) for kk in range(4)]
             bv = [B.at(pb, kk, k + kk if kk else k) for kk in range(4)]
             for i in range(tm):
@@ -176,8 +176,9 @@ REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what mat
 # per-lane loop, so loads stop dominating and a block whose 96 accumulators spill less wins: on lavapipe 25,
 # 1.4x the table's descriptor-bound tilings over the default config's training shapes (docs/BENCHMARKS.md).
 # reg32x8ak: the same loads, with the 4 k's of a step unrolled and taken per accumulator (`k_inner`). llvmpipe's
-# JIT spills any block over ~24 accumulators and, inside a loop, blends every loop-carried value with the execution
-# mask; per FMA that was a load, a blend and a store, now once per 4 FMAs, so the bigger block (fewer gathers per
-# FMA) wins: 1.3-1.5x reg12x8a on the GPT shapes, 0.75-1.0 of the FMA ceiling (docs/BENCHMARKS.md). It also
-# stores C through its address (`c_addressed`): a store is then a scatter, not a bounds-checked loop over the lanes
-# (the stores were ~15% of the kernel at K = 128; 3-9% faster there). Its cold compile on Mesa 25: ~0.5 s.
+# JIT spills any block over ~24 accumulators, so k-outer order loads and stores every accumulator at every k (2.3
+# stack accesses per 8-lane FMA in reg12x8a's loop, GALLIVM_DEBUG=asm); k-inner order does it once per 4 k's (1.1
+# with its 256 accumulators), so the bigger block (half the gathers per FMA) wins: 1.3-1.5x reg12x8a on the GPT
+# shapes (docs/BENCHMARKS.md, "Matmul against the FMA ceiling"). It also stores C through its address
+# (`c_addressed`): a store is then a scatter, not a bounds-checked loop over the lanes (the stores were ~15% of the
+# kernel at K = 128; 3-9% faster there). Its cold compile on Mesa 25: ~0.5 s.

@@ -119,9 +119,9 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
 # matrix units' lanes are test_matmul_coopmat.py's marked cases (every layout and dtype, both tilings).
 # The dtypes the op-spec tests run each tiling in. A half dtype changes only the loads and stores, which every
 # register tiling shares (matmul_reg) and every shared-memory one shares (matmul_tiled): half runs the smallest of
-# each, lavapipe's own (reg12x8a) and the matrix units' (emulated here; native on a GPU); f32 runs every register and
-# tiled tiling, never a cm one.
-_HALF_TILINGS = ("reg8x8", "reg12x8a", "tiled32", *COOPMAT)
+# each, lavapipe's own (reg12x8a, and reg32x8ak, which also stores C through its address) and the matrix units'
+# (emulated here; native on a GPU); f32 runs every register and tiled tiling, never a cm one.
+_HALF_TILINGS = ("reg8x8", "reg12x8a", "reg32x8ak", "tiled32", *COOPMAT)
 TESTED_DTYPES = {t: (("bf16", "fp16") if t in COOPMAT else ("f32", "bf16", "fp16") if t in _HALF_TILINGS else ("f32",))
                  for t in BLOCKS}
 

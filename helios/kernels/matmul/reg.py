@@ -22,7 +22,7 @@ multiples of 4 (the op picks `vec=1` otherwise).
 from __future__ import annotations
 
 from helios.kernels.contract.dtypes import variant_dtype
-from helios.kernels.matmul.common import Operands, Vec4Loader, contiguous, declare, store_block
+from helios.kernels.matmul.common import Operands, Vec4Loader, c_dtype, contiguous, declare, store_block, store_rows
 from helios.spirv import KernelBuilder, Value, Variant, ceil_div, f32
 
 
@@ -143,7 +143,10 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
                 fma_block(A.at(pa, kk, k + kk), B.at(pb, kk, k + kk))
     with b.for_range(k4_end * 4, o.K) as k:
         fma_block(A.tail(k), B.tail(k))
-    store_block(b, o, acc, m0, n0, z * o.sc)
+    if v.get("row_store", False) and c_dtype(v) == "f32":
+        store_rows(b, o, acc, m0, n0, z * o.sc)
+    else:
+        store_block(b, o, acc, m0, n0, z * o.sc)
 
 
 def reg_block(params: dict) -> tuple[int, int]:
@@ -169,7 +172,7 @@ REG_TILINGS = {
     "reg32x16": {"tm": 32, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg12x8a": {"tm": 12, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True},
     "reg32x8ak": {"tm": 32, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True,
-                  "k_inner": True, "c_addressed": True},
+                  "k_inner": True, "c_addressed": True, "row_store": True},
 }
 REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what matmul.select's table reads
 # reg12x8a: with A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
@@ -181,4 +184,5 @@ REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what mat
 # with its 256 accumulators), so the bigger block (half the gathers per FMA) wins: 1.3-1.5x reg12x8a on the GPT
 # shapes (docs/BENCHMARKS.md, "Matmul against the FMA ceiling"). It also stores C through its address
 # (`c_addressed`): a store is then a scatter, not a bounds-checked loop over the lanes (the stores were ~15% of the
-# kernel at K = 128; 3-9% faster there). Its cold compile on Mesa 25: ~0.5 s.
+# kernel at K = 128; 3-9% faster there), and a row of 8 columns inside C as two vec4s (`row_store`, f32 C only:
+# another 4-5%). Its cold compile on Mesa 25: ~0.5 s.

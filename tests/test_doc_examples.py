@@ -135,6 +135,10 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
         "trains for minutes"),
     "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 100 --rounds 2": ParseOnly(
         "trains for minutes"),
+    "python tools/matmul_ceiling.py configs/shakespeare.toml reg12x8a,reg32x8ak": Quick(
+        "--rounds 1", "9 rounds of 15 shapes and 2 tilings: one round"),
+    "python -m helios.bench tune configs/shakespeare.toml": ParseOnly(
+        SAME + "the `--budget-s 120` form above (README and GPU.md)"),
     "python tools/bench_sample.py configs/shakespeare.toml --rounds 3": ParseOnly(
         "helios vs HF generate at 200 and 400 tokens, 3 rounds (~30 s; ~8 s of CPU even at --rounds 1 --tokens 8)"),
     # docs/DISTRIBUTED.md

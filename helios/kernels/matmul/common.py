@@ -68,7 +68,8 @@ def declare(b: KernelBuilder, v: Variant) -> Operands:
     """Declare bindings, push constants (see PUSH_FIELDS) and epilogue spec constants, in that order."""
     io, out = storage(variant_dtype(v.params)), storage(c_dtype(v))
     addressed = v.get("addressed", False)  # A and B read through device addresses (gathers on lavapipe)
-    bufs = [b.buffer(0, io, "r", addressed), b.buffer(1, io, "r", addressed), b.buffer(2, out, "rw"),
+    c_addressed = v.get("c_addressed", False)  # C too (its stores scatters)
+    bufs = [b.buffer(0, io, "r", addressed), b.buffer(1, io, "r", addressed), b.buffer(2, out, "rw", c_addressed),
             b.buffer(3, out, "r"), b.buffer(4, out, "r"), b.buffer(5, out, "w")]
     push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
     flags = {name: b.spec(name, boolean, False) for name in EPILOGUE_SPECS}
@@ -112,8 +113,14 @@ def epilogue(b: KernelBuilder, o: Operands, acc: Value, row: Value, col: Value, 
 
     The caller guarantees row < M and col < N; `cbase` is the batch entry's offset into C-shaped tensors.
     """
-    f = o.flags
     idx = cbase + row * o.ldc + col
+    o.c[idx] = epilogue_value(b, o, acc, col, idx)
+
+
+def epilogue_value(b: KernelBuilder, o: Operands, acc: Value, col: Value, idx: Value) -> Value:
+    """epilogue's value for the element at column col and index idx of C-shaped tensors, without its store to C
+    (the pre-activation is stored)."""
+    f = o.flags
     t = b.var(f32, acc * o.alpha)
     with b.if_(f["HAS_BIAS"]):
         t.value = t.value + o.bias[col]
@@ -125,7 +132,7 @@ def epilogue(b: KernelBuilder, o: Operands, acc: Value, row: Value, col: Value, 
         t.value = t.value + o.residual[idx]
     with b.if_(f["HAS_BETA"]):
         t.value = t.value + o.beta * o.c[idx]
-    o.c[idx] = t.value
+    return t.value
 
 
 def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: Value, cbase: Value,
@@ -148,5 +155,33 @@ def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: V
             epilogue(b, o, vals[e], row, col, cbase)
 
 
+def store_rows(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: Value, cbase: Value,
+               dtype: str = "f32") -> None:
+    """store_block for a block whose tn columns (a multiple of 4) are contiguous in C: a row whose columns are all
+    inside C, in a C whose rows are whole vec4s, is stored as tn / 4 vec4s (64-bit words, lib.wide); other rows
+    element by element. The values are epilogue's, element for element."""
+    tm, tn = len(acc), len(acc[0])
+    vals = b.local_array(f32, tm * tn, "block")
+    for i, row_acc in enumerate(acc):
+        for j, value in enumerate(row_acc):
+            vals[i * tn + j] = value.value
+    c4 = Vec4Loader(b, o.c, True, dtype)
+    whole = (n0 + tn <= o.N) & ((o.ldc & 3) == 0)
+    with b.for_range(0, tm) as i:
+        row = m0 + i
+        with b.if_(row < o.M):
+            rbase = cbase + row * o.ldc + n0
+            with b.if_(whole):
+                out = [epilogue_value(b, o, vals[i * tn + j], n0 + j if j else n0, rbase + j if j else rbase)
+                       for j in range(tn)]
+                at = rbase >> 2
+                for q in range(tn // 4):
+                    c4[at + q if q else at] = b.vector(*out[4 * q:4 * q + 4])
+            with b.else_():
+                for j in range(tn):
+                    with b.if_(n0 + j < o.N):
+                        epilogue(b, o, vals[i * tn + j], row, n0 + j, cbase)
+
+
 __all__ = ["LAYOUTS", "PUSH_FIELDS", "EPILOGUE_SPECS", "Operands", "declare", "contiguous", "a_index", "b_index",
-           "epilogue", "store_block", "launch_params", "c_dtype", "u32", "f32"]
+           "epilogue", "epilogue_value", "store_block", "store_rows", "launch_params", "c_dtype", "u32", "f32"]

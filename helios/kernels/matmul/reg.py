@@ -22,7 +22,7 @@ multiples of 4 (the op picks `vec=1` otherwise).
 from __future__ import annotations
 
 from helios.kernels.contract.dtypes import variant_dtype
-from helios.kernels.matmul.common import Operands, Vec4Loader, contiguous, declare, store_block
+from helios.kernels.matmul.common import Operands, Vec4Loader, c_dtype, contiguous, declare, store_block, store_rows
 from helios.spirv import KernelBuilder, Value, Variant, ceil_div, f32
 
 
@@ -127,11 +127,26 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     with b.for_range(0, k4_end) as k4:
         k = k4 * 4
         pa, pb = A.prefetch(k), B.prefetch(k)
-        with b.for_range(0, 4) as kk:
-            fma_block(A.at(pa, kk, k + kk), B.at(pb, kk, k + kk))
+        if v.get("k_inner", False):
+            # Each accumulator takes its 4 k's in a row: a spilled accumulator is loaded and stored once per 4 FMAs
+            # instead of per FMA. Same k order per element, so the same sums bit for bit.
+            av = [A.at(pa, kk, k + kk if kk else k) for kk in range(4)]
+            bv = [B.at(pb, kk, k + kk if kk else k) for kk in range(4)]
+            for i in range(tm):
+                for j in range(tn):
+                    t = acc[i][j].value
+                    for kk in range(4):
+                        t = b.fma(av[kk][i], bv[kk][j], t)
+                    acc[i][j].value = t
+        else:
+            with b.for_range(0, 4) as kk:
+                fma_block(A.at(pa, kk, k + kk), B.at(pb, kk, k + kk))
     with b.for_range(k4_end * 4, o.K) as k:
         fma_block(A.tail(k), B.tail(k))
-    store_block(b, o, acc, m0, n0, z * o.sc)
+    if v.get("row_store", False) and c_dtype(v) == "f32":
+        store_rows(b, o, acc, m0, n0, z * o.sc)
+    else:
+        store_block(b, o, acc, m0, n0, z * o.sc)
 
 
 def reg_block(params: dict) -> tuple[int, int]:
@@ -147,7 +162,7 @@ def reg_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
 
 
 # name -> parameters (layout and vec are added per kernel): small, medium and large blocks, and the
-# addressed block (reg12x8a) that CPU drivers with device addresses run.
+# addressed blocks (reg12x8a, reg32x8ak) that CPU drivers with device addresses run.
 # Bigger blocks load less per FMA but JIT superlinearly slower on lavapipe (cold compile of one pipeline,
 # measured: 8x8 0.4 s, 16x16 2.2 s, 32x16 11 s, 64x16 73 s; Mesa's disk cache makes later runs instant),
 # so 32x16 is the largest offered.
@@ -156,8 +171,18 @@ REG_TILINGS = {
     "reg16x16": {"tm": 16, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg32x16": {"tm": 32, "tn": 16, "wx": 8, "wy": 1, "share": True, "wide": True},
     "reg12x8a": {"tm": 12, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True},
+    "reg32x8ak": {"tm": 32, "tn": 8, "wx": 8, "wy": 1, "share": True, "wide": True, "addressed": True,
+                  "k_inner": True, "c_addressed": True, "row_store": True},
 }
 REG_BLOCKS = {name: reg_block(p) for name, p in REG_TILINGS.items()}  # what matmul.select's table reads
 # reg12x8a: with A and B read through device addresses a lane's own loads are gathers, no longer a bounds-checked
 # per-lane loop, so loads stop dominating and a block whose 96 accumulators spill less wins: on lavapipe 25,
 # 1.4x the table's descriptor-bound tilings over the default config's training shapes (docs/BENCHMARKS.md).
+# reg32x8ak: the same loads, with the 4 k's of a step unrolled and taken per accumulator (`k_inner`). llvmpipe's
+# JIT spills any block over ~24 accumulators, so k-outer order loads and stores every accumulator at every k (2.3
+# stack accesses per 8-lane FMA in reg12x8a's loop, GALLIVM_DEBUG=asm); k-inner order does it once per 4 k's (1.1
+# with its 256 accumulators), so the bigger block (half the gathers per FMA) wins: 1.3-1.5x reg12x8a on the GPT
+# shapes (docs/BENCHMARKS.md, "Matmul against the FMA ceiling"). It also stores C through its address
+# (`c_addressed`): a store is then a scatter, not a bounds-checked loop over the lanes (the stores were ~15% of the
+# kernel at K = 128; 3-9% faster there), and a row of 8 columns inside C as two vec4s (`row_store`, f32 C only:
+# another 4-5%). Its cold compile on Mesa 25: ~0.5 s.

@@ -29,6 +29,9 @@ from helios.spirv import ceil_div
 REG = tuple(t for t, p in REG_TILINGS.items() if not p.get("addressed"))  # reg8x8, reg16x16, reg32x16
 TILED = tuple(TILED_BLOCKS)  # tiled32, tiled64, tiled128
 ADDRESSED = tuple(t for t, p in REG_TILINGS.items() if p.get("addressed"))  # read A and B through device addresses
+# The addressed tiling the table gives outputs of 16 rows or more: 1.3-1.5x reg12x8a on lavapipe 25 (same sums bit for
+# bit: every register tiling adds the k's of an element in the same order).
+ADDRESSED_BIG = "reg32x8ak"
 COOPMAT = coopmat.CHOICES  # bf16/fp16 only: cm64, cm128, each also `_emulated`
 # (rows, columns) of C per workgroup, as each tiling declares it (reg.reg_block, tiled.tiled_block; a
 # cooperative-matrix tiling's blocks are bm x bn like a tiled one's).
@@ -96,9 +99,10 @@ def device_tilings(info) -> tuple[str, ...]:
 
 def table_choice(info, M: int, N: int, batch: int) -> str:
     """The table's tiling for an M x N (x batch) output on this device: on CPU drivers with device addresses
-    the addressed register tiling for every shape."""
+    the k-inner addressed tiling, or the smaller addressed block for outputs under 16 rows (a 32-row block would
+    mostly compute rows that are never stored)."""
     if info.cpu_profile and reg_ok(info) and info.buffer_device_address:
-        return ADDRESSED[0]
+        return ADDRESSED_BIG if M >= 16 else ADDRESSED[0]
     family = REG if info.cpu_profile and reg_ok(info) else tuple(t for t in TILED if tiled_ok(info, t)) or TILED
     # Enough workgroups to keep every core (CPU) or a GPU's many multiprocessors busy.
     wanted = 8 if info.cpu_profile else 128
@@ -111,19 +115,19 @@ def table_choice(info, M: int, N: int, batch: int) -> str:
 
 # Tests force every tiling. CI runs again at subgroup sizes 4 and 16 the register tilings that pass loads round
 # their workgroup by subgroup broadcasts (the smallest: as many loads as lanes, and lavapipe's own: 12 rows dealt
-# round 8 lanes; at 4 lanes the rule gives tiled ones instead), in f32. The emulated matrix units' lanes are
-# test_matmul_coopmat.py's marked cases (every layout and dtype, both tilings).
+# round 8 lanes, and 32 with the k-inner sums; at 4 lanes the rule gives tiled ones instead), in f32. The emulated
+# matrix units' lanes are test_matmul_coopmat.py's marked cases (every layout and dtype, both tilings).
 # The dtypes the op-spec tests run each tiling in. A half dtype changes only the loads and stores, which every
 # register tiling shares (matmul_reg) and every shared-memory one shares (matmul_tiled): half runs the smallest of
-# each, lavapipe's own (reg12x8a) and the matrix units' (emulated here; native on a GPU); f32 runs every register and
-# tiled tiling, never a cm one.
-_HALF_TILINGS = ("reg8x8", "reg12x8a", "tiled32", *COOPMAT)
+# each, lavapipe's own (reg12x8a, and reg32x8ak, which also stores C through its address) and the matrix units'
+# (emulated here; native on a GPU); f32 runs every register and tiled tiling, never a cm one.
+_HALF_TILINGS = ("reg8x8", "reg12x8a", "reg32x8ak", "tiled32", *COOPMAT)
 TESTED_DTYPES = {t: (("bf16", "fp16") if t in COOPMAT else ("f32", "bf16", "fp16") if t in _HALF_TILINGS else ("f32",))
                  for t in BLOCKS}
 
 
-@selection.rule("matmul", choices=BLOCKS, subgroup=(selection.Subgroup("reg8x8"), selection.Subgroup("reg12x8a")),
-                forced_dtypes=TESTED_DTYPES)
+@selection.rule("matmul", choices=BLOCKS, forced_dtypes=TESTED_DTYPES,
+                subgroup=tuple(selection.Subgroup(t) for t in ("reg8x8", "reg12x8a", "reg32x8ak")))
 def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) -> str:
     """The tiling for shape = (layout, M, N, K, batch) in dtype: the forced one, else the matrix units for half
     operands where the device has them, else a stored tuning winner, else the table's (a tiling the device

@@ -83,6 +83,20 @@ EPILOGUES = [
 @pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "+".join(e))
 def test_epilogues(layout, M, N, K, epi, force):
     force("matmul", ["reg8x8", "tiled32"][(EPILOGUES.index(epi) + "nt nn tn".split().index(layout)) % 2])
+    _check_epilogue(layout, M, N, K, epi)
+
+
+@pytest.mark.parametrize("layout,M,N,K", [("nt", 33, 36, 12), ("tn", 9, 30, 5)])
+def test_epilogues_of_row_stores(layout, M, N, K, force, device):
+    """reg32x8ak stores a row of its block's 8 columns as two vec4s where they are inside C (N % 4 == 0), else element
+    by element (N = 36: the columns from 32; N = 30: every row): every epilogue term on both paths."""
+    if not sel.runnable(device.info, "reg32x8ak"):
+        pytest.skip("reg32x8ak needs device addresses, shaderInt64 and subgroups of 8 lanes, which this device lacks")
+    force("matmul", "reg32x8ak")
+    _check_epilogue(layout, M, N, K, EPILOGUES[-1])
+
+
+def _check_epilogue(layout, M, N, K, epi):
     rng = np.random.default_rng(1)
     a, b = _operands(layout, M, N, K)
     bias = rng.standard_normal(N).astype(np.float32) if epi.get("bias") else None
@@ -144,7 +158,9 @@ def _info(cpu: bool, subgroup: int = 8, addresses: bool = False, **changes):
 def test_table_choice_by_device_type():
     assert sel.table_choice(_info(True), 2048, 1152, 1) == "reg32x16"
     assert sel.table_choice(_info(True), 7, 9, 1) == "reg8x8"
-    assert sel.table_choice(_info(True, addresses=True), 2048, 1152, 1) == "reg12x8a"
+    assert sel.table_choice(_info(True, addresses=True), 2048, 1152, 1) == "reg32x8ak"
+    assert sel.table_choice(_info(True, addresses=True), 16, 9, 1) == "reg32x8ak"
+    assert sel.table_choice(_info(True, addresses=True), 15, 9, 1) == "reg12x8a"
     assert sel.table_choice(_info(True, addresses=True), 1, 9, 1) == "reg12x8a"
     assert sel.table_choice(_info(False), 2048, 1152, 1) == "tiled128"
     assert sel.table_choice(_info(False), 64, 64, 1) == "tiled32"

@@ -15,7 +15,11 @@ Derived from the selection contract, with no knob per family (helios.kernels.con
 4. The winner is stored per (device key incl. driver build, family, shape key, dtype) in the TuningStore, which
    `selection.choose` then prefers over the table; it must beat the table by `margin` twice, in two sittings (a
    whole-step figure on a shared CPU is noisy), else "table" is stored: measured, and the table kept. Winners are
-   stored as each key is decided, so later keys are timed on top of earlier winners.
+   stored as each key is decided, so later keys are timed on top of earlier winners. On a CPU driver (lavapipe,
+   SwiftShader: its worker threads are this process's) the second sitting also reads the process's CPU time, and
+   a winner may not cost more of it than the table (`confirmed`): another program's burst of load slows a step's
+   wall clock, not the CPU time it spends, so a slower kernel timed in a quiet moment cannot win against the table
+   timed in a busy one (seen at load 6: tiled128, 7x slower alone, "won" a matmul shape on wall time).
 
 Keys are tuned in order of how often the step launches them, until `budget_s` runs out; the rest are reported
 as skipped (and a later `only_missing` run picks them up). Library code: it prints nothing; `progress(done,
@@ -112,10 +116,31 @@ def table_label(info, family: str, shape: tuple, dtype: str, table_plan) -> str:
 
 def time_step(step: Callable[[], Any], reset: Callable[[], None], repeats: int, warmup: int = 2) -> float:
     """Median wall-clock ms of `step` over `repeats` runs after `reset` and `warmup` runs."""
+    return time_step_cpu(step, reset, repeats, warmup)[0]
+
+
+def time_step_cpu(step: Callable[[], Any], reset: Callable[[], None], repeats: int,
+                  warmup: int = 2) -> tuple[float, float]:
+    """(median wall-clock ms, median process CPU ms) of `step` over `repeats` runs after `reset` and `warmup` runs
+    (the CPU figure counts a CPU driver's worker threads, which run in this process)."""
     reset()
     for _ in range(warmup):
         step()
-    return statistics.median(device_sample(step, 1) for _ in range(repeats))
+    walls, cpus = [], []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        walls.append(device_sample(step, 1))
+        cpus.append((time.process_time() - c0) * 1e3)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def confirmed(table: tuple[float, float], best: tuple[float, float], margin: float, cpu_device: bool) -> bool:
+    """Whether the second sitting confirms a winner: (wall ms, CPU ms) of the table and of the candidate. It must be
+    `margin` faster on the wall clock and, on a CPU driver, spend no more than `margin` more CPU time than the table
+    (a kernel that truly spreads the same work over more cores may win; one that only looked fast while the table's
+    timing was slowed by other programs may not)."""
+    faster = best[0] < table[0] * (1 - margin)
+    return faster and (not cpu_device or best[1] <= table[1] * (1 + margin))
 
 
 def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, info=None,
@@ -173,11 +198,11 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
         best = min(timed, key=timed.get, default=None)
         won = best is not None and timed[best] < table_ms * (1 - margin)
         if won:  # confirmed in a second sitting, table first again: one noisy sample does not make a winner
-            again = time_step(step, reset, repeats, warmup)
+            again = time_step_cpu(step, reset, repeats, warmup)
             with selection.trying(fam, shape, dtype, cands[best]):
-                best_again = time_step(step, reset, repeats, warmup)
-            won = best_again < again * (1 - margin)
-            table_ms, timed[best] = (table_ms + again) / 2, (timed[best] + best_again) / 2
+                best_again = time_step_cpu(step, reset, repeats, warmup)
+            won = confirmed(again, best_again, margin, info.is_cpu)
+            table_ms, timed[best] = (table_ms + again[0]) / 2, (timed[best] + best_again[0]) / 2
         winner = best if won else selection.TABLE
         tname = table_label(info, fam, shape, dtype, table)
         report.trials.append(Trial(fam, shape, dtype, tname, winner if won else tname, table_ms,
@@ -225,5 +250,5 @@ def tune_config(cfg, **options) -> Report:
         backend.invalidate_capture()
 
 
-__all__ = ["Trial", "Report", "tunable_families", "candidates", "table_label", "time_step", "tune",
-           "random_micro_batches", "config_step", "tune_config"]
+__all__ = ["Trial", "Report", "tunable_families", "candidates", "table_label", "time_step", "time_step_cpu",
+           "confirmed", "tune", "random_micro_batches", "config_step", "tune_config"]

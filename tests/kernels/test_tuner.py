@@ -86,6 +86,34 @@ def test_the_table_label_names_what_runs_not_a_choice_that_gives_way_to_it(info)
     assert tuner.table_label(info, "matmul", shape, "f32", lavapipe) == lavapipe  # negative control: runs as is
 
 
+def test_a_winner_must_not_cost_more_cpu_than_the_table_on_a_cpu_driver():
+    from helios.bench.tuner import confirmed
+
+    table = (30.0, 40.0)  # (wall ms, process CPU ms) of the table's step in the second sitting
+    assert confirmed(table, (20.0, 38.0), 0.02, cpu_device=True)  # faster, no more CPU: a winner
+    assert confirmed(table, (20.0, 40.5), 0.02, cpu_device=True)  # the same work spread wider: within the margin
+    # looked faster only because the table's sitting was slowed by other programs: more CPU for the same step
+    assert not confirmed(table, (20.0, 90.0), 0.02, cpu_device=True)
+    assert confirmed(table, (20.0, 90.0), 0.02, cpu_device=False)  # a GPU's host CPU time says nothing of it
+    assert not confirmed(table, (29.8, 10.0), 0.02, cpu_device=True)  # not faster on the wall clock by the margin
+
+
+def test_time_step_cpu_counts_the_cpu_a_step_spends_not_its_waits():
+    import time
+
+    from helios.bench.tuner import time_step_cpu
+
+    def busy():
+        end = time.process_time() + 0.02
+        while time.process_time() < end:
+            pass
+
+    wall, cpu = time_step_cpu(lambda: time.sleep(0.02), lambda: None, repeats=3, warmup=0)
+    assert wall >= 19 and cpu < 10  # a wait: wall time, no CPU
+    wall, cpu = time_step_cpu(busy, lambda: None, repeats=3, warmup=0)
+    assert cpu >= 19  # negative control: work shows as CPU time
+
+
 TINY = """[model]
 n_layer = 1
 n_head = 2

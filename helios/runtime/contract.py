@@ -3,10 +3,11 @@ sees the module.
 
 A module states its needs in its interface (helios.spirv.ShaderModule): the SPIR-V capabilities and extensions
 it declares, its workgroup size and shared memory (both may be set by specialization constants), its
-push-constant bytes and how many storage buffers it binds (against the per-stage and per-set descriptor limits, and
-maxPushDescriptors where the runtime binds through push descriptors). `check` compares them with the DeviceInfo's features and limits and raises
-DeviceContractError naming the kernel, the need and the device's figure. A driver given a module that declares
-what it does not offer may compute garbage or crash (SwiftShader segfaults on Int64); helios never gives it one.
+push-constant bytes and how many storage buffers it binds (against the per-stage and per-set descriptor limits,
+and maxPushDescriptors where the runtime binds through push descriptors). `check` compares them with the
+DeviceInfo's features and limits and raises DeviceContractError naming the kernel, the need and the device's
+figure. A driver given a module that declares what it does not offer may compute garbage or crash (SwiftShader
+segfaults on Int64); helios never gives it one.
 The bytes a dispatch binds are the runtime's side of the contract: a tensor larger than maxStorageBufferRange
 is refused when it is made (TensorTooLargeError) and a view off minStorageBufferOffsetAlignment when it is taken.
 """

@@ -268,7 +268,9 @@ def doc_row(name: str, e) -> str:
     shared = "-" if e.max_shared_memory is None else f"{e.max_shared_memory // 1024} KiB"
     cells = [f"`{name}`", f"`{e.source.split(' ', 1)[1]}`", sizes, yes[e.int64], yes[e.storage_16bit],
              yes[e.float16], shared, str(e.max_workgroup_invocations or "-"), str(e.max_push_constants_size or "-"),
-             str(e.min_storage_buffer_offset_alignment or "-"), _pow2(e.max_storage_buffer_range)]
+             str(e.min_storage_buffer_offset_alignment or "-"), _pow2(e.max_storage_buffer_range),
+             " / ".join(_pow2(n) for n in (e.max_per_stage_storage_buffers, e.max_set_storage_buffers,
+                                           e.max_push_descriptors))]
     return "| " + " | ".join(cells) + " |"
 
 

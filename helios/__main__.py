@@ -49,6 +49,9 @@ def format_report(info: dict) -> str:
         f"{_human_bytes(info['max_memory_allocation_size'])}, offset alignment "
         f"{info['min_storage_buffer_offset_alignment']}",
         f"push consts   {info['max_push_constants_size']} bytes",
+        f"bindings      {info['max_per_stage_storage_buffers']} storage buffers per stage "
+        f"({info['max_per_stage_resources']} resources), {info['max_set_storage_buffers']} per set, "
+        + (f"{info['max_push_descriptors']} pushed" if info["push_descriptor"] else "no push descriptors"),
         f"timestamps    period {info['timestamp_period_ns']} ns",
         "memory heaps  " + "; ".join(
             f"{_human_bytes(size)}{' device-local' if local else ''}" for size, local in info["memory_heaps"]

@@ -28,6 +28,10 @@ def test_limits_are_sane(device):
     assert info.memory_types and info.memory_heaps
     assert any(t.host_visible for t in info.memory_types), "need a host-visible memory type for uploads"
     assert info.timestamp_period_ns > 0
+    # Vulkan's guaranteed descriptor limits (maxPushDescriptors only where VK_KHR_push_descriptor is)
+    assert info.max_per_stage_storage_buffers >= 4 and info.max_per_stage_resources >= 128
+    assert info.max_set_storage_buffers >= 24
+    assert info.max_push_descriptors >= 32 if info.push_descriptor else info.max_push_descriptors == 0
 
 
 def test_info_json_has_the_documented_fields():

@@ -48,7 +48,9 @@ def generous(device):
         device.info, **features, subgroup_ops=dl.SUBGROUP_OPS, cooperative_matrix=(F16,),
         cooperative_matrix_emulated=False, max_shared_memory=1 << 20, max_workgroup_size=(1 << 16,) * 3,
         max_workgroup_invocations=1 << 16, max_workgroup_count=(1 << 31,) * 3, max_storage_buffer_range=1 << 40,
-        max_push_constants_size=1 << 12, max_memory_allocation_size=1 << 40, min_storage_buffer_offset_alignment=1)
+        max_push_constants_size=1 << 12, max_memory_allocation_size=1 << 40, min_storage_buffer_offset_alignment=1,
+        max_per_stage_storage_buffers=1 << 32, max_per_stage_resources=1 << 32, max_set_storage_buffers=1 << 32,
+        max_push_descriptors=1 << 10)
 
 
 def test_the_table_covers_the_devices_it_must_and_names_each_source():
@@ -60,6 +62,8 @@ def test_the_table_covers_the_devices_it_must_and_names_each_source():
         assert entry.source.split("#")[0].endswith(".json")
         assert entry.max_shared_memory and entry.max_workgroup_invocations and entry.max_push_constants_size
         assert entry.min_storage_buffer_offset_alignment and entry.max_storage_buffer_range
+        assert entry.max_per_stage_storage_buffers and entry.max_per_stage_resources and entry.max_set_storage_buffers
+        assert (entry.max_push_descriptors is not None) == entry.push_descriptor, name  # stated with the extension
     assert {e.subgroup_size for e in table.values()} >= {32, 64}
 
 
@@ -70,6 +74,7 @@ def test_vulkan_minimum_is_the_spec_required_limits():
     assert m.min_storage_buffer_offset_alignment == 256 and m.max_workgroup_count == (65535,) * 3
     assert not (m.int64 or m.int16 or m.float16 or m.storage_16bit or m.float64 or m.buffer_device_address)
     assert m.subgroup_size == 1 and m.subgroup_ops == ("basic",)
+    assert (m.max_per_stage_storage_buffers, m.max_per_stage_resources, m.max_set_storage_buffers) == (4, 128, 24)
     assert m.timeline_semaphore  # required since Vulkan 1.2
 
 
@@ -81,6 +86,11 @@ def test_some_known_figures():
     assert t["apple-m1-moltenvk"].vulkan_memory_model is False and t["intel-arc-a770"].float64 is False
     assert t["android-baseline-2022"].subgroup_size is None  # the profile states none: no constraint
     assert t["android-baseline-2022"].max_memory_allocation_size is None
+    m1 = t["apple-m1-moltenvk"]  # Metal's 31 buffer slots per stage
+    assert (m1.max_per_stage_storage_buffers, m1.max_set_storage_buffers, m1.max_push_descriptors) == (31, 155, 159)
+    rtx = t["nvidia-rtx4070"]
+    assert (rtx.max_per_stage_storage_buffers, rtx.max_push_descriptors) == (1 << 20, 32)
+    assert t["android-baseline-2022"].max_per_stage_storage_buffers == 4
 
 
 @pytest.mark.parametrize("name", dl.names())
@@ -258,7 +268,9 @@ def doc_row(name: str, e) -> str:
     shared = "-" if e.max_shared_memory is None else f"{e.max_shared_memory // 1024} KiB"
     cells = [f"`{name}`", f"`{e.source.split(' ', 1)[1]}`", sizes, yes[e.int64], yes[e.storage_16bit],
              yes[e.float16], shared, str(e.max_workgroup_invocations or "-"), str(e.max_push_constants_size or "-"),
-             str(e.min_storage_buffer_offset_alignment or "-"), _pow2(e.max_storage_buffer_range)]
+             str(e.min_storage_buffer_offset_alignment or "-"), _pow2(e.max_storage_buffer_range),
+             " / ".join(_pow2(n) for n in (e.max_per_stage_storage_buffers, e.max_set_storage_buffers,
+                                           e.max_push_descriptors))]
     return "| " + " | ".join(cells) + " |"
 
 

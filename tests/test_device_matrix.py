@@ -7,6 +7,8 @@
   (device_limits.clamp(..., subgroups="entry"): 32- and 64-wide devices lavapipe cannot imitate), in the CPU
   and the GPU profile, choose variants whose modules meet the device contract, unless no variant of that
   kernel fits the device at all (then the start-up check refuses every training run there).
+- The "decode" rule, asked the same way, fuses only where both fused decode kernels fit (storage-buffer bindings
+  included), and their ops never close training.
 They found two matmul selection bugs, fixed in c38e192: register tilings without shaderInt64 (desktop-baseline-2024)
 and 256-invocation tilings on a 128-invocation device (vulkan-minimum). docs/GPU.md, "Device matrix", records what
 each entry chooses and what its full test and training runs gave.
@@ -110,6 +112,34 @@ def test_rules_choose_what_fits(device, entry, profile):
                 unfit.append(f"{family} {shape} {dtype}: {kernel.name}:{name} needs {unmet[0]}")
     assert not unfit, f"{entry} ({profile} profile, subgroup {clamped.subgroup_size}): rules chose modules that " \
                       "do not fit although a variant of the kernel does:\n" + "\n".join(sorted(set(unfit)))
+
+
+DECODE_MODELS = ({}, {"n_layer": 12, "n_embd": 768, "n_head": 12, "block_size": 1024, "vocab_size": 50304})
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_decode_rule_fuses_only_what_fits(device, entry):
+    """The "decode" rule, asked on each entry (its own subgroup sizes) for the default GPT and GPT-2's sizes, takes
+    the fused kernels only where both meet the contract at the model's sizes, else runs unfused with a refusal that
+    names why; the fused kernels never close training (their ops declare the unfused fallback)."""
+    from autograd.nn import GPTConfig
+    from helios.kernels.decode.block import DECODE_BLOCK
+    from helios.kernels.decode.block import spec_values as block_spec
+    from helios.kernels.decode.head import DECODE_HEAD
+    from helios.kernels.decode.select import refusal, shape_of
+
+    clamped = dl.clamp(device.info, dl.load(entry), subgroups="entry")
+    assert not {"decode_block", "decode_head"} & set(closed_kernels(clamped))
+    for sizes in DECODE_MODELS:
+        cfg = GPTConfig(arch="gpt2", **sizes)
+        shape = shape_of(cfg)
+        if selection.choose("decode", shape, "f32", info=clamped) == "unfused":
+            assert refusal(clamped, shape, "f32"), f"{entry}: unfused without a reason"
+            continue
+        variant = selection.choose("decode_kernels", (cfg.n_embd,), "f32", info=clamped)
+        spec = block_spec(cfg.n_embd, cfg.n_head, cfg.ffn_hidden, cfg.block_size)
+        assert unmet_needs(DECODE_BLOCK.module(variant), clamped, spec) == [], entry
+        assert unmet_needs(DECODE_HEAD.module(variant), clamped, {"C4": cfg.n_embd // 4}) == [], entry
 
 
 @pytest.fixture(scope="module")

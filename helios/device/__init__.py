@@ -107,6 +107,13 @@ class DeviceInfo:
     memory_heaps: tuple[tuple[int, bool], ...]  # (size in bytes, device local)
     memory_types: tuple[MemoryType, ...]
     unified_memory: bool = field(default=False)  # a memory type that is device-local and host-visible
+    # How many storage buffers one compute pipeline may bind (helios binds nothing else): the per-stage and per-set
+    # limits of its one descriptor set, and where push descriptors are used (push_descriptor) the push limit. The
+    # defaults are Vulkan's guaranteed minimums, so a DeviceInfo made without them refuses rather than assumes.
+    max_per_stage_storage_buffers: int = field(default=4)  # maxPerStageDescriptorStorageBuffers
+    max_per_stage_resources: int = field(default=128)  # maxPerStageResources
+    max_set_storage_buffers: int = field(default=24)  # maxDescriptorSetStorageBuffers
+    max_push_descriptors: int = field(default=0)  # maxPushDescriptors (VK_KHR_push_descriptor; 0 without it)
     # Subgroup matrix shapes the matrix units run (VK_KHR_cooperative_matrix), each
     # (M, N, K, A type, B type, C type, result type), e.g. (16, 16, 16, "f16", "f16", "f32", "f32").
     cooperative_matrix: tuple[tuple[int, int, int, str, str, str, str], ...] = field(default=())
@@ -371,8 +378,14 @@ class Device:
              vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES),
             ("VkPhysicalDeviceMaintenance3Properties", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES),
         ])
+        has_push = "VK_KHR_push_descriptor" in ext_names
+        if has_push:
+            pchain += _make_chain(vk, ffi, [("VkPhysicalDevicePushDescriptorPropertiesKHR",
+                                             vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR)])
+            pchain[-2].pNext = pchain[-1]
         vk.lib.vkGetPhysicalDeviceProperties2(phys, pchain[0])
-        p, sg, drv, sgc, m3 = (c for c in pchain)
+        p, sg, drv, sgc, m3 = pchain[:5]
+        push_props = pchain[5] if has_push else None
         limits = p.properties.limits
         ops = tuple(name for bit, name in enumerate(_SUBGROUP_OPS) if sg.supportedOperations & (1 << bit))
 
@@ -414,7 +427,7 @@ class Device:
             scalar_block_layout=bool(f12.scalarBlockLayout),
             synchronization2=bool(f13.synchronization2) if f13 else False,
             maintenance4=bool(f13.maintenance4) if f13 else False,
-            push_descriptor="VK_KHR_push_descriptor" in ext_names,
+            push_descriptor=has_push,
             buffer_device_address=False,  # decided below, from the driver
             float_atomic_add_buffer=bool(fat.shaderBufferFloat32AtomicAdd) if fat else False,
             float_atomic_add_shared=bool(fat.shaderSharedFloat32AtomicAdd) if fat else False,
@@ -436,6 +449,10 @@ class Device:
             memory_heaps=heaps,
             memory_types=tuple(types),
             unified_memory=unified,
+            max_per_stage_storage_buffers=int(limits.maxPerStageDescriptorStorageBuffers),
+            max_per_stage_resources=int(limits.maxPerStageResources),
+            max_set_storage_buffers=int(limits.maxDescriptorSetStorageBuffers),
+            max_push_descriptors=int(push_props.maxPushDescriptors) if push_props else 0,
             cooperative_matrix=coopmat,
         )
         offered = bool(f12.bufferDeviceAddress) and bool(f2.features.shaderInt64)

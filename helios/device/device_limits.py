@@ -53,6 +53,10 @@ MAX_LIMITS = {
     "max_storage_buffer_range": "maxStorageBufferRange",
     "max_push_constants_size": "maxPushConstantsSize",
     "max_memory_allocation_size": "maxMemoryAllocationSize",
+    "max_per_stage_storage_buffers": "maxPerStageDescriptorStorageBuffers",
+    "max_per_stage_resources": "maxPerStageResources",
+    "max_set_storage_buffers": "maxDescriptorSetStorageBuffers",
+    "max_push_descriptors": "maxPushDescriptors",
 }
 # Limits where less is more capable: the clamp takes the larger.
 ALIGNMENTS = {"min_storage_buffer_offset_alignment": "minStorageBufferOffsetAlignment"}
@@ -97,6 +101,10 @@ class DeviceLimits:
     max_storage_buffer_range: int | None = None
     max_push_constants_size: int | None = None
     max_memory_allocation_size: int | None = None
+    max_per_stage_storage_buffers: int | None = None
+    max_per_stage_resources: int | None = None
+    max_set_storage_buffers: int | None = None
+    max_push_descriptors: int | None = None  # stated only where VK_KHR_push_descriptor is
     min_storage_buffer_offset_alignment: int | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 sees the module.
 
 A module states its needs in its interface (helios.spirv.ShaderModule): the SPIR-V capabilities and extensions
-it declares, its workgroup size and shared memory (both may be set by specialization constants) and its
-push-constant bytes. `check` compares them with the DeviceInfo's features and limits and raises
-DeviceContractError naming the kernel, the need and the device's figure. A driver given a module that declares
-what it does not offer may compute garbage or crash (SwiftShader segfaults on Int64); helios never gives it one.
+it declares, its workgroup size and shared memory (both may be set by specialization constants), its
+push-constant bytes and how many storage buffers it binds (against the per-stage and per-set descriptor limits,
+and maxPushDescriptors where the runtime binds through push descriptors). `check` compares them with the
+DeviceInfo's features and limits and raises DeviceContractError naming the kernel, the need and the device's
+figure. A driver given a module that declares what it does not offer may compute garbage or crash (SwiftShader
+segfaults on Int64); helios never gives it one.
 The bytes a dispatch binds are the runtime's side of the contract: a tensor larger than maxStorageBufferRange
 is refused when it is made (TensorTooLargeError) and a view off minStorageBufferOffsetAlignment when it is taken.
 """
@@ -94,7 +96,22 @@ def unmet_needs(module, info, spec: Mapping[str, int | float] | None = None) -> 
     if module.push_size > info.max_push_constants_size:
         unmet.append(f"{module.push_size} bytes of push constants (maxPushConstantsSize "
                      f"{info.max_push_constants_size})")
+    buffers = len(module.bindings)
+    for limit, most in binding_limits(info):
+        if buffers > most:
+            unmet.append(f"{buffers} storage-buffer bindings ({limit} {most})")
     return unmet
+
+
+def binding_limits(info) -> list[tuple[str, int]]:
+    """(Vulkan limit, figure) of each bound on the storage buffers one pipeline binds: its one descriptor set's
+    per-stage and per-set limits, and maxPushDescriptors where the runtime pushes them (info.push_descriptor)."""
+    limits = [("maxPerStageDescriptorStorageBuffers", info.max_per_stage_storage_buffers),
+              ("maxPerStageResources", info.max_per_stage_resources),
+              ("maxDescriptorSetStorageBuffers", info.max_set_storage_buffers)]
+    if info.push_descriptor:
+        limits.append(("maxPushDescriptors", info.max_push_descriptors))
+    return limits
 
 
 def fits(module, info, spec: Mapping[str, int | float] | None = None) -> bool:
@@ -113,4 +130,4 @@ def check(module, info, spec: Mapping[str, int | float] | None = None) -> None:
             "variant that fits (python -m helios info lists what this device offers)")
 
 
-__all__ = ["CAPABILITIES", "EXTENSIONS", "DeviceContractError", "check", "fits", "unmet_needs"]
+__all__ = ["CAPABILITIES", "EXTENSIONS", "DeviceContractError", "binding_limits", "check", "fits", "unmet_needs"]

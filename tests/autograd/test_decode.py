@@ -84,3 +84,70 @@ def test_decode_rule_refuses_what_the_fused_kernels_do_not_cover():
     assert plan(CONFIGS["llama"], "f32") == "unfused"
     assert refusal(info, shape_of(CONFIGS["gpt2"]), "bf16").startswith("dtype bf16")
     assert "softcap" in refusal(info, shape_of(GPTConfig(softcap=5.0)), "f32")
+
+
+def test_decode_rule_falls_back_where_the_block_kernel_binds_too_many_buffers():
+    """A device allowing 16 storage buffers per stage cannot bind decode_block's 18: the "decode" rule says so and
+    chooses "unfused" (forcing "fused" too), instead of a launch the contract would refuse; the real device fuses."""
+    import dataclasses
+
+    from helios.device import get_device
+    from helios.kernels.contract import selection
+    from helios.kernels.decode.select import refusal, shape_of
+
+    info = get_device().info
+    shape = shape_of(CONFIGS["gpt2"])
+    assert refusal(info, shape, "f32") is None and selection.choose("decode", shape, "f32", info=info) == "fused"
+    few = dataclasses.replace(info, max_per_stage_storage_buffers=16)
+    why = refusal(few, shape, "f32")
+    assert why is not None and "decode_block" in why and "18 storage-buffer bindings" in why, why
+    assert "maxPerStageDescriptorStorageBuffers 16" in why
+    assert selection.choose("decode", shape, "f32", info=few) == "unfused"
+    with selection.forcing("decode", "fused"):
+        assert selection.choose("decode", shape, "f32", info=few) == "unfused"
+
+
+_DECODE_UNDER_LIMITS = """
+import numpy as np
+import autograd
+from autograd.nn import GPT, GPTConfig
+from autograd.nn.decode import KVCache
+cfg = GPTConfig(arch="gpt2", n_layer=2, n_embd=36, n_head=3, block_size=9, vocab_size=37, dtype="fp32")
+model = GPT(cfg, seed=3)
+model.eval()
+ids = np.random.default_rng(1).integers(0, cfg.vocab_size, cfg.block_size).astype(np.int32)
+with autograd.no_grad():
+    full = model(autograd.tensor(ids[None])).numpy().reshape(cfg.block_size, -1)
+    cache = KVCache(model)
+    rows = np.stack([cache.feed(ids[i:i + 1]).numpy()[0] for i in range(cfg.block_size)])
+np.testing.assert_allclose(rows, full, rtol=1e-4, atol=1e-5)
+print("fused" if cache.fused else "unfused")
+"""
+
+
+def test_decoding_on_a_device_with_16_storage_buffers_per_stage_runs_unfused(tmp_path):
+    """End to end under HELIOS_DEVICE_LIMITS: a profile that takes nothing away but maxPerStageDescriptorStorageBuffers
+    (16) decodes unfused with the full forward's logits, and `helios info` lists training open, the fused block
+    kernel closed naming its bindings."""
+    import json
+
+    from helios.device import device_limits as dl
+    from tests.conftest import run_python
+
+    everything = {m: True for m in (*dl.FEATURES.values(), "bufferDeviceAddress", "pushDescriptor")}
+    profile = tmp_path / "sixteen.json"
+    profile.write_text(json.dumps({
+        "capabilities": {"base": {
+            "features": {"VkPhysicalDeviceVulkan12Features": everything},
+            "properties": {"VkPhysicalDeviceProperties": {"limits": {"maxPerStageDescriptorStorageBuffers": 16}}}}},
+        "profiles": {"VP_TEST_sixteen": {"api-version": "1.3.0", "capabilities": ["base"]}}}))
+    env = {"HELIOS_DEVICE_LIMITS": str(profile)}
+    proc = run_python("-c", _DECODE_UNDER_LIMITS, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.split() == ["unfused"]
+    info = run_python("-m", "helios", "info", env=env, timeout=300)
+    assert info.returncode == 0, info.stderr[-4000:]
+    lines = info.stdout.splitlines()
+    assert any("open" in line and "training" in line for line in lines), info.stdout
+    block = [line for line in lines if "decode_block" in line]
+    assert block and "refused" in block[0] and "18 storage-buffer bindings" in block[0], info.stdout

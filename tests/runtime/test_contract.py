@@ -88,3 +88,24 @@ def test_the_pipeline_cache_refuses_before_making_a_shader_module(device):
         assert not cache._shader_modules and len(cache) == 0
     finally:
         cache.close()
+
+
+def test_storage_buffer_bindings_against_the_descriptor_limits(info):
+    """decode_block binds 18 storage buffers (more than Vulkan's guaranteed 4 per stage): a device allowing 16 per
+    stage, per set or per push refuses it naming the count and the limit; the running device takes it."""
+    from helios.kernels.decode.block import DECODE_BLOCK
+
+    module = DECODE_BLOCK.module("plain")
+    assert len(module.bindings) == 18
+    assert not [n for n in contract.unmet_needs(module, info) if "storage-buffer" in n]  # negative control
+    for limit, field in (("maxPerStageDescriptorStorageBuffers", "max_per_stage_storage_buffers"),
+                         ("maxPerStageResources", "max_per_stage_resources"),
+                         ("maxDescriptorSetStorageBuffers", "max_set_storage_buffers")):
+        contract.check(module, dataclasses.replace(info, **{field: 18}))  # exactly the limit fits
+        refused = rf"decode_block:plain.*18 storage-buffer bindings \({limit} 16\)"
+        with pytest.raises(DeviceContractError, match=refused):
+            contract.check(module, dataclasses.replace(info, **{field: 16}))
+    pushed = dataclasses.replace(info, push_descriptor=True, max_push_descriptors=16)
+    assert contract.unmet_needs(module, pushed) == ["18 storage-buffer bindings (maxPushDescriptors 16)"]
+    # Without push descriptors the runtime allocates descriptor sets: maxPushDescriptors does not bind it.
+    assert contract.fits(module, dataclasses.replace(pushed, push_descriptor=False))

@@ -5,7 +5,8 @@ A path is open when the modules it runs meet the device's features and limits:
 - a storage dtype: bf16 and fp16 tensors need 16-bit storage buffers and 16-bit integers (the half kernels
   unpack and round through u16);
 - every op: each op spec's kernels must have at least one f32 variant that fits (a fixed workgroup of 256
-  invocations, a register tier's shared memory, ...); a kernel with none closes every training run;
+  invocations, a register tier's shared memory, the storage buffers it binds, ...); a kernel with none closes every
+  training run, unless its op declares a fallback (the fused decode kernels: the unfused ops run instead);
 - matrix units: real cooperative matrices, emulated ones, or none.
 """
 
@@ -61,7 +62,8 @@ def closed_kernels(info) -> dict[str, str]:
     """Kernels of the registered op specs none of whose f32 variants the device can run, each with the first
     need its variants miss ({} on every device helios runs on: the whole engine is open). Kernels that declare
     `requires` (a feature their family's rule checks before choosing them, such as the atomic embedding scatter)
-    are alternatives, closed without closing anything, and matrix-unit kernels are chosen only where they run.
+    are alternatives, closed without closing anything, as are the kernels of ops with a `fallback` (inference's fused
+    decode kernels), and matrix-unit kernels are chosen only where they run.
     The answer (about 0.5 s of module building) is kept in the cache directory per DeviceInfo and source tree."""
     key = hashlib.sha256(f"{info!r}\n{_sources_digest()}".encode()).hexdigest()[:24]
     path = env.cache_dir() / "device_paths" / f"{key}.json"
@@ -85,20 +87,39 @@ def closed_kernels(info) -> dict[str, str]:
 def _closed_kernels(info) -> dict[str, str]:
     from helios.kernels.contract.spec import specs
 
-    closed: dict[str, str] = {}
-    kernels = {k.name: k for s in specs() for k in s.kernels if not _is_matrix_unit(k) and not k.requires}
-    for name, kernel in sorted(kernels.items()):
-        variants = list(kernel.variants.values())
-        f32 = [v for v in variants if variant_dtype(v.params) == "f32"] or variants
-        needs: list[str] = []
-        for v in f32:  # the first that fits ends the search: a start-up check builds a module or two per kernel
-            unmet = contract.unmet_needs(kernel.module(v.name), info)
-            if not unmet:
-                break
-            needs += [n for n in unmet[:1] if n not in needs]
-        else:
-            closed[name] = " or ".join(needs)
-    return closed
+    kernels = {k.name: k for s in specs() if not s.fallback for k in s.kernels
+               if not _is_matrix_unit(k) and not k.requires}
+    closed = {name: _unmet(kernel, info) for name, kernel in sorted(kernels.items())}
+    return {name: need for name, need in closed.items() if need is not None}
+
+
+def _unmet(kernel, info) -> str | None:
+    """The first need of each of `kernel`'s f32 variants that the device misses, joined by "or"; None when one
+    fits (at its default specialization constants)."""
+    variants = list(kernel.variants.values())
+    f32 = [v for v in variants if variant_dtype(v.params) == "f32"] or variants
+    needs: list[str] = []
+    for v in f32:  # the first that fits ends the search: a start-up check builds a module or two per kernel
+        unmet = contract.unmet_needs(kernel.module(v.name), info)
+        if not unmet:
+            return None
+        needs += [n for n in unmet[:1] if n not in needs]
+    return " or ".join(needs)
+
+
+def _fallback_paths(info) -> list[DevicePath]:
+    """One path per op with a fallback (the fused decode kernels): open where its kernels fit at their default
+    sizes (a model's own sizes are its rule's to check), else closed naming the need and what runs instead."""
+    from helios.kernels.contract.spec import specs
+
+    out = []
+    for s in specs():
+        if not s.fallback:
+            continue
+        unmet = [f"{k.name} needs {need}" for k in s.kernels if (need := _unmet(k, info)) is not None]
+        out.append(DevicePath(f"{s.name} ({s.fallback} where it does not fit)", not unmet,
+                              "its kernels fit" if not unmet else "; ".join(unmet) + f": {s.fallback} run instead"))
+    return out
 
 
 def run_refusal(info, dtype: str) -> str | None:
@@ -143,7 +164,7 @@ def device_paths(info) -> list[DevicePath]:
                           "no shaderBufferFloat32AtomicAdd: the sorted scatter runs instead"))
     out.append(DevicePath("device addresses (addressed loads)", info.buffer_device_address,
                           "enabled" if info.buffer_device_address else "off: storage buffers are bound instead"))
-    return out
+    return out + _fallback_paths(info)
 
 
 __all__ = ["DevicePath", "closed_kernels", "device_paths", "dtype_unmet", "run_refusal"]

@@ -224,10 +224,10 @@ _FITS: dict[tuple, bool] = {}
 
 def fits(info, kernel, variant: str, spec: dict | None = None) -> bool:
     """Whether `kernel`'s `variant` with specialization constants `spec` meets the device contract on info's
-    device (helios.runtime.contract: capabilities, workgroup size, shared memory, push constants). Rules ask
-    this for needs that depend on a launch's sizes (shared memory set by spec constants), so that they choose
-    a variant that fits instead of one the launch would refuse. Answers are kept per (device info, module,
-    spec): a rule runs at every launch."""
+    device (helios.runtime.contract: capabilities, workgroup size, shared memory, push constants, storage-buffer
+    bindings). Rules ask this for needs that depend on a launch's sizes (shared memory set by spec constants), so
+    that they choose a variant that fits instead of one the launch would refuse. Answers are kept per (device info,
+    module, spec): a rule runs at every launch."""
     key = (id(info), kernel.name, variant, tuple(sorted((spec or {}).items())))
     answer = _FITS.get(key)
     if answer is None:

@@ -157,6 +157,9 @@ class OpSpec:
     samples: Callable[..., Iterator[Sample]] | None = field(default=None, compare=False)
     # ^ the op's own test-case generator (spec, dtype, choice, rng, kind, **how) -> Samples, where the default one
     #   (helios.kernels.contract.samples.default_samples) does not serve: see sample_inputs
+    fallback: str = ""                   # what runs where none of the op's kernels fits the device (the fused decode
+    #                                      kernels: the unfused ops), whose rule asks the device contract first; such
+    #                                      an op closes no path (helios.kernels.contract.device_paths)
 
     def __post_init__(self):
         offered = {variant_dtype(v.params) for v in self.kernels[0].variants.values()}

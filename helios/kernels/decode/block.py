@@ -264,4 +264,5 @@ register(OpSpec(
     family="decode_kernels", shapes=SHAPES, indices=("step",), optional={"x": None},
     sizes=lambda shape: (1,) * (5 - len(shape)) + tuple(shape),
     tolerance={"y": Tolerance(abs=256, floor=1.0), "cache": Tolerance(abs=64, floor=1.0)},
-    autograd=False, inplace={"cache": "cache"}, samples=_samples, scalars={"n_head": (1,), "eps": (1e-5,)}))
+    autograd=False, inplace={"cache": "cache"}, samples=_samples, scalars={"n_head": (1,), "eps": (1e-5,)},
+    fallback="the unfused decode ops"))

@@ -96,4 +96,5 @@ register(OpSpec(
     "inference only.", __name__, (DECODE_HEAD,), decode_head, None, reference, None, _inputs,
     args=("x", "w", "b", "head"), family="decode_kernels", shapes=SHAPES,
     sizes=lambda shape: (1,) * (2 - len(shape)) + tuple(shape),
-    tolerance={"y": Tolerance(abs=64, floor=1.0)}, autograd=False, samples=_samples, scalars={"eps": (1e-5,)}))
+    tolerance={"y": Tolerance(abs=64, floor=1.0)}, autograd=False, samples=_samples, scalars={"eps": (1e-5,)},
+    fallback="the unfused decode ops"))

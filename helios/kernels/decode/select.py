@@ -21,6 +21,7 @@ from helios.kernels.decode.block import SHAPES as BLOCK_SHAPES
 from helios.kernels.decode.block import spec_values as block_spec
 from helios.kernels.decode.head import DECODE_HEAD
 from helios.kernels.decode.head import SHAPES as HEAD_SHAPES
+from helios.runtime import contract
 
 CHOICES = ("fused", "unfused")
 
@@ -48,11 +49,10 @@ def refusal(info, shape: tuple, dtype: str) -> str | None:
         return f"n_embd {C}, n_head {H}, hidden {hidden}: n_embd, head_dim and hidden must be multiples of 4"
     variant = _choose_variant(info, (C,), "f32", None)
     spec = block_spec(C, H, hidden, block_size)
-    if not selection.fits(info, DECODE_BLOCK, variant, spec):
-        return f"the block kernel ({DECODE_BLOCK.module(variant).shared_bytes_for(spec)} bytes of shared memory, " \
-               "one workgroup of 128) does not fit the device"
-    if not selection.fits(info, DECODE_HEAD, variant, {"C4": C // 4}):
-        return "the head kernel does not fit the device"
+    for kernel, kernel_spec in ((DECODE_BLOCK, spec), (DECODE_HEAD, {"C4": C // 4})):
+        if not selection.fits(info, kernel, variant, kernel_spec):
+            unmet = contract.unmet_needs(kernel.module(variant), info, kernel_spec)
+            return f"kernel {kernel.name}:{variant} does not fit the device: it needs " + "; ".join(unmet)
     return None
 
 

@@ -137,6 +137,11 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
         "trains for minutes"),
     "python tools/matmul_ceiling.py configs/shakespeare.toml reg12x8a,reg32x8ak": Quick(
         "--rounds 1", "9 rounds of 15 shapes and 2 tilings: one round"),
+    "VK_DRIVER_FILES=/usr/lib/chromium/vk_swiftshader_icd.json HELIOS_PROFILE=gpu HELIOS_CACHE_DIR=/tmp/ss-tuned "
+    "python -m helios.bench tune configs/shakespeare.toml --families matmul,attention --budget-s 1500": ParseOnly(
+        "tunes on SwiftShader for ~18 minutes (a step there takes seconds)"),
+    "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 15 --warmup 3": ParseOnly(
+        "trains on SwiftShader for minutes"),
     "python -m helios.bench tune configs/shakespeare.toml": ParseOnly(
         SAME + "the `--budget-s 120` form above (README and GPU.md)"),
     "python tools/bench_sample.py configs/shakespeare.toml --rounds 3": ParseOnly(

@@ -13,13 +13,14 @@ Derived from the selection contract, with no knob per family (helios.kernels.con
    `repeats` replayed steps (helios.bench.harness.device_sample: sync, run, sync). A candidate whose launch
    fails (the device contract refuses it) is never stored.
 4. The winner is stored per (device key incl. driver build, family, shape key, dtype) in the TuningStore, which
-   `selection.choose` then prefers over the table; it must beat the table by `margin` twice, in two sittings (a
+   `selection.choose` then prefers over the table; it must beat the table by `margin` in three sittings (a
    whole-step figure on a shared CPU is noisy), else "table" is stored: measured, and the table kept. Winners are
-   stored as each key is decided, so later keys are timed on top of earlier winners. On a CPU driver (lavapipe,
-   SwiftShader: its worker threads are this process's) the second sitting also reads the process's CPU time, and
-   a winner may not cost more of it than the table (`confirmed`): another program's burst of load slows a step's
-   wall clock, not the CPU time it spends, so a slower kernel timed in a quiet moment cannot win against the table
-   timed in a busy one (seen at load 6: tiled128, 7x slower alone, "won" a matmul shape on wall time).
+   stored as each key is decided, so later keys are timed on top of earlier winners. The two confirming sittings
+   time the candidate first in one and the table first in the other. On a CPU driver (lavapipe, SwiftShader: its
+   worker threads are this process's) they also read the process's CPU time, and a winner may not cost more of it
+   than the table (`confirmed`): another program's burst of load slows a step's wall clock, not the CPU time it
+   spends, so a slower kernel timed in a quiet moment cannot win against the table timed in a busy one (seen at
+   load 6: tiled128, 7x slower alone, "won" a matmul shape on wall time).
 
 Keys are tuned in order of how often the step launches them, until `budget_s` runs out; the rest are reported
 as skipped (and a later `only_missing` run picks them up). Library code: it prints nothing; `progress(done,
@@ -41,6 +42,7 @@ from helios.kernels.contract import selection
 from helios.kernels.contract.tuning import STORE, TuningStore, key
 
 Key = tuple[str, tuple, str]  # (family, shape, dtype)
+CONFIRMATIONS = 2  # sittings after the first that must each confirm a winner (see `tune`)
 Progress = Callable[[int, int, str], None]
 
 
@@ -135,12 +137,12 @@ def time_step_cpu(step: Callable[[], Any], reset: Callable[[], None], repeats: i
 
 
 def confirmed(table: tuple[float, float], best: tuple[float, float], margin: float, cpu_device: bool) -> bool:
-    """Whether the second sitting confirms a winner: (wall ms, CPU ms) of the table and of the candidate. It must be
-    `margin` faster on the wall clock and, on a CPU driver, spend no more than `margin` more CPU time than the table
-    (a kernel that truly spreads the same work over more cores may win; one that only looked fast while the table's
-    timing was slowed by other programs may not)."""
+    """Whether a sitting confirms a winner: (wall ms, CPU ms) of the table and of the candidate. It must be `margin`
+    faster on the wall clock and, on a CPU driver, spend no more CPU time than the table's plus `margin` of the
+    table's step (a kernel that truly spreads the same work over more cores may win; one that only looked fast
+    while the table's timing was slowed by other programs may not)."""
     faster = best[0] < table[0] * (1 - margin)
-    return faster and (not cpu_device or best[1] <= table[1] * (1 + margin))
+    return faster and (not cpu_device or best[1] <= table[1] + margin * table[0])
 
 
 def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, info=None,
@@ -197,12 +199,25 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
         table_ms = timed.pop("<table>")
         best = min(timed, key=timed.get, default=None)
         won = best is not None and timed[best] < table_ms * (1 - margin)
-        if won:  # confirmed in a second sitting, table first again: one noisy sample does not make a winner
-            again = time_step_cpu(step, reset, repeats, warmup)
-            with selection.trying(fam, shape, dtype, cands[best]):
-                best_again = time_step_cpu(step, reset, repeats, warmup)
-            won = confirmed(again, best_again, margin, info.is_cpu)
-            table_ms, timed[best] = (table_ms + again[0]) / 2, (timed[best] + best_again[0]) / 2
+        walls = ([table_ms], [timed.get(best)])
+        # Confirmed in CONFIRMATIONS more sittings, the candidate timed first and then the table first: one noisy
+        # sample, or a burst of load that happens to fall on the table's timings, does not make a winner.
+        for candidate_first in (True, False)[:CONFIRMATIONS] if won else ():
+            order = ("candidate", "table") if candidate_first else ("table", "candidate")
+            sitting = {}
+            for side in order:
+                if side == "table":
+                    sitting[side] = time_step_cpu(step, reset, repeats, warmup)
+                else:
+                    with selection.trying(fam, shape, dtype, cands[best]):
+                        sitting[side] = time_step_cpu(step, reset, repeats, warmup)
+            walls[0].append(sitting["table"][0])
+            walls[1].append(sitting["candidate"][0])
+            if not confirmed(sitting["table"], sitting["candidate"], margin, info.is_cpu):
+                won = False
+                break
+        if best is not None:
+            table_ms, timed[best] = statistics.mean(walls[0]), statistics.mean(walls[1])
         winner = best if won else selection.TABLE
         tname = table_label(info, fam, shape, dtype, table)
         report.trials.append(Trial(fam, shape, dtype, tname, winner if won else tname, table_ms,

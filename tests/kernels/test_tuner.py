@@ -114,6 +114,32 @@ def test_time_step_cpu_counts_the_cpu_a_step_spends_not_its_waits():
     assert cpu >= 19  # negative control: work shows as CPU time
 
 
+def test_a_truly_faster_candidate_wins_all_three_sittings_and_a_slower_one_never(store, info):
+    import time
+
+    from helios.bench import tuner
+
+    bare = dataclasses.replace(info, float_atomic_add_buffer=False)
+    shape = (64, 100, 16, True)  # candidates: the table's "sorted" and "scan" (tested above)
+
+    def step_where(scan_ms: float, sorted_ms: float):
+        def step():  # waits, spending no CPU: only the wall clock tells the choices apart
+            chosen = selection.choose("embedding_backward", shape, "f32", info=bare)
+            time.sleep((scan_ms if chosen == "scan" else sorted_ms) / 1e3)
+        return step
+
+    report = tuner.tune(step_where(2, 30), info=bare, families={"embedding_backward"}, budget_s=30, repeats=1,
+                        warmup=0)
+    assert [(t.winner, t.table) for t in report.trials] == [("scan", "sorted")]
+    assert store.winners(bare, "embedding_backward") == {key(selection.shape_key(shape)): "scan"}
+    store.forget()
+    store.save(bare, "embedding_backward", {key(selection.shape_key(shape)): selection.TABLE})
+    report = tuner.tune(step_where(30, 2), info=bare, families={"embedding_backward"}, budget_s=30, repeats=1,
+                        warmup=0)  # negative control: slower, never stored
+    assert [t.winner for t in report.trials] == ["sorted"]
+    assert store.winners(bare, "embedding_backward") == {key(selection.shape_key(shape)): selection.TABLE}
+
+
 TINY = """[model]
 n_layer = 1
 n_head = 2

@@ -58,8 +58,11 @@ def test_parity_covers_the_ops_torch_has():
     assert without == NO_TORCH_EQUIVALENT, f"name a torch_op for, or list here: {sorted(without ^ NO_TORCH_EQUIVALENT)}"
 
 
-# No torch function computes the same thing (helios's own fused steps, RNG streams, layouts, plans).
+# No torch function computes the same thing (helios's own fused steps, RNG streams, layouts, plans; the decode
+# kernels are whole GPT-2 blocks for one row, forward only: tests/autograd/test_decode.py checks them against
+# the model's own forward).
 NO_TORCH_EQUIVALENT = {
-    "adamw_step", "add_inplace", "cast", "concat", "copy_columns", "cross_entropy", "dropout", "embedding",
-    "flash_attention", "grad_norm", "loss_scale_update", "residual_dropout_add", "rope", "scale_by", "slice_columns",
+    "adamw_step", "add_inplace", "cast", "concat", "copy_columns", "cross_entropy", "decode_block", "decode_head",
+    "dropout", "embedding", "flash_attention", "grad_norm", "loss_scale_update", "residual_dropout_add", "rope",
+    "scale_by", "slice_columns",
 }

@@ -41,7 +41,8 @@ def auto_tune(backend: Backend, cfg: Config, steps_left: int, world_size: int = 
     try:
         step_ms = time_step(step, backend.invalidate_capture, repeats=1)
         budget = min(CAP_S, SHARE * step_ms / 1000 * steps_left)
-        report = tune(step, backend.invalidate_capture, budget_s=budget, only_missing=True)
+        report = tune(step, backend.invalidate_capture, budget_s=budget, only_missing=True,
+                      lazy=lambda on: backend.set_replay(cfg.train.replay and not on))
     finally:
         backend.load_state_dict(state)
     winners: dict[str, dict[str, str]] = {}

@@ -174,7 +174,8 @@ def format_config(records: list[dict]) -> str:
     for r in sorted(rows, key=lambda r: r["family"]):
         lines.append(f"{r['family']:<19}{r['shape']:<24}{r['dtype']:<6}{r['table']:<22}{r['winner']:<22}"
                      f"{r['table_ms']:>9.2f}{r['winner_ms']:>9.2f}{r['speedup']:>8.3f}x")
-    lines.append("(ms: one whole training step, replayed, with that one choice; speed-up: table / winner)")
+    lines.append("(ms: the device ms of the launches that choice changes, from timestamps (else one whole replayed "
+                 "training step); speed-up: table / winner)")
     lines.append(f"{summary['tuned']} tuned in {summary['seconds']:.0f} s on {summary['device']}")
     if summary["skipped"]:
         lines.append(f"left by the budget ({len(summary['skipped'])}): " + "; ".join(summary["skipped"]))

@@ -8,19 +8,24 @@ Derived from the selection contract, with no knob per family (helios.kernels.con
    Keys where every candidate plans what the table plans have nothing to tune.
 3. Each remaining candidate is timed by running the whole step with that one choice forced at that one
    (family, shape, dtype) (`selection.trying`), against the step with the table's choice, in the same
-   sitting: the difference is that family's at that shape. A step is timed as it trains: captured and
-   replayed (`reset` drops the capture, two warm-up steps record and capture it), median wall-clock ms of
-   `repeats` replayed steps (helios.bench.harness.device_sample: sync, run, sync). A candidate whose launch
-   fails (the device contract refuses it) is never stored.
+   sitting: the difference is that family's at that shape. Two clocks:
+   - the kernel clock, where the caller can make the step record lazily (`lazy`) and the device has
+     timestamps: `repeats` lazily recorded steps under helios.runtime.profiling(), and the median device ms of
+     just the dispatches where the candidate's step launches another kernel or variant than the table's
+     (`differing_ms`). The rest of the step is the same work, and its noise (a whole step varies by tens of
+     percent on a shared CPU) would swamp a kernel's difference of a few percent of the step;
+   - else the step as it trains: captured and replayed (`reset` drops the capture, two warm-up steps record
+     and capture it), median wall-clock ms of `repeats` replayed steps (helios.bench.harness.device_sample).
+   A candidate whose launch fails (the device contract refuses it) is never stored.
 4. The winner is stored per (device key incl. driver build, family, shape key, dtype) in the TuningStore, which
    `selection.choose` then prefers over the table; it must beat the table by `margin` in three sittings (a
    whole-step figure on a shared CPU is noisy), else "table" is stored: measured, and the table kept. Winners are
    stored as each key is decided, so later keys are timed on top of earlier winners. The two confirming sittings
-   time the candidate first in one and the table first in the other. On a CPU driver (lavapipe, SwiftShader: its
-   worker threads are this process's) they also read the process's CPU time, and a winner may not cost more of it
-   than the table (`confirmed`): another program's burst of load slows a step's wall clock, not the CPU time it
-   spends, so a slower kernel timed in a quiet moment cannot win against the table timed in a busy one (seen at
-   load 6: tiled128, 7x slower alone, "won" a matmul shape on wall time).
+   time the candidate first in one and the table first in the other. Timing whole steps on a CPU driver
+   (lavapipe, SwiftShader: its worker threads are this process's), they also read the process's CPU time, and a
+   winner may not cost more of it than the table (`confirmed`): another program's burst of load slows a step's
+   wall clock, not the CPU time it spends, so a slower kernel timed in a quiet moment cannot win against the
+   table timed in a busy one (seen at load 6: tiled128, 7x slower alone, "won" a matmul shape on wall time).
 
 Keys are tuned in order of how often the step launches them, until `budget_s` runs out; the rest are reported
 as skipped (and a later `only_missing` run picks them up). Library code: it prints nothing; `progress(done,
@@ -145,12 +150,58 @@ def confirmed(table: tuple[float, float], best: tuple[float, float], margin: flo
     return faster and (not cpu_device or best[1] <= table[1] + margin * table[0])
 
 
+def kernel_runs(step: Callable[[], Any], reset: Callable[[], None], repeats: int,
+                warmup: int = 2) -> list[list[tuple[str, str, float]]]:
+    """`repeats` profiled calls of a lazily recorded `step` after `reset` and `warmup` calls: each call's
+    (kernel, variant, device ms) per dispatch, in launch order (helios.runtime.profiling's timestamp pairs)."""
+    from helios.runtime.profiling import profiling
+
+    reset()
+    for _ in range(warmup):
+        step()
+    runs = []
+    for _ in range(repeats):
+        with profiling() as prof:
+            step()
+        runs.append(prof.dispatches)
+    return runs
+
+
+def differing_ms(table: list[list[tuple[str, str, float]]],
+                 candidate: list[list[tuple[str, str, float]]]) -> tuple[float, float]:
+    """(table ms, candidate ms): the medians over calls of the device ms of the dispatches where the two steps launch
+    a different kernel or variant (the choice's own launches: the rest of the step is the same work, whose noise
+    would swamp a kernel's difference); the whole steps' summed device ms where the launches do not line up (a
+    choice that changes how many dispatches run) or do not differ."""
+    first_t, first_c = table[0], candidate[0]
+    idx = [i for i, (a, b) in enumerate(zip(first_t, first_c)) if a[:2] != b[:2]]
+    if len(first_t) != len(first_c) or not idx:
+        return (statistics.median(sum(d[2] for d in run) for run in table),
+                statistics.median(sum(d[2] for d in run) for run in candidate))
+    return (statistics.median(sum(run[i][2] for i in idx) for run in table),
+            statistics.median(sum(run[i][2] for i in idx) for run in candidate))
+
+
+def has_timestamps() -> bool:
+    """Whether this device's compute queue has timestamps (what the kernel clock reads)."""
+    from helios.runtime.profiling import profiling
+
+    try:
+        with profiling():
+            pass
+    except HeliosError:
+        return False
+    return True
+
+
 def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, info=None,
          families: Collection[str] | None = None, budget_s: float = 120.0, repeats: int = 3, warmup: int = 2,
          margin: float = 0.02, store: TuningStore = STORE, save: bool = True, only_missing: bool = False,
-         progress: Progress | None = None) -> Report:
+         progress: Progress | None = None, lazy: Callable[[bool], None] | None = None) -> Report:
     """Tune every family with choices (or those in `families`) at the (shape, dtype)s `step` asks for; see the
-    module docstring. `save=False` times and reports but stores nothing."""
+    module docstring. `save=False` times and reports but stores nothing. `lazy(True)` makes `step` record its
+    launches instead of replaying a capture (`lazy(False)` puts it back): given, on a device with timestamps, the
+    candidates are timed by the kernel clock (`differing_ms`), else by whole replayed steps."""
     if info is None:
         from helios.device import get_device
 
@@ -172,6 +223,36 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
             report.already.append((fam, shape, dtype))
             continue
         work.append(((fam, shape, dtype), table, cands))
+    kernels = lazy is not None and bool(work) and has_timestamps()
+    if kernels:
+        lazy(True)
+    try:
+        _tune_keys(work, step, reset, info, report, t0, budget_s, repeats, warmup, margin, store, save, progress,
+                   kernels)
+    finally:
+        if kernels:
+            lazy(False)
+        reset()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _sample(step, reset, repeats: int, warmup: int, kernels: bool):
+    """One side's timing in a sitting: kernel_runs (the kernel clock) or time_step_cpu's (wall ms, CPU ms)."""
+    return kernel_runs(step, reset, repeats, warmup) if kernels else time_step_cpu(step, reset, repeats, warmup)
+
+
+def _versus(table, candidate, kernels: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((table ms, its CPU ms), (candidate ms, its CPU ms)) of one sitting's two samples; the kernel clock's are
+    device ms of the differing dispatches, with no CPU figure (0: the guard is for whole steps)."""
+    if kernels:
+        t, c = differing_ms(table, candidate)
+        return (t, 0.0), (c, 0.0)
+    return table, candidate
+
+
+def _tune_keys(work, step, reset, info, report: Report, t0: float, budget_s: float, repeats: int, warmup: int,
+               margin: float, store: TuningStore, save: bool, progress: Progress | None, kernels: bool) -> None:
     total = sum(1 + len(c) for _, _, c in work)
     done = 0
     per_timing = None  # seconds one timing takes, from the first
@@ -182,52 +263,51 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
             break
         what = f"{fam} {selection.shape_key(shape)} {dtype}"
         s0 = time.perf_counter()
-        timed = {"<table>": time_step(step, reset, repeats, warmup)}
+        table_sample = _sample(step, reset, repeats, warmup, kernels)
         per_timing = per_timing or time.perf_counter() - s0
         done += 1
         if progress:
             progress(done, total, what)
+        timed: dict[str, tuple[float, float]] = {}  # candidate -> (table ms, its ms) in the first sitting
         for name, choice in cands.items():
             try:
                 with selection.trying(fam, shape, dtype, choice):
-                    timed[name] = time_step(step, reset, repeats, warmup)
+                    sample = _sample(step, reset, repeats, warmup, kernels)
+                t, c = _versus(table_sample, sample, kernels)
+                timed[name] = (t[0], c[0])
             except (HeliosError, ValueError):  # the device contract refused a launch: never a winner
                 reset()
             done += 1
             if progress:
                 progress(done, total, what)
-        table_ms = timed.pop("<table>")
-        best = min(timed, key=timed.get, default=None)
-        won = best is not None and timed[best] < table_ms * (1 - margin)
-        walls = ([table_ms], [timed.get(best)])
+        best = min(timed, key=lambda n: timed[n][1] / timed[n][0] if timed[n][0] else 1.0, default=None)
+        won = best is not None and timed[best][1] < timed[best][0] * (1 - margin)
+        sides = ([timed[best][0]], [timed[best][1]]) if best is not None else ([], [])
         # Confirmed in CONFIRMATIONS more sittings, the candidate timed first and then the table first: one noisy
         # sample, or a burst of load that happens to fall on the table's timings, does not make a winner.
         for candidate_first in (True, False)[:CONFIRMATIONS] if won else ():
-            order = ("candidate", "table") if candidate_first else ("table", "candidate")
             sitting = {}
-            for side in order:
+            for side in (("candidate", "table") if candidate_first else ("table", "candidate")):
                 if side == "table":
-                    sitting[side] = time_step_cpu(step, reset, repeats, warmup)
+                    sitting[side] = _sample(step, reset, repeats, warmup, kernels)
                 else:
                     with selection.trying(fam, shape, dtype, cands[best]):
-                        sitting[side] = time_step_cpu(step, reset, repeats, warmup)
-            walls[0].append(sitting["table"][0])
-            walls[1].append(sitting["candidate"][0])
-            if not confirmed(sitting["table"], sitting["candidate"], margin, info.is_cpu):
+                        sitting[side] = _sample(step, reset, repeats, warmup, kernels)
+            t, c = _versus(sitting["table"], sitting["candidate"], kernels)
+            sides[0].append(t[0])
+            sides[1].append(c[0])
+            if not confirmed(t, c, margin, info.is_cpu and not kernels):
                 won = False
                 break
-        if best is not None:
-            table_ms, timed[best] = statistics.mean(walls[0]), statistics.mean(walls[1])
+        table_ms = statistics.mean(sides[0]) if best is not None else 0.0
         winner = best if won else selection.TABLE
         tname = table_label(info, fam, shape, dtype, table)
+        times = {tname: table_ms, **{n: tc[1] for n, tc in timed.items()}}
         report.trials.append(Trial(fam, shape, dtype, tname, winner if won else tname, table_ms,
-                                   timed[best] if won else table_ms, {tname: table_ms, **timed}))
+                                   statistics.mean(sides[1]) if won else table_ms, times))
         if save:
             path = store.save(info, fam, {key(selection.shape_key(shape), dtype): winner})
             report.stored_in = str(path) if path else "nowhere: the cache directory is not writable"
-    reset()
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def random_micro_batches(cfg, seed: int, accum: int = 1) -> list[tuple]:
@@ -260,7 +340,7 @@ def tune_config(cfg, **options) -> Report:
     """Tune the shapes trainer config `cfg` trains (see `tune` for the options), on a model of its own."""
     step, reset, backend = config_step(cfg)
     try:
-        return tune(step, reset, **options)
+        return tune(step, reset, lazy=lambda on: backend.set_replay(not on), **options)
     finally:
         backend.invalidate_capture()
 

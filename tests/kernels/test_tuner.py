@@ -140,6 +140,19 @@ def test_a_truly_faster_candidate_wins_all_three_sittings_and_a_slower_one_never
     assert store.winners(bare, "embedding_backward") == {key(selection.shape_key(shape)): selection.TABLE}
 
 
+def test_the_kernel_clock_compares_only_the_launches_a_choice_changes():
+    from helios.bench.tuner import differing_ms
+
+    def run(noise: float, mm: str, mm_ms: float):  # a step: a noisy kernel, the tuned launch, another noisy one
+        return [("layernorm", "sg", 5.0 + noise), ("matmul_nn", mm, mm_ms), ("adamw", "vec4", 3.0 + noise)]
+
+    table = [run(0.0, "reg32x8ak", 1.0), run(40.0, "reg32x8ak", 1.2), run(1.0, "reg32x8ak", 1.1)]
+    fast = [run(30.0, "reg8x8", 0.5), run(25.0, "reg8x8", 0.6), run(35.0, "reg8x8", 0.7)]
+    assert differing_ms(table, fast) == (1.1, 0.6)  # the whole steps' noise (tens of ms) does not enter
+    same = [run(9.0, "reg32x8ak", 1.0)]  # negative control: nothing differs, the whole steps are compared
+    assert differing_ms([run(0.0, "reg32x8ak", 1.0)], same) == (9.0, 27.0)
+
+
 TINY = """[model]
 n_layer = 1
 n_head = 2

@@ -142,6 +142,10 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
         "tunes on SwiftShader for ~18 minutes (a step there takes seconds)"),
     "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 15 --warmup 3": ParseOnly(
         "trains on SwiftShader for minutes"),
+    "python -m helios.bench tune configs/shakespeare.toml --budget-s 300": Quick(
+        "--budget-s 3 --families rows --dry-run", "as GPU.md's `--budget-s 120` form: one family, nothing stored"),
+    "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 60 --rounds 1": ParseOnly(
+        "trains for minutes"),
     "python -m helios.bench tune configs/shakespeare.toml": ParseOnly(
         SAME + "the `--budget-s 120` form above (README and GPU.md)"),
     "python tools/bench_sample.py configs/shakespeare.toml --rounds 3": ParseOnly(

@@ -100,10 +100,10 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
     ".venv/bin/python -m helios.bench matmul --quick": Quick("--repeats 1 --shapes 64x64x64", BENCHES),
     ".venv/bin/python -m helios.bench tune matmul": Quick(BENCH + " --dry-run", BENCHES + "; stores nothing"),
     ".venv/bin/python -m helios.bench tune configs/shakespeare.toml --budget-s 120": Quick(
-        "--budget-s 3 --families rows --dry-run", "as GPU.md's below"),
-    "python -m helios.bench tune configs/shakespeare.toml --budget-s 120": Quick(
         "--budget-s 3 --families rows --dry-run", "tunes for two minutes and stores winners that later tests would "
         "train with: one family, a few seconds, nothing stored"),
+    "python -m helios.bench tune configs/shakespeare.toml --budget-s 120": ParseOnly(
+        SAME + "README's `.venv/bin/python -m helios.bench tune configs/shakespeare.toml --budget-s 120`"),
     "python -m helios.bench tune matmul": ParseOnly(SAME + "README's `.venv/bin/python -m helios.bench tune matmul`"),
     # docs/BENCHMARKS.md (its measurement commands)
     ".venv/bin/python -m helios.bench --quick --json > lavapipe_quick.jsonl": ParseOnly("every kernel benchmark"),
@@ -142,8 +142,8 @@ EXAMPLES: dict[str, Quick | Serve | ParseOnly | Mention] = {
         "tunes on SwiftShader for ~18 minutes (a step there takes seconds)"),
     "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 15 --warmup 3": ParseOnly(
         "trains on SwiftShader for minutes"),
-    "python -m helios.bench tune configs/shakespeare.toml --budget-s 300": Quick(
-        "--budget-s 3 --families rows --dry-run", "as GPU.md's `--budget-s 120` form: one family, nothing stored"),
+    "python -m helios.bench tune configs/shakespeare.toml --budget-s 300": ParseOnly(
+        SAME + "README's `--budget-s 120` form"),
     "python tools/bench_train.py configs/shakespeare.toml --torch-dtypes '' --steps 60 --rounds 1": ParseOnly(
         "trains for minutes"),
     "python -m helios.bench tune configs/shakespeare.toml": ParseOnly(

@@ -42,37 +42,55 @@ def test_supports_needs_aligned_rows():
     assert not KVCache.supports(GPTConfig(n_embd=30, n_head=3))
 
 
+# A model whose decode rows are aligned on every device (SwiftShader's 256 bytes too): 3 heads of 12.
+SMALL = GPTConfig(arch="gpt2", n_layer=2, n_embd=36, n_head=3, block_size=9, vocab_size=37, dtype="fp32")
+
+
+def small_model_and_ids() -> tuple[GPT, np.ndarray]:
+    """SMALL's model (eval mode) and block_size token ids to decode."""
+    model = GPT(SMALL, seed=3)
+    model.eval()
+    return model, np.random.default_rng(1).integers(0, SMALL.vocab_size, SMALL.block_size).astype(np.int32)
+
+
+def one_token_rows(cache: KVCache, ids: np.ndarray, dispatches: list | None = None) -> np.ndarray:
+    """The logits of feeding `ids` one token at a time (each step's dispatch count appended to `dispatches`)."""
+    import helios.runtime as rt
+
+    rows = []
+    for i in range(len(ids)):
+        before = rt.counters()["dispatches"]
+        rows.append(cache.feed(ids[i:i + 1]).numpy()[0].copy())
+        if dispatches is not None:
+            dispatches.append(rt.counters()["dispatches"] - before)
+    return np.stack(rows)
+
+
 def test_fused_one_token_steps_match_unfused_and_take_fewer_dispatches():
     """One-token steps through the fused decode kernels (helios.kernels.decode) give the unfused path's logits at
     every position (t = 1 .. block_size, 3 heads of 12), in one dispatch per block + one for the head; captured, one
     capture serves every position."""
-    import helios.runtime as rt
     from helios.kernels.contract import selection
 
-    cfg = GPTConfig(arch="gpt2", n_layer=2, n_embd=36, n_head=3, block_size=9, vocab_size=37, dtype="fp32")
-    model = GPT(cfg, seed=3)
-    model.eval()
-    ids = np.random.default_rng(1).integers(0, cfg.vocab_size, cfg.block_size).astype(np.int32)
+    cfg = SMALL
+    model, ids = small_model_and_ids()
     got, used = {}, {}
     with autograd.no_grad():
         for mode in ("fused", "unfused"):
             with selection.forcing("decode", mode):
                 cache = KVCache(model)
             assert cache.fused == (mode == "fused")
-            rows = []
-            for i in range(cfg.block_size):
-                before = rt.counters()["dispatches"]
-                rows.append(cache.feed(ids[i:i + 1]).numpy()[0])
-                used[mode] = rt.counters()["dispatches"] - before
-            got[mode] = np.stack(rows)
+            counts = []
+            got[mode] = one_token_rows(cache, ids, counts)
+            used[mode] = counts[-1]
     np.testing.assert_allclose(got["fused"], got["unfused"], rtol=1e-4, atol=1e-5)
     assert used["fused"] == cfg.n_layer + 1 < used["unfused"]
     with autograd.no_grad():  # captured: the first step records, every later one replays the same capture
         cache = KVCache(model, capture=True)
-        replayed = [cache.feed(ids[i:i + 1]).numpy()[0].copy() for i in range(cfg.block_size)]
+        replayed = one_token_rows(cache, ids)
         assert cache.replays == cfg.block_size - 1
         cache.close()
-    np.testing.assert_allclose(np.stack(replayed), got["fused"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(replayed, got["fused"], rtol=1e-6, atol=1e-6)
 
 
 def test_decode_rule_refuses_what_the_fused_kernels_do_not_cover():
@@ -110,16 +128,13 @@ def test_decode_rule_falls_back_where_the_block_kernel_binds_too_many_buffers():
 _DECODE_UNDER_LIMITS = """
 import numpy as np
 import autograd
-from autograd.nn import GPT, GPTConfig
 from autograd.nn.decode import KVCache
-cfg = GPTConfig(arch="gpt2", n_layer=2, n_embd=36, n_head=3, block_size=9, vocab_size=37, dtype="fp32")
-model = GPT(cfg, seed=3)
-model.eval()
-ids = np.random.default_rng(1).integers(0, cfg.vocab_size, cfg.block_size).astype(np.int32)
+from tests.autograd.test_decode import SMALL, one_token_rows, small_model_and_ids
+model, ids = small_model_and_ids()
 with autograd.no_grad():
-    full = model(autograd.tensor(ids[None])).numpy().reshape(cfg.block_size, -1)
+    full = model(autograd.tensor(ids[None])).numpy().reshape(SMALL.block_size, -1)
     cache = KVCache(model)
-    rows = np.stack([cache.feed(ids[i:i + 1]).numpy()[0] for i in range(cfg.block_size)])
+    rows = one_token_rows(cache, ids)
 np.testing.assert_allclose(rows, full, rtol=1e-4, atol=1e-5)
 print("fused" if cache.fused else "unfused")
 """

@@ -45,6 +45,7 @@ from helios.bench.harness import device_sample
 from helios.errors import HeliosError
 from helios.kernels.contract import selection
 from helios.kernels.contract.tuning import STORE, TuningStore, key
+from helios.runtime import get_runtime
 
 Key = tuple[str, tuple, str]  # (family, shape, dtype)
 CONFIRMATIONS = 2  # sittings after the first that must each confirm a winner (see `tune`)
@@ -176,22 +177,13 @@ def differing_ms(table: list[list[tuple[str, str, float]]],
     first_t, first_c = table[0], candidate[0]
     idx = [i for i, (a, b) in enumerate(zip(first_t, first_c)) if a[:2] != b[:2]]
     if len(first_t) != len(first_c) or not idx:
-        return (statistics.median(sum(d[2] for d in run) for run in table),
-                statistics.median(sum(d[2] for d in run) for run in candidate))
-    return (statistics.median(sum(run[i][2] for i in idx) for run in table),
-            statistics.median(sum(run[i][2] for i in idx) for run in candidate))
+        idx = None  # the whole steps
 
+    def ms(runs) -> float:
+        return statistics.median(sum(d[2] for d in run) if idx is None else sum(run[i][2] for i in idx)
+                                 for run in runs)
 
-def has_timestamps() -> bool:
-    """Whether this device's compute queue has timestamps (what the kernel clock reads)."""
-    from helios.runtime.profiling import profiling
-
-    try:
-        with profiling():
-            pass
-    except HeliosError:
-        return False
-    return True
+    return ms(table), ms(candidate)
 
 
 def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, info=None,
@@ -223,7 +215,7 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
             report.already.append((fam, shape, dtype))
             continue
         work.append(((fam, shape, dtype), table, cands))
-    kernels = lazy is not None and bool(work) and has_timestamps()
+    kernels = lazy is not None and bool(work) and get_runtime().has_timestamps
     if kernels:
         lazy(True)
     try:

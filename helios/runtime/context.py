@@ -217,13 +217,19 @@ class Runtime:
             stage.release()
 
     # -- timing --------------------------------------------------------------------------------
+    @property
+    def has_timestamps(self) -> bool:
+        """Whether the compute queue writes timestamps (what profiling, timed() and the tuner's kernel clock read)."""
+        vk = self.device.vk
+        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.device.physical)
+        return bool(families[self.device.queue_family].timestampValidBits)
+
     def create_query_pool(self, count: int):
         """A new timestamp query pool of `count` entries (a HeliosError where the compute queue has no timestamps);
         the caller destroys it."""
-        vk = self.device.vk
-        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.device.physical)
-        if not families[self.device.queue_family].timestampValidBits:
+        if not self.has_timestamps:
             raise HeliosError(f"the device '{self.info.name}' has no timestamps on its compute queue")
+        vk = self.device.vk
         info = vk.VkQueryPoolCreateInfo(queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=count)
         return vk.vkCreateQueryPool(self.device.device, info, None)
 

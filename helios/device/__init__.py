@@ -370,6 +370,7 @@ class Device:
         f13 = chain[3] if has13 else None
         fat = chain[-1] if has_atomic_float else None
 
+        has_push = "VK_KHR_push_descriptor" in ext_names
         pchain = _make_chain(vk, ffi, [
             ("VkPhysicalDeviceProperties2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2),
             ("VkPhysicalDeviceSubgroupProperties", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES),
@@ -377,12 +378,9 @@ class Device:
             ("VkPhysicalDeviceSubgroupSizeControlProperties",
              vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES),
             ("VkPhysicalDeviceMaintenance3Properties", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES),
+            *([("VkPhysicalDevicePushDescriptorPropertiesKHR",
+                vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR)] if has_push else []),
         ])
-        has_push = "VK_KHR_push_descriptor" in ext_names
-        if has_push:
-            pchain += _make_chain(vk, ffi, [("VkPhysicalDevicePushDescriptorPropertiesKHR",
-                                             vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR)])
-            pchain[-2].pNext = pchain[-1]
         vk.lib.vkGetPhysicalDeviceProperties2(phys, pchain[0])
         p, sg, drv, sgc, m3 = pchain[:5]
         push_props = pchain[5] if has_push else None

@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-s", type=float, default=120.0, help="CONFIG: seconds to spend at most (120)")
     parser.add_argument("--families", help="CONFIG: comma-separated families to tune (default: all with choices)")
     parser.add_argument("--margin", type=float, default=0.02,
-                        help="CONFIG: how much faster than the table a winner must be, in each of three sittings (0.02)")
+                        help="CONFIG: how much faster than the table a winner must be, in each of three "
+                             "sittings (0.02)")
     parser.epilog = _families_epilog()
     parser.add_argument("--shapes", type=parse_shapes, help="MxNxK,... (default: the GPT-small shapes)")
     parser.add_argument("--layouts", default="nn,nt,tn", help="comma-separated of nn, nt, tn, tt")

@@ -36,7 +36,14 @@ from helios.kernels.attention.backward import (
     ATTENTION_BACKWARD_DQ,
     ATTENTION_BACKWARD_PRE,
 )
-from helios.kernels.attention.common import KERNEL_VARIANTS, MAX_D4, TILED_MAX_D, VARIANTS, spec_values
+from helios.kernels.attention.common import (
+    KERNEL_VARIANTS,
+    MAX_D4,
+    TILED_MAX_D,
+    UNROLLED_MAX_D,
+    VARIANTS,
+    spec_values,
+)
 from helios.kernels.attention.coopmat import ATTENTION_FORWARD_COOPMAT
 from helios.kernels.attention.coopmat import LOWERINGS as COOPMAT_VARIANTS
 from helios.kernels.attention.coopmat import VARIANTS as COOPMAT_KERNEL_VARIANTS
@@ -77,8 +84,10 @@ def _subgroup_head_dims(shape: tuple) -> bool:
 # Tests force every variant the rule can return (the matrix-unit ones where the device runs them). CI runs again
 # at subgroup sizes 4 and 16: rowwise broadcasts and tiled shuffles in f32, and the emulated matrix units'
 # lanes-per-tile split in fp16 (their kernels: the matrix-unit forward, dQ and dK/dV).
-@selection.rule("attention", check=_base_variant, forced=(*VARIANTS, *COOPMAT_VARIANTS), subgroup=(
+@selection.rule("attention", check=_base_variant, forced=(*VARIANTS, *COOPMAT_VARIANTS),
+                forced_dtypes={"rowwise_unrolled": ("f32",)}, subgroup=(
     selection.Subgroup("rowwise", shapes=_subgroup_head_dims), selection.Subgroup("tiled", shapes=_subgroup_head_dims),
+    selection.Subgroup("rowwise_unrolled", shapes=_subgroup_head_dims),
     selection.Subgroup("coopmat_emulated", "fp16", shapes=_subgroup_head_dims, kernels=(
         "attention_forward_coopmat", "attention_backward_dq_coopmat", "attention_backward_dkv_coopmat"))))
 def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
@@ -88,7 +97,8 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     "rowwise" (64-bit loads) where the device has shaderInt64, "rowwise_vec4" where it has not. "tiled" runs
     only where it fits (`tiled_fits`: head dims up to TILED_MAX_D, subgroups at least its lanes per row wide,
     its K/V tiles within the device's shared memory); elsewhere rowwise runs, even when "tiled" is forced. A
-    forced matrix-unit variant the launch cannot run (f32, a head dim off 16) falls back to that choice."""
+    forced matrix-unit variant the launch cannot run (f32, a head dim off 16) falls back to that choice.
+    "rowwise_unrolled" (a tuner's choice on CPU devices) runs where `unrolled_fits`; elsewhere rowwise, even forced."""
     (head_dim,) = shape
     matrix = choose_coopmat(info, head_dim, dtype, forced)
     if matrix is not None:
@@ -98,12 +108,20 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     want = forced or (rowwise(info) if info.cpu_profile else "tiled")
     if want == "tiled" and not tiled_fits(info, head_dim, dtype):
         return rowwise(info)
+    if want == "rowwise_unrolled" and not unrolled_fits(info, head_dim, dtype):
+        return rowwise(info)
     return want
 
 
 def rowwise(info) -> str:
     """The rowwise variant for the device: K/V rows moved as 64-bit words where it has shaderInt64."""
     return "rowwise" if info.int64 else "rowwise_vec4"
+
+
+def unrolled_fits(info, head_dim: int, dtype: str = "f32") -> bool:
+    """Whether "rowwise_unrolled" runs: f32 (a half dtype would only add conversions, slower on CPU drivers, and
+    tests), head dims up to UNROLLED_MAX_D (its JIT time grows with them), 64-bit loads (shaderInt64)."""
+    return dtype == "f32" and head_dim <= UNROLLED_MAX_D and bool(info.int64)
 
 
 def tiled_fits(info, head_dim: int, dtype: str = "f32") -> bool:
@@ -209,7 +227,8 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
 
 __all__ = [
     "flash_attention", "flash_attention_backward", "reference", "reference_backward", "attention_reference",
-    "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ", "ATTENTION_BACKWARD_DKV",
+    "attention_flops", "UNROLLED_MAX_D",
+    "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ", "ATTENTION_BACKWARD_DKV",
 ]
 
 

@@ -87,13 +87,13 @@ def test_reads_qkv_in_place_from_a_view(variant):
 
 
 def test_largest_head_dim_runs_rowwise_whatever_is_forced(variant):
-    """Head dim 256 (past the tiled variant's limit: rowwise runs, forced or not) against the reference within the
-    op spec's tolerances, f32 only (its pipelines are the slowest to compile; the half variants run the same code
-    on other storage, which the derived tests check at the other head dims)."""
+    """Head dim 256 (past the tiled and rowwise_unrolled variants' limits: rowwise runs, forced or not) against the
+    reference within the op spec's tolerances, f32 only (its pipelines are the slowest to compile; the half variants
+    run the same code on other storage, which the derived tests check at the other head dims)."""
     spec = spec_of("flash_attention")
     B, T, H, Hkv, D = 1, 33, 2, 1, 256
     rowwise = A.rowwise(rt.get_runtime().info)  # "rowwise_vec4" without shaderInt64
-    assert selection.choose("attention", (D,)) == (rowwise if variant == "tiled" else variant)
+    assert selection.choose("attention", (D,)) == (rowwise if variant in ("tiled", "rowwise_unrolled") else variant)
     qkv, do = _inputs(B, T, H, Hkv, D, seed=5)
     q = rt.from_numpy(qkv)
     o, lse = A.flash_attention(q, B, T, H, Hkv, D)
@@ -198,3 +198,14 @@ def test_tiled_only_where_its_tiles_fit_shared_memory():
     with selection.forcing("attention", "tiled"):
         assert selection.choose("attention", (64,), info=small) == "tiled"
         assert selection.choose("attention", (128,), info=small) == A.rowwise(small)
+
+
+def test_rowwise_unrolled_only_in_f32_up_to_its_head_dim_with_int64():
+    """The tuner's lavapipe candidate runs f32 at head dims up to UNROLLED_MAX_D on a device with shaderInt64;
+    forced anywhere else, rowwise (rowwise_vec4 without int64) runs instead."""
+    cpu, no64 = _info(profile="cpu", int64=True), _info(profile="cpu", int64=False)
+    with selection.forcing("attention", "rowwise_unrolled"):
+        assert selection.choose("attention", (A.UNROLLED_MAX_D,), info=cpu) == "rowwise_unrolled"
+        assert selection.choose("attention", (A.UNROLLED_MAX_D + 4,), info=cpu) == "rowwise"
+        assert selection.choose("attention", (64,), "bf16", info=cpu) == "rowwise"
+        assert selection.choose("attention", (64,), info=no64) == "rowwise_vec4"

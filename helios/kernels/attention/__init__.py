@@ -10,8 +10,7 @@ each KV group (GQA), so every gradient element is written exactly once by one in
 Four variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only, K/V moved as 64-bit
 words; lavapipe), "rowwise_unrolled" (the same with its head-dim loops unrolled: ~2x faster on lavapipe, a
 tuner's choice, f32 at head dims up to 64), "rowwise_vec4" (rowwise with vec4 loads, for devices without
-shaderInt64) and "tiled"
-(shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
+shaderInt64) and "tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
 (helios.kernels.contract.selection, shape = (head_dim,)) picks by device type and features; head dims over 128 (up to
 256, any multiple of 4), and devices whose shared memory or subgroups the tiles do not fit, run rowwise, even
 when "tiled" is forced.

@@ -7,9 +7,10 @@ because it needs no float atomics and is deterministic: a preprocess kernel D = 
 query-parallel kernel for dQ, and a key-parallel kernel for dK/dV that also sums over the query heads of
 each KV group (GQA), so every gradient element is written exactly once by one invocation.
 
-Three variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only, K/V moved as 64-bit
-words; lavapipe), "rowwise_vec4" (the same with vec4 loads, for devices without shaderInt64) and "tiled"
-(shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
+Four variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only, K/V moved as 64-bit
+words), "rowwise_unrolled" (the same with its head-dim loops unrolled and 4 rows per lane: ~2x faster, the same
+sums; lavapipe's choice in f32 at head dims up to 64, rowwise elsewhere), "rowwise_vec4" (rowwise with vec4 loads, for devices without
+shaderInt64) and "tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
 (helios.kernels.contract.selection, shape = (head_dim,)) picks by device type and features; head dims over 128 (up to
 256, any multiple of 4), and devices whose shared memory or subgroups the tiles do not fit, run rowwise, even
 when "tiled" is forced.
@@ -36,7 +37,14 @@ from helios.kernels.attention.backward import (
     ATTENTION_BACKWARD_DQ,
     ATTENTION_BACKWARD_PRE,
 )
-from helios.kernels.attention.common import KERNEL_VARIANTS, MAX_D4, TILED_MAX_D, VARIANTS, spec_values
+from helios.kernels.attention.common import (
+    KERNEL_VARIANTS,
+    MAX_D4,
+    TILED_MAX_D,
+    UNROLLED_MAX_D,
+    VARIANTS,
+    spec_values,
+)
 from helios.kernels.attention.coopmat import ATTENTION_FORWARD_COOPMAT
 from helios.kernels.attention.coopmat import LOWERINGS as COOPMAT_VARIANTS
 from helios.kernels.attention.coopmat import VARIANTS as COOPMAT_KERNEL_VARIANTS
@@ -74,29 +82,44 @@ def _subgroup_head_dims(shape: tuple) -> bool:
     return shape[4] in (64, 4)
 
 
+def _subgroup_unrolled_head_dims(shape: tuple) -> bool:
+    """rowwise_unrolled at the extra subgroup sizes: head dim 4 only. Its broadcasts are rowwise's (same key block,
+    lanes and slots; it differs in rows per lane and unrolling, which no subgroup code reads), and head dim 4 has
+    whole slots at 4 lanes (8 values over 4) and partial ones at 16. Its unrolled head dim 64 costs ~20 s of cold
+    compile per size and adds no subgroup arithmetic rowwise's 64 does not run."""
+    return shape[4] == 4
+
+
 # Tests force every variant the rule can return (the matrix-unit ones where the device runs them). CI runs again
-# at subgroup sizes 4 and 16: rowwise broadcasts and tiled shuffles in f32, and the emulated matrix units'
+# at subgroup sizes 4 and 16: rowwise broadcasts (rowwise_unrolled's at head dim 4) and tiled shuffles in f32, and
+# the emulated matrix units'
 # lanes-per-tile split in fp16 (their kernels: the matrix-unit forward, dQ and dK/dV).
-@selection.rule("attention", check=_base_variant, forced=(*VARIANTS, *COOPMAT_VARIANTS), subgroup=(
+@selection.rule("attention", check=_base_variant, forced=(*VARIANTS, *COOPMAT_VARIANTS),
+                forced_dtypes={"rowwise_unrolled": ("f32",)}, subgroup=(
     selection.Subgroup("rowwise", shapes=_subgroup_head_dims), selection.Subgroup("tiled", shapes=_subgroup_head_dims),
+    selection.Subgroup("rowwise_unrolled", shapes=_subgroup_unrolled_head_dims),
     selection.Subgroup("coopmat_emulated", "fp16", shapes=_subgroup_head_dims, kernels=(
         "attention_forward_coopmat", "attention_backward_dq_coopmat", "attention_backward_dkv_coopmat"))))
 def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     """"coopmat" (or "coopmat_emulated") in bf16/fp16 where the device's matrix units (real, or emulated ones:
     DeviceInfo.cooperative_matrix_emulated) take the dtype and head dim (attention_coopmat.choose); otherwise
-    rowwise on CPU devices (lavapipe: shared memory and barriers are slow), "tiled" elsewhere. Rowwise is
+    rowwise on CPU devices (lavapipe: shared memory and barriers are slow; `cpu_rowwise`), "tiled" elsewhere. Rowwise is
     "rowwise" (64-bit loads) where the device has shaderInt64, "rowwise_vec4" where it has not. "tiled" runs
     only where it fits (`tiled_fits`: head dims up to TILED_MAX_D, subgroups at least its lanes per row wide,
     its K/V tiles within the device's shared memory); elsewhere rowwise runs, even when "tiled" is forced. A
-    forced matrix-unit variant the launch cannot run (f32, a head dim off 16) falls back to that choice."""
+    forced matrix-unit variant the launch cannot run (f32, a head dim off 16) falls back to that choice.
+    On CPU devices "rowwise_unrolled" runs where `unrolled_fits` (the table's choice there); elsewhere rowwise,
+    even when it is forced."""
     (head_dim,) = shape
     matrix = choose_coopmat(info, head_dim, dtype, forced)
     if matrix is not None:
         return matrix
     if forced in COOPMAT_VARIANTS:
         forced = None
-    want = forced or (rowwise(info) if info.cpu_profile else "tiled")
+    want = forced or (cpu_rowwise(info, head_dim, dtype) if info.cpu_profile else "tiled")
     if want == "tiled" and not tiled_fits(info, head_dim, dtype):
+        return rowwise(info)
+    if want == "rowwise_unrolled" and not unrolled_fits(info, head_dim, dtype):
         return rowwise(info)
     return want
 
@@ -104,6 +127,18 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
 def rowwise(info) -> str:
     """The rowwise variant for the device: K/V rows moved as 64-bit words where it has shaderInt64."""
     return "rowwise" if info.int64 else "rowwise_vec4"
+
+
+def cpu_rowwise(info, head_dim: int, dtype: str) -> str:
+    """The CPU table's choice: "rowwise_unrolled" where it fits (2x faster on lavapipe, the same sums bit for
+    bit), rowwise elsewhere."""
+    return "rowwise_unrolled" if unrolled_fits(info, head_dim, dtype) else rowwise(info)
+
+
+def unrolled_fits(info, head_dim: int, dtype: str = "f32") -> bool:
+    """Whether "rowwise_unrolled" runs: f32 (a half dtype would only add conversions, slower on CPU drivers, and
+    tests), head dims up to UNROLLED_MAX_D (its JIT time grows with them), 64-bit loads (shaderInt64)."""
+    return dtype == "f32" and head_dim <= UNROLLED_MAX_D and bool(info.int64)
 
 
 def tiled_fits(info, head_dim: int, dtype: str = "f32") -> bool:
@@ -209,7 +244,8 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
 
 __all__ = [
     "flash_attention", "flash_attention_backward", "reference", "reference_backward", "attention_reference",
-    "attention_flops", "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ", "ATTENTION_BACKWARD_DKV",
+    "attention_flops", "UNROLLED_MAX_D",
+    "ATTENTION_FORWARD", "ATTENTION_BACKWARD_PRE", "ATTENTION_BACKWARD_DQ", "ATTENTION_BACKWARD_DKV",
 ]
 
 

@@ -26,6 +26,7 @@ from helios.spirv import KernelBuilder, Value, Variant, boolean, ceil_div, f32, 
 vec4 = vec(f32, 4)
 NEG = -1.0e30  # "minus infinity" for running maxima: finite, so exp(NEG - NEG) never makes a NaN
 MAX_D4 = 64  # head_dim <= 256
+UNROLLED_MAX_D = 64  # "rowwise_unrolled" runs head dims up to here (its JIT time grows with them)
 TILED_MAX_D = 128  # the tiled variant's K/V tiles (bc rows x head_dim) fit 32 KiB of shared memory up to here
 
 VARIANTS = {
@@ -42,6 +43,16 @@ VARIANTS = {
     # loaded as vec4<f32> (or 16-bit storage) instead of 64-bit words.
     "rowwise_vec4": {"tiled": False, "tpr": 1, "rq": 8, "wg": 8, "kb": 8, "kb_bwd": 8, "bc": 0, "unroll": False,
                      "bcast": True, "wide": False},
+    # lavapipe: "rowwise" with the head-dim loops unrolled and 4 rows per lane. Rolled, every register array
+    # (q, k, v, the accumulators, the broadcast slots) is indexed by the loop counter, which llvmpipe cannot keep
+    # in registers; unrolled, the indices are constants and the arrays become SSA values (spilled to the stack
+    # where they outgrow the register file, cheap next to indexed accesses). 4 rows rather than 8 halves the
+    # code and the JIT time and measured no slower (B2 H4 T128 D48 fwd+bwd: rowwise 5.3 ms, this at 8 rows
+    # 3.1 ms, at 4 rows 2.6 ms, at 2 rows 3.0 ms). Its JIT time grows with the head dim (cold, optimised, all
+    # four kernels at D48: ~20 s single-threaded, against rowwise's ~5 s), so the rule runs it up to
+    # UNROLLED_MAX_D and in f32 only; rowwise elsewhere.
+    "rowwise_unrolled": {"tiled": False, "tpr": 1, "rq": 4, "wg": 8, "kb": 8, "kb_bwd": 8, "bc": 0, "unroll": True,
+                         "bcast": True, "wide": True},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
     "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},

@@ -87,13 +87,13 @@ def test_reads_qkv_in_place_from_a_view(variant):
 
 
 def test_largest_head_dim_runs_rowwise_whatever_is_forced(variant):
-    """Head dim 256 (past the tiled variant's limit: rowwise runs, forced or not) against the reference within the
-    op spec's tolerances, f32 only (its pipelines are the slowest to compile; the half variants run the same code
-    on other storage, which the derived tests check at the other head dims)."""
+    """Head dim 256 (past the tiled and rowwise_unrolled variants' limits: rowwise runs, forced or not) against the
+    reference within the op spec's tolerances, f32 only (its pipelines are the slowest to compile; the half variants
+    run the same code on other storage, which the derived tests check at the other head dims)."""
     spec = spec_of("flash_attention")
     B, T, H, Hkv, D = 1, 33, 2, 1, 256
     rowwise = A.rowwise(rt.get_runtime().info)  # "rowwise_vec4" without shaderInt64
-    assert selection.choose("attention", (D,)) == (rowwise if variant == "tiled" else variant)
+    assert selection.choose("attention", (D,)) == (rowwise if variant in ("tiled", "rowwise_unrolled") else variant)
     qkv, do = _inputs(B, T, H, Hkv, D, seed=5)
     q = rt.from_numpy(qkv)
     o, lse = A.flash_attention(q, B, T, H, Hkv, D)
@@ -152,7 +152,8 @@ def test_rejects_bad_arguments(bad):
 @pytest.mark.subgroup("attention_forward")
 def test_variant_choice_follows_the_device(device):
     info = device.info
-    want = A.rowwise(info) if info.cpu_profile or not A.tiled_fits(info, 64) else "tiled"
+    want = A.cpu_rowwise(info, 64, "f32") if info.cpu_profile else "tiled" if A.tiled_fits(info, 64) else \
+        A.rowwise(info)
     assert selection.choose("attention", (64,)) == want
 
 
@@ -180,10 +181,10 @@ def test_tiled_needs_subgroups_as_wide_as_its_lanes_per_row():
 
 def test_rowwise_reads_64_bit_words_only_where_the_device_has_int64():
     """Without shaderInt64 (SwiftShader, many mobile GPUs) the CPU rule takes rowwise_vec4, whose module declares
-    no Int64; with it, "rowwise", as on lavapipe."""
+    no Int64; with it, "rowwise", as on lavapipe past rowwise_unrolled's head dims."""
     with selection.forcing("attention", None):
-        assert selection.choose("attention", (64,), info=_info(profile="cpu", int64=True)) == "rowwise"
-        assert selection.choose("attention", (64,), info=_info(profile="cpu", int64=False)) == "rowwise_vec4"
+        assert selection.choose("attention", (128,), info=_info(profile="cpu", int64=True)) == "rowwise"
+        assert selection.choose("attention", (128,), info=_info(profile="cpu", int64=False)) == "rowwise_vec4"
     assert "Int64" in A.ATTENTION_FORWARD.module("rowwise").capabilities
     for kernel in (A.ATTENTION_FORWARD, A.ATTENTION_BACKWARD_DQ, A.ATTENTION_BACKWARD_DKV):
         assert "Int64" not in kernel.module("rowwise_vec4").capabilities
@@ -198,3 +199,26 @@ def test_tiled_only_where_its_tiles_fit_shared_memory():
     with selection.forcing("attention", "tiled"):
         assert selection.choose("attention", (64,), info=small) == "tiled"
         assert selection.choose("attention", (128,), info=small) == A.rowwise(small)
+
+
+def test_cpu_table_runs_rowwise_unrolled_where_it_fits():
+    """On a CPU device the table runs rowwise_unrolled in f32 at head dims up to UNROLLED_MAX_D with shaderInt64,
+    rowwise (rowwise_vec4 without int64) elsewhere; a GPU gets tiled."""
+    cpu, no64, gpu = _info(profile="cpu", int64=True), _info(profile="cpu", int64=False), _info(profile="gpu")
+    assert selection.choose("attention", (32,), info=cpu) == "rowwise_unrolled"
+    assert selection.choose("attention", (A.UNROLLED_MAX_D,), info=cpu) == "rowwise_unrolled"
+    assert selection.choose("attention", (A.UNROLLED_MAX_D + 4,), info=cpu) == "rowwise"
+    assert selection.choose("attention", (32,), "bf16", info=cpu) == "rowwise"
+    assert selection.choose("attention", (32,), info=no64) == "rowwise_vec4"
+    assert selection.choose("attention", (32,), info=gpu) != "rowwise_unrolled"
+
+
+def test_rowwise_unrolled_only_in_f32_up_to_its_head_dim_with_int64():
+    """The tuner's lavapipe candidate runs f32 at head dims up to UNROLLED_MAX_D on a device with shaderInt64;
+    forced anywhere else, rowwise (rowwise_vec4 without int64) runs instead."""
+    cpu, no64 = _info(profile="cpu", int64=True), _info(profile="cpu", int64=False)
+    with selection.forcing("attention", "rowwise_unrolled"):
+        assert selection.choose("attention", (A.UNROLLED_MAX_D,), info=cpu) == "rowwise_unrolled"
+        assert selection.choose("attention", (A.UNROLLED_MAX_D + 4,), info=cpu) == "rowwise"
+        assert selection.choose("attention", (64,), "bf16", info=cpu) == "rowwise"
+        assert selection.choose("attention", (64,), info=no64) == "rowwise_vec4"

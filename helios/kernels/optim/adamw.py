@@ -178,22 +178,24 @@ def _build_adamw(b: KernelBuilder, v: Variant) -> None:
                     update(bufs + [copy_buf], k)
 
 
-# "_addr": p, g, m, v and the mask through device addresses, where the device offers them (CPU drivers):
-# 1.75x faster on lavapipe 25 (each invocation's loads become gathers instead of a per-lane loop).
+# "_addr": p, g, m, v and the mask through device addresses (each invocation's loads become gathers instead of
+# a per-lane loop). They were 1.75x faster on lavapipe 25 when the update was written per element; with the
+# update on vec4 views of the bindings, plain bindings measure faster there (2026-11-28, alternated, 1.33M
+# elements: 2.08 vs 2.55 ms, 8M: 12.2 vs 21.5 ms, with a bf16 copy 2.28 vs 2.62 ms; a training step of
+# configs/shakespeare.toml 1.08x), so the table takes plain bindings and the tuner may still pick "_addr".
 BASE_VARIANTS = {"scalar": {"vec": 1}, "vec4": {"vec": 4},
                  "scalar_addr": {"vec": 1, "addressed": True}, "vec4_addr": {"vec": 4, "addressed": True}}
 
 
 @selection.rule("adamw", choices=BASE_VARIANTS)
 def choose(info, shape: tuple, dtype: str = "f32", forced: str | None = None) -> str:
-    """vec4 loads from 4 elements on, through device addresses where the device enables them."""
+    """vec4 loads from 4 elements on, through the plain bindings (the "_addr" variants are the tuner's)."""
     (n,) = shape
     if forced is not None:
         if BASE_VARIANTS[forced].get("addressed"):
             selection.check_addressed(info, "adamw", forced)
         return forced
-    name = "vec4" if n >= 4 else "scalar"
-    return name + "_addr" if info.buffer_device_address else name
+    return "vec4" if n >= 4 else "scalar"
 
 
 GRAD_NORM_PARTIAL = Kernel(

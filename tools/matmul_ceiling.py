@@ -1,6 +1,7 @@
 """Matmul tilings against the device's FMA ceiling at the shapes a trainer config's step runs, side by side.
 
     python tools/matmul_ceiling.py configs/shakespeare.toml reg12x8a,reg32x8ak [--rounds 9] [--clock cpu|wall]
+        [--shapes tn:384x1536x10240,...]
 
 The shapes are those one training step asks the matmul rule for (helios.kernels.contract.selection.recording),
 each with its launches per step. Every round times, per shape, the FMA ceiling (helios.ceilings' fma4 kernel,
@@ -41,12 +42,23 @@ def config_shapes(path: str) -> dict[tuple, int]:
             if fam == "matmul" and dtype == "f32" and shape[4] == 1}
 
 
+def parse_shapes(text: str) -> dict[tuple, int]:
+    """{(layout, M, N, K): 1} of "layout:MxNxK,..."."""
+    out = {}
+    for item in text.split(","):
+        layout, _, dims = item.partition(":")
+        M, N, K = (int(v) for v in dims.split("x"))
+        out[(layout, M, N, K)] = 1
+    return out
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("config")
+    p.add_argument("config", help="a trainer config whose step's shapes to time (ignored with --shapes)")
     p.add_argument("tilings", help="comma-separated matmul tilings; the first is the reference for 'identical'")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    p.add_argument("--shapes", help="layout:MxNxK,... (e.g. tn:384x1536x10240) instead of the config's, once each")
     args = p.parse_args(argv)
 
     import helios.runtime as rt
@@ -57,7 +69,7 @@ def main(argv: list[str]) -> int:
     from helios.kernels.contract.spec import spec_of
 
     tilings = args.tilings.split(",")
-    shapes = config_shapes(args.config)
+    shapes = parse_shapes(args.shapes) if args.shapes else config_shapes(args.config)
     spec = spec_of("matmul")
     threads, n = L.fma_size(True, 200)
     fout = rt.empty(threads)

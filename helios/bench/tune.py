@@ -26,7 +26,8 @@ def _families_epilog() -> str:
     from helios.bench.tuner import tunable_families
     from helios.kernels.contract import selection
 
-    lines = ["families with choices (tuned at a config's shapes; --families picks some):"]
+    lines = ["families with choices (a config's tune times those its training step launches, at its shapes;",
+             "--families picks some; decode and decode_kernels are sampling's, which a training step never runs):"]
     lines += [f"  {f.name}: {', '.join(selection.label(c) for c in f.candidates)}" for f in tunable_families()]
     return "\n".join(lines)
 
@@ -133,13 +134,19 @@ def run_config(args) -> list[dict]:
                              repeats=1 if args.quick else 3, save=not args.dry_run, progress=update)
     finally:
         close()
+    if families and set(report.absent) >= set(families):
+        sampling = " (decode and decode_kernels serve `trainer sample`, not training)" * bool(
+            {"decode", "decode_kernels"} & set(report.absent))
+        raise SystemExit(f"tune: {args.target}'s training step never launches {', '.join(report.absent)}, so there "
+                         f"is nothing of theirs to time in it{sampling}; pick families the step runs (`--help` "
+                         "lists them)")
     records = [{"event": "tune", "family": t.family, "shape": selection.shape_key(t.shape), "dtype": t.dtype,
                 "table": t.table, "winner": t.winner, "table_ms": t.table_ms, "winner_ms": t.winner_ms,
                 "speedup": t.speedup, "timed": t.timed} for t in report.trials]
     records.append({"event": "tune_summary", "config": args.target, "seconds": report.seconds,
                     "tuned": len(report.trials), "skipped": [f"{f} {selection.shape_key(s)} {d}"
                                                              for f, s, d in report.skipped],
-                    "stored_in": report.stored_in, "device": device_name()})
+                    "absent": report.absent, "stored_in": report.stored_in, "device": device_name()})
     return records
 
 
@@ -180,6 +187,8 @@ def format_config(records: list[dict]) -> str:
     lines.append(f"{summary['tuned']} tuned in {summary['seconds']:.0f} s on {summary['device']}")
     if summary["skipped"]:
         lines.append(f"left by the budget ({len(summary['skipped'])}): " + "; ".join(summary["skipped"]))
+    if summary["absent"]:
+        lines.append("not in this config's training step (their table stays): " + ", ".join(summary["absent"]))
     if summary["stored_in"]:
         lines.append(f"stored in {summary['stored_in']}")
     return "\n".join(lines)

@@ -79,6 +79,7 @@ class Report:
     trials: list[Trial] = field(default_factory=list)
     skipped: list[Key] = field(default_factory=list)
     already: list[Key] = field(default_factory=list)  # stored before (only_missing)
+    absent: list[str] = field(default_factory=list)  # families asked for (or with choices) the step never launches
     seconds: float = 0.0
     stored_in: str | None = None
 
@@ -203,6 +204,8 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
     reset()
     with selection.recording() as calls:
         step()
+    asked = set(families) if families is not None else {f.name for f in tunable_families()}
+    report.absent = sorted(asked - {fam for fam, _, _ in calls})
     work = []
     for fam, shape, dtype in sorted(calls, key=calls.get, reverse=True):  # the most launched first
         f = selection.declared(fam)

@@ -181,6 +181,22 @@ def test_bench_tune_a_config_writes_winners_and_prints_the_table(store, info, tm
         assert set(data[fam].values()) <= labels
 
 
+def test_bench_tune_names_families_the_step_never_launches(store, info, tmp_path, capsys):
+    """Families asked for that a config's training step never runs (sampling's decode families) are named: alone
+    they are an error with a non-zero exit and nothing stored; beside others, a line of the summary."""
+    from helios.bench.__main__ import main
+
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    with pytest.raises(SystemExit) as refused:
+        main(["tune", str(config), "--quick", "--families", "decode,decode_kernels"])
+    assert "never launches decode, decode_kernels" in str(refused.value.code) and "trainer sample" in \
+        str(refused.value.code)
+    assert not store.path(info).exists()
+    assert main(["tune", str(config), "--budget-s", "20", "--quick", "--dry-run", "--families", "adamw,decode"]) == 0
+    assert "not in this config's training step (their table stays): decode" in capsys.readouterr().out
+
+
 def test_bench_tune_help_lists_every_family_with_choices(capsys):
     from helios.bench.__main__ import main
 

@@ -222,8 +222,8 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
     if kernels:
         lazy(True)
     try:
-        _tune_keys(work, step, reset, info, report, t0, budget_s, repeats, warmup, margin, store, save, progress,
-                   kernels)
+        _tune_keys(work, _Clock(step, reset, repeats, warmup, kernels), info, report, t0 + budget_s, margin, store,
+                   save, progress)
     finally:
         if kernels:
             lazy(False)
@@ -232,77 +232,104 @@ def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, i
     return report
 
 
-def _sample(step, reset, repeats: int, warmup: int, kernels: bool):
-    """One side's timing in a sitting: kernel_runs (the kernel clock) or time_step_cpu's (wall ms, CPU ms)."""
-    return kernel_runs(step, reset, repeats, warmup) if kernels else time_step_cpu(step, reset, repeats, warmup)
+@dataclass(frozen=True)
+class _Clock:
+    """How one side of a sitting is timed: `repeats` samples of `step` after `warmup`, by the kernel clock
+    (`kernels`: kernel_runs) or as whole replayed steps (time_step_cpu's wall and CPU ms)."""
+
+    step: Callable[[], Any]
+    reset: Callable[[], None]
+    repeats: int
+    warmup: int
+    kernels: bool
+
+    def sample(self):
+        if self.kernels:
+            return kernel_runs(self.step, self.reset, self.repeats, self.warmup)
+        return time_step_cpu(self.step, self.reset, self.repeats, self.warmup)
+
+    def versus(self, table, candidate) -> tuple[tuple[float, float], tuple[float, float]]:
+        """((table ms, its CPU ms), (candidate ms, its CPU ms)) of one sitting's two samples; the kernel clock's
+        are device ms of the differing dispatches, with no CPU figure (0: the guard is for whole steps)."""
+        if self.kernels:
+            t, c = differing_ms(table, candidate)
+            return (t, 0.0), (c, 0.0)
+        return table, candidate
 
 
-def _versus(table, candidate, kernels: bool) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((table ms, its CPU ms), (candidate ms, its CPU ms)) of one sitting's two samples; the kernel clock's are
-    device ms of the differing dispatches, with no CPU figure (0: the guard is for whole steps)."""
-    if kernels:
-        t, c = differing_ms(table, candidate)
-        return (t, 0.0), (c, 0.0)
-    return table, candidate
-
-
-def _tune_keys(work, step, reset, info, report: Report, t0: float, budget_s: float, repeats: int, warmup: int,
-               margin: float, store: TuningStore, save: bool, progress: Progress | None, kernels: bool) -> None:
+def _tune_keys(work, clock: _Clock, info, report: Report, deadline: float, margin: float, store: TuningStore,
+               save: bool, progress: Progress | None) -> None:
+    """Tune each (key, table, candidates) of `work` in order until `deadline` (a perf_counter time); the rest
+    are reported as skipped."""
     total = sum(1 + len(c) for _, _, c in work)
     done = 0
-    per_timing = None  # seconds one timing takes, from the first
-    for i, ((fam, shape, dtype), table, cands) in enumerate(work):
-        left = budget_s - (time.perf_counter() - t0)
-        if per_timing is not None and left < per_timing * (1 + len(cands)):
-            report.skipped.extend(k for k, _, _ in work[i:])
-            break
-        what = f"{fam} {selection.shape_key(shape)} {dtype}"
-        s0 = time.perf_counter()
-        table_sample = _sample(step, reset, repeats, warmup, kernels)
-        per_timing = per_timing or time.perf_counter() - s0
+
+    def tick(what: str) -> None:
+        nonlocal done
         done += 1
         if progress:
             progress(done, total, what)
-        timed: dict[str, tuple[float, float]] = {}  # candidate -> (table ms, its ms) in the first sitting
-        for name, choice in cands.items():
-            try:
-                with selection.trying(fam, shape, dtype, choice):
-                    sample = _sample(step, reset, repeats, warmup, kernels)
-                t, c = _versus(table_sample, sample, kernels)
-                timed[name] = (t[0], c[0])
-            except (HeliosError, ValueError):  # the device contract refused a launch: never a winner
-                reset()
-            done += 1
-            if progress:
-                progress(done, total, what)
-        best = min(timed, key=lambda n: timed[n][1] / timed[n][0] if timed[n][0] else 1.0, default=None)
-        won = best is not None and timed[best][1] < timed[best][0] * (1 - margin)
-        sides = ([timed[best][0]], [timed[best][1]]) if best is not None else ([], [])
-        # Confirmed in CONFIRMATIONS more sittings, the candidate timed first and then the table first: one noisy
-        # sample, or a burst of load that happens to fall on the table's timings, does not make a winner.
-        for candidate_first in (True, False)[:CONFIRMATIONS] if won else ():
-            sitting = {}
-            for side in (("candidate", "table") if candidate_first else ("table", "candidate")):
-                if side == "table":
-                    sitting[side] = _sample(step, reset, repeats, warmup, kernels)
-                else:
-                    with selection.trying(fam, shape, dtype, cands[best]):
-                        sitting[side] = _sample(step, reset, repeats, warmup, kernels)
-            t, c = _versus(sitting["table"], sitting["candidate"], kernels)
-            sides[0].append(t[0])
-            sides[1].append(c[0])
-            if not confirmed(t, c, margin, info.is_cpu and not kernels):
-                won = False
-                break
-        table_ms = statistics.mean(sides[0]) if best is not None else 0.0
-        winner = best if won else selection.TABLE
-        tname = table_label(info, fam, shape, dtype, table)
-        times = {tname: table_ms, **{n: tc[1] for n, tc in timed.items()}}
-        report.trials.append(Trial(fam, shape, dtype, tname, winner if won else tname, table_ms,
-                                   statistics.mean(sides[1]) if won else table_ms, times))
+
+    per_timing = None  # seconds one timing takes, from the first
+    for i, (k, table, cands) in enumerate(work):
+        if per_timing is not None and deadline - time.perf_counter() < per_timing * (1 + len(cands)):
+            report.skipped.extend(w for w, _, _ in work[i:])
+            break
+        trial, winner, first_timing = _tune_key(k, table, cands, clock, info, margin, tick)
+        per_timing = per_timing or first_timing
+        report.trials.append(trial)
         if save:
+            fam, shape, dtype = k
             path = store.save(info, fam, {key(selection.shape_key(shape), dtype): winner})
             report.stored_in = str(path) if path else "nowhere: the cache directory is not writable"
+
+
+def _tune_key(k: Key, table, cands: dict, clock: _Clock, info, margin: float,
+              tick: Callable[[str], None]) -> tuple[Trial, Any, float]:
+    """(the Trial, the choice to store: the winner or selection.TABLE, the seconds the table's first sample took)
+    of one key: the table and every candidate timed in a first sitting, then the best confirmed in
+    CONFIRMATIONS more."""
+    fam, shape, dtype = k
+    what = f"{fam} {selection.shape_key(shape)} {dtype}"
+    s0 = time.perf_counter()
+    table_sample = clock.sample()
+    first_timing = time.perf_counter() - s0
+    tick(what)
+    timed: dict[str, tuple[float, float]] = {}  # candidate -> (table ms, its ms) in the first sitting
+    for name, choice in cands.items():
+        try:
+            with selection.trying(fam, shape, dtype, choice):
+                sample = clock.sample()
+            t, c = clock.versus(table_sample, sample)
+            timed[name] = (t[0], c[0])
+        except (HeliosError, ValueError):  # the device contract refused a launch: never a winner
+            clock.reset()
+        tick(what)
+    best = min(timed, key=lambda n: timed[n][1] / timed[n][0] if timed[n][0] else 1.0, default=None)
+    won = best is not None and timed[best][1] < timed[best][0] * (1 - margin)
+    sides = ([timed[best][0]], [timed[best][1]]) if best is not None else ([], [])
+    # Confirmed in CONFIRMATIONS more sittings, the candidate timed first and then the table first: one noisy
+    # sample, or a burst of load that happens to fall on the table's timings, does not make a winner.
+    for candidate_first in (True, False)[:CONFIRMATIONS] if won else ():
+        sitting = {}
+        for side in (("candidate", "table") if candidate_first else ("table", "candidate")):
+            if side == "table":
+                sitting[side] = clock.sample()
+            else:
+                with selection.trying(fam, shape, dtype, cands[best]):
+                    sitting[side] = clock.sample()
+        t, c = clock.versus(sitting["table"], sitting["candidate"])
+        sides[0].append(t[0])
+        sides[1].append(c[0])
+        if not confirmed(t, c, margin, info.is_cpu and not clock.kernels):
+            won = False
+            break
+    table_ms = statistics.mean(sides[0]) if best is not None else 0.0
+    tname = table_label(info, fam, shape, dtype, table)
+    times = {tname: table_ms, **{n: tc[1] for n, tc in timed.items()}}
+    trial = Trial(fam, shape, dtype, tname, best if won else tname, table_ms,
+                  statistics.mean(sides[1]) if won else table_ms, times)
+    return trial, best if won else selection.TABLE, first_timing
 
 
 def random_micro_batches(cfg, seed: int, accum: int = 1) -> list[tuple]:

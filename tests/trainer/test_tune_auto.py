@@ -80,10 +80,18 @@ def test_auto_tunes_once_and_a_second_run_uses_what_is_stored(store, make_config
     first = auto_tune(backend, cfg, steps_left=1_000_000)  # a long run: the budget is the cap
     after = backend.state_dict()
     assert all(np.array_equal(before[k], after[k]) for k in before)  # the run's model is as it was
-    assert first["status"] == "tuned" and first["tuned"] > 0 and first["skipped"] == 0, first
+    assert first["status"] == "tuned" and first["tuned"] > 0, first
     assert first["families"] and first["seconds"] <= 60 + first["step_ms"]
-    again = auto_tune(backend, cfg, steps_left=1_000_000)
-    assert again["status"] == "stored" and again["tuned"] == 0 and again["already_stored"] == first["tuned"]
+    # Cold compiles count in the 60 s cap, so a slow or busy box may leave keys to the budget: each later run tunes
+    # only what is still missing, on top of what is stored, until nothing is.
+    stored, left = first["tuned"], first["skipped"]
+    for _ in range(4):
+        again = auto_tune(backend, cfg, steps_left=1_000_000)
+        assert again["already_stored"] == stored and again["tuned"] <= left, (again, stored, left)
+        if left == 0:
+            break
+        stored, left = stored + again["tuned"], again["skipped"]
+    assert again["status"] == "stored" and again["tuned"] == 0, again
     backend.invalidate_capture()
 
     # The trainer's run: its tune event before step 1 says the winners were already stored, and its console line.

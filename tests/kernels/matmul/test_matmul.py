@@ -28,7 +28,7 @@ from helios.kernels.contract import selection, tuning
 from helios.kernels.contract.dtypes import HALF_DTYPES, NUMPY, ROUNDING
 from helios.kernels.matmul import coopmat as mc
 from helios.kernels.matmul import select as sel
-from tests.conftest import dtype_params, needs, needs_kernel
+from tests.conftest import dtype_params, needs_kernel
 
 
 @pytest.fixture(autouse=True)
@@ -169,7 +169,6 @@ def test_gelu_grad_in_half_dtypes(dtype, tiling, force, device):
     """bf16/fp16 a and b, the pre-activation in C's dtype (half, as a half model stores it, or f32 alternating):
     C rounded once after the multiply, against float64 of the same half inputs (the unfused pair rounds twice, so
     only the reference compares). The matrix-unit tilings native where the device has them, emulated here."""
-    needs(dtype=dtype)
     info = device.info
     if not (mc.runs(info, dtype, tiling) if tiling in mc.CHOICES else sel.runnable(info, tiling)):
         pytest.skip(f"{tiling} cannot run for {dtype} on this device (helios.kernels.matmul.select.runnable, "

@@ -136,7 +136,8 @@ class CausalSelfAttention(Module):
 
 
 class MLP(Module):
-    """GPT-2 MLP: c_proj(gelu(c_fc(x))) + residual, GELU fused into the first matmul."""
+    """GPT-2 MLP: c_proj(gelu(c_fc(x))) + residual, GELU fused into the first matmul and its derivative into the
+    backward's (F.mlp); with dropout, the two Linears and a dropout-add."""
 
     def __init__(self, n_embd: int, hidden: int, *, bias: bool = True, dropout: float = 0.0, rng=None,
                  proj_std: float = 0.02, seed: int = 0, cursor: RngCursor | None = None):
@@ -146,10 +147,10 @@ class MLP(Module):
         self.drop = Dropout(dropout, seed, cursor)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        h = self.c_fc(x, gelu=True)
         if self.training and self.drop.p > 0:
-            return self.drop.residual_add(residual, self.c_proj(h))
-        return self.c_proj(h, residual=residual)
+            return self.drop.residual_add(residual, self.c_proj(self.c_fc(x, gelu=True)))
+        fc, proj = self.c_fc, self.c_proj
+        return F.mlp(x, fc.weight, fc.bias, proj.weight, proj.bias, residual=residual)
 
 
 class SwiGLUMLP(Module):

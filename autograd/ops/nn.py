@@ -1,5 +1,5 @@
-"""Model-level ops: linear with fused epilogues, attention, cross-entropy (matmul's, RoPE's and embedding's Functions
-are derived from their op specs: autograd/ops/specs.py)."""
+"""Model-level ops: linear with fused epilogues, GPT-2's GELU MLP, attention, cross-entropy (matmul's, RoPE's and
+embedding's Functions are derived from their op specs: autograd/ops/specs.py)."""
 
 from __future__ import annotations
 
@@ -39,16 +39,55 @@ class Linear(Function):
         if ctx.gelu:
             dy2 = ops.gelu_backward(preact, dy2)
         dx = ops.matmul(dy2, w).reshape(*ctx.x_shape) if ctx.needs_input_grad[0] else None
-        dw = db = None
-        if ctx.needs_input_grad[1]:
-            sink = ctx.grad_sink(1)
-            dw = ops.matmul(dy2, x2, trans_a=True, out=sink, beta=1.0 if sink is not None else 0.0)
-            dw = ACCUMULATED if sink is not None else dw
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = param_grad(ctx, 2, ops.sum_rows(dy2, out=ctx.grad_sink(2), accumulate=ctx.grad_sink(2) is not None))
+        dw, db = _param_grads(ctx, 1, 2 if ctx.has_bias else None, dy2, x2)
         return dx, dw, db, dres, None
 
 
+def _param_grads(ctx, w_index: int, b_index: int | None, dy2, x2) -> tuple:
+    """(dW, db) of y = x2 @ W^T + b for dy2, each None where not needed (b_index None: no bias). Each goes into its
+    parameter's gradient buffer where it has one (dW a beta=1 matmul epilogue, db an accumulating row sum), so
+    gradient accumulation costs no extra dispatch, and is then ACCUMULATED."""
+    dw = db = None
+    if ctx.needs_input_grad[w_index]:
+        sink = ctx.grad_sink(w_index)
+        dw = ops.matmul(dy2, x2, trans_a=True, out=sink, beta=1.0 if sink is not None else 0.0)
+        dw = ACCUMULATED if sink is not None else dw
+    if b_index is not None and ctx.needs_input_grad[b_index]:
+        sink = ctx.grad_sink(b_index)
+        db = param_grad(ctx, b_index, ops.sum_rows(dy2, out=sink, accumulate=sink is not None))
+    return dw, db
+
+
+class GeluMLP(Function):
+    """y = gelu(x @ W1^T + b1) @ W2^T + b2 (+ residual), GPT-2's MLP: forward as two Linears (GELU and the stored
+    pre-activation fused into the first, the residual into the second); backward one dispatch fewer, since GELU's
+    derivative is taken inside the product that makes its input gradient: dpre = (dy @ W2) * gelu'(pre), matmul's
+    gelu_grad epilogue (in f32 the same bits as the product then gelu_backward, which Linear twice runs)."""
+
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2, b2, residual=None):
+        x2 = _rows(x)
+        preact = rt.empty((x2.shape[0], w1.shape[0]), x2.dtype)
+        h = ops.matmul(x2, w1, trans_b=True, bias=b1, gelu=True, preact_out=preact)
+        y = ops.matmul(h, w2, trans_b=True, bias=b2, residual=_rows(residual) if residual is not None else None)
+        ctx.has_bias, ctx.x_shape = (b1 is not None, b2 is not None), tuple(x.shape)
+        ctx.save_for_backward(x2, w1, preact, h, w2)
+        return y.reshape(*x.shape[:-1], w2.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w1, preact, h, w2 = ctx.saved_tensors
+        needs = ctx.needs_input_grad  # x, w1, b1, w2, b2, residual
+        dy2 = _rows(dy)
+        dres = dy if needs[5] else None
+        dpre = dx = dw1 = db1 = None
+        if needs[0] or needs[1] or (ctx.has_bias[0] and needs[2]):  # c_fc's gradients all start from dpre
+            dpre = ops.matmul(dy2, w2, gelu_grad=preact)
+        dw2, db2 = _param_grads(ctx, 3, 4 if ctx.has_bias[1] else None, dy2, h)
+        if dpre is not None:
+            dx = ops.matmul(dpre, w1).reshape(*ctx.x_shape) if needs[0] else None
+            dw1, db1 = _param_grads(ctx, 1, 2 if ctx.has_bias[0] else None, dpre, x2)
+        return dx, dw1, db1, dw2, db2, dres
 
 
 class FlashAttention(Function):

@@ -131,6 +131,63 @@ def test_linear(bias, gelu, residual):
     _check(mine, ref, inputs)
 
 
+def _mlp_inputs(bias: bool, residual: bool) -> list[np.ndarray]:
+    """x [3, 5, 33], W1 [17, 33], (b1), W2 [33, 17], (b2), (residual): widths of no block, 15 rows."""
+    fc = [_rand((17, 33), 31, 0.3)] + ([_rand((17,), 32)] if bias else [])
+    proj = [_rand((33, 17), 33, 0.3)] + ([_rand((33,), 34)] if bias else [])
+    return [_rand((3, 5, 33), 30), *fc, *proj] + ([_rand((3, 5, 33), 35)] if residual else [])
+
+
+def _mlp_args(bias: bool, residual: bool, args: tuple) -> tuple:
+    """(x, w1, b1, w2, b2, residual) from _mlp_inputs' order, None where absent."""
+    args = list(args)
+    x, w1 = args.pop(0), args.pop(0)
+    b1 = args.pop(0) if bias else None
+    w2 = args.pop(0)
+    b2 = args.pop(0) if bias else None
+    return x, w1, b1, w2, b2, (args.pop(0) if residual else None)
+
+
+@pytest.mark.parametrize("bias,residual,grad_mask", [
+    (True, True, None), (False, True, None), (True, False, None),
+    (True, True, [False, True, True, True, True, True]),  # the first block's x: no input gradient
+    (True, True, [True, False, False, True, True, False]),  # c_fc frozen, the residual a constant
+    (True, True, [False, False, False, True, True, True]),  # only c_proj and the residual: no dpre at all
+])
+def test_mlp(bias, residual, grad_mask):
+    def mine(*args):
+        x, w1, b1, w2, b2, r = _mlp_args(bias, residual, args)
+        return F.mlp(x, w1, b1, w2, b2, residual=r)
+
+    def ref(*args):
+        x, w1, b1, w2, b2, r = _mlp_args(bias, residual, args)
+        y = TF.linear(TF.gelu(TF.linear(x, w1, b1), approximate="tanh"), w2, b2)
+        return y + r if residual else y
+
+    _check(mine, ref, _mlp_inputs(bias, residual), grad_mask)
+
+
+def test_mlp_is_two_linears_bit_for_bit_with_one_dispatch_fewer():
+    """F.mlp's output and every gradient are the very bits of F.linear twice (f32), and its backward runs one
+    dispatch fewer: GELU's derivative inside the product, not an elementwise pass of its own."""
+    from helios import runtime as rt
+
+    upstream = _rand((3, 5, 33), 36)
+    results, dispatches = [], []
+    for fused in (True, False):
+        x, w1, b1, w2, b2, r = (autograd.tensor(v, requires_grad=True) for v in _mlp_inputs(True, True))
+        y = (F.mlp(x, w1, b1, w2, b2, residual=r) if fused else
+             F.linear(F.linear(x, w1, b1, gelu=True), w2, b2, residual=r))
+        rt.sync()
+        before = rt.counters()["dispatches"]
+        y.backward(upstream)
+        dispatches.append(rt.counters()["dispatches"] - before)
+        results.append([y.numpy()] + [t.grad.numpy() for t in (x, w1, b1, w2, b2, r)])
+    for fused, unfused in zip(*results):
+        np.testing.assert_array_equal(fused, unfused)
+    assert dispatches[0] == dispatches[1] - 1, dispatches
+
+
 @pytest.mark.parametrize("with_pos", [False, True])
 def test_embedding(with_pos):
     ids = np.random.default_rng(25).integers(0, 29, size=(3, 11), dtype=np.int32)

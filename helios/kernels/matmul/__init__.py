@@ -1,4 +1,5 @@
-"""Matrix multiply with fused epilogues: `C = alpha * op(a) @ op(b) [+ bias] [gelu] [+ residual] + beta * C`.
+"""Matrix multiply with fused epilogues: `C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(preact)] [+ residual]
++ beta * C` (GELU in a layer's forward; its derivative at the stored pre-activation in the backward's dX product).
 
 One dispatch per product, whatever the transposes: the layout variants (nn, nt, tn, tt) address the
 operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn) and
@@ -14,7 +15,7 @@ matrix units; every shape, no `_scalar` form). matmul/select.py picks the tiling
 where the device has them, else tuned winner or table). Epilogue parts are specialization constants.
 
 Dtypes (mixed precision, helios.kernels.contract.dtypes): a and b share one io dtype, f32, bf16 or fp16; C is
-`out`'s dtype when `out` is given, else the io dtype; bias, residual and preact_out are in C's dtype.
+`out`'s dtype when `out` is given, else the io dtype; bias, residual, preact_out and gelu_grad are in C's dtype.
 Half operands load exactly as f32, accumulate in f32 registers, and C is rounded once when stored.
 Variant names per kernel, for every tiling name `<t>` above:
     `<t>`             f32 a, b and C (unchanged by the half variants)
@@ -42,7 +43,7 @@ from helios.kernels.matmul import select as matmul_select  # noqa: F401 (its imp
 from helios.kernels.matmul.common import LAYOUTS, launch_params
 from helios.kernels.matmul.reg import REG_TILINGS, build_reg, reg_grid
 from helios.kernels.matmul.tiled import TILED_TILINGS, build_tiled, tiled_grid
-from helios.kernels.pointwise.activations import reference_gelu
+from helios.kernels.pointwise.activations import reference_gelu, reference_gelu_grad
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Variant
 
@@ -54,7 +55,7 @@ def _op(x: np.ndarray, trans: bool) -> np.ndarray:
 
 
 def reference(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False, bias=None,
-              gelu: bool = False, residual=None, out=None, beta: float = 0.0, alpha: float = 1.0):
+              gelu: bool = False, residual=None, out=None, beta: float = 0.0, alpha: float = 1.0, gelu_grad=None):
     """(C, preact) in a's dtype (float64 in, float64 out): the op's definition, preact None unless gelu."""
     c = alpha * np.matmul(_op(a, trans_a), _op(b, trans_b))
     if bias is not None:
@@ -63,6 +64,8 @@ def reference(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool
     if gelu:
         preact = c
         c = reference_gelu(c)
+    if gelu_grad is not None:
+        c = c * reference_gelu_grad(gelu_grad.reshape(c.shape))
     if residual is not None:
         c = c + residual.reshape(c.shape)
     if beta != 0.0:
@@ -190,23 +193,28 @@ def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | 
 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, bias: Tensor | None = None,
            gelu: bool = False, residual: Tensor | None = None, out: Tensor | None = None, beta: float = 0.0,
-           alpha: float = 1.0, preact_out: Tensor | None = None) -> Tensor:
-    """C = alpha * op(a) @ op(b) [+ bias] [gelu] [+ residual] + beta * C, in one dispatch.
+           alpha: float = 1.0, preact_out: Tensor | None = None, gelu_grad: Tensor | None = None) -> Tensor:
+    """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch.
 
     a is [M, K] ([K, M] with trans_a) or batched [Bt, ...]; b is [K, N] ([N, K] with trans_b), batched or
-    a shared 2-D matrix. bias is [N]; residual, out and preact_out hold C's element count. With gelu and
-    preact_out, the value before GELU is stored there too (for the backward). beta != 0 reads `out`.
-    a and b share one dtype (float32, bfloat16 or float16); C is `out`'s dtype (that one or float32), else
-    a's; bias, residual and preact_out are in C's dtype. Accumulation is float32.
+    a shared 2-D matrix. bias is [N]; residual, out, preact_out and gelu_grad hold C's element count. With gelu
+    and preact_out, the value before GELU is stored there too (for the backward); gelu_grad, such a stored
+    pre-activation, multiplies C by GELU's derivative there (the backward: dpre = (dY @ W2) * gelu'(pre)), and
+    excludes gelu and preact_out. beta != 0 reads `out`. a and b share one dtype (float32, bfloat16 or
+    float16); C is `out`'s dtype (that one or float32), else a's; the epilogue tensors are in C's dtype.
+    Accumulation is float32.
     """
     batch, M, N, K = _dims(a, b, trans_a, trans_b)
     numel = batch * M * N
     io, cd = dtypes(a, b, out)
     _check("bias", bias, N, cd)
-    for name, t in (("residual", residual), ("out", out), ("preact_out", preact_out)):
+    for name, t in (("residual", residual), ("out", out), ("preact_out", preact_out), ("gelu_grad", gelu_grad)):
         _check(name, t, numel, cd)
     if beta != 0.0 and out is None:
         raise ValueError("matmul: beta != 0 accumulates into `out`, which was not given")
+    if gelu_grad is not None and (gelu or preact_out is not None):
+        raise ValueError("matmul: gelu_grad (the backward's multiply by GELU's derivative) cannot be combined with "
+                         "gelu=True or preact_out (the forward's GELU): both use the pre-activation binding")
     batched = a.ndim == 3 or b.ndim == 3
     c = out if out is not None else empty((batch, M, N) if batched else (M, N), NUMPY[cd])
     if numel == 0:
@@ -214,15 +222,16 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
     kernel = KERNELS[layout]
     name = variant_name(layout, M, N, K, batch, dtype=io, out=cd)
-    push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha)
+    push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha, gelu_grad)
     variant = kernel.variant(name)
     if variant.kind == "coopmat":  # its local size follows the device's subgroup sizes
         from helios.device import get_device
 
         spec = {**(spec or {}), "THREADS": coopmat.threads(get_device().info, variant)}
     # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
+    pre = preact_out if preact_out is not None else gelu_grad
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
-               preact_out if preact_out is not None else c]
+               pre if pre is not None else c]
     launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, batch), name), spec=spec,
            variant=name)
     return c
@@ -321,8 +330,8 @@ def _samples(spec, dtype, choice, rng, kind="kernel", **how):
 
 
 register(OpSpec(
-    "matmul", "C = alpha * op(a) @ op(b), transposes read in place, 2-D or batched (epilogues: bias, GELU, "
-    "residual, beta * C fused; tested in test_matmul.py). FLOPs and bytes per output element of a K = 1 "
+    "matmul", "C = alpha * op(a) @ op(b), transposes read in place, 2-D or batched (epilogues: bias, GELU or its "
+    "derivative, residual, beta * C fused; tested in test_matmul.py). FLOPs and bytes per output element of a K = 1 "
     "product.", __name__, tuple(KERNELS.values()), matmul,
     matmul_backward, _spec_reference, reference_backward, _spec_inputs, args=("a", "b"), outputs=("c",),
     saves=("a", "b"), family="matmul", shapes=tuple(c[0] for c in _CASES), sizes=_spec_sizes,

@@ -12,8 +12,9 @@ variant parameter because it decides where vec4 loads go:
     tt      [K, M]          [N, K]          M                    K
 
 Bindings: 0 A (r), 1 B (r), 2 C (rw; read only when beta != 0), 3 bias [N] (r), 4 residual (r, C's
-layout), 5 pre-activation out (w, C's layout). Unused bindings are bound to a tensor the kernel never
-touches (spec constants switch their code off).
+layout), 5 pre-activation (rw, C's layout: written by the GELU forward's STORE_PREACT, read by GELU_GRAD, the
+backward's multiply by GELU's derivative; the two are exclusive). Unused bindings are bound to a tensor the
+kernel never touches (spec constants switch their code off).
 
 Dtypes: A and B are stored in the variant's io dtype (`dtype`: f32, bf16 or fp16); C and the epilogue
 tensors (bias, residual, pre-activation) in C's dtype, which is the io dtype unless the variant says
@@ -27,12 +28,12 @@ from dataclasses import dataclass
 
 from helios.kernels.contract.dtypes import storage, variant_dtype
 from helios.kernels.lib.wide import WideView
-from helios.kernels.pointwise.activations import gelu_value
+from helios.kernels.pointwise.activations import gelu_grad, gelu_value
 from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "beta")
-EPILOGUE_SPECS = ("HAS_BIAS", "GELU", "STORE_PREACT", "HAS_RESIDUAL", "HAS_BETA")
+EPILOGUE_SPECS = ("HAS_BIAS", "GELU", "STORE_PREACT", "HAS_RESIDUAL", "HAS_BETA", "GELU_GRAD")
 
 
 @dataclass
@@ -70,7 +71,7 @@ def declare(b: KernelBuilder, v: Variant) -> Operands:
     addressed = v.get("addressed", False)  # A and B read through device addresses (gathers on lavapipe)
     c_addressed = v.get("c_addressed", False)  # C too (its stores scatters)
     bufs = [b.buffer(0, io, "r", addressed), b.buffer(1, io, "r", addressed), b.buffer(2, out, "rw", c_addressed),
-            b.buffer(3, out, "r"), b.buffer(4, out, "r"), b.buffer(5, out, "w")]
+            b.buffer(3, out, "r"), b.buffer(4, out, "r"), b.buffer(5, out, "rw")]
     push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
     flags = {name: b.spec(name, boolean, False) for name in EPILOGUE_SPECS}
     return Operands(*bufs, **push, flags=flags)
@@ -83,13 +84,14 @@ def Vec4Loader(b: KernelBuilder, buf, wide: bool, dtype: str = "f32"):  # noqa: 
 
 
 def launch_params(a, b, M: int, N: int, K: int, bias, gelu: bool, residual, preact_out, beta: float,
-                  alpha: float) -> tuple[dict, dict | None]:
-    """(push constants, epilogue spec constants) of one matmul dispatch, whichever kernel family runs it."""
+                  alpha: float, gelu_grad=None) -> tuple[dict, dict | None]:
+    """(push constants, epilogue spec constants) of one matmul dispatch, whichever kernel family runs it
+    (`gelu_grad`: the pre-activation whose GELU derivative multiplies C, or None)."""
     push = {"M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
             "sa": M * K if a.ndim == 3 else 0, "sb": K * N if b.ndim == 3 else 0, "sc": M * N,
             "alpha": float(alpha), "beta": float(beta)}
     flags = {"HAS_BIAS": bias is not None, "GELU": bool(gelu), "STORE_PREACT": preact_out is not None,
-             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0}
+             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0, "GELU_GRAD": gelu_grad is not None}
     return push, ({k: True for k, on in flags.items() if on} or None)
 
 
@@ -109,7 +111,8 @@ def b_index(o: Operands, layout: str, k, n):
 
 
 def epilogue(b: KernelBuilder, o: Operands, acc: Value, row: Value, col: Value, cbase: Value) -> None:
-    """Finish one output element: alpha, bias, pre-activation store, GELU, residual, beta * C; then store.
+    """Finish one output element: alpha, bias, pre-activation store, GELU (or GELU's derivative), residual,
+    beta * C; then store.
 
     The caller guarantees row < M and col < N; `cbase` is the batch entry's offset into C-shaped tensors.
     """
@@ -128,6 +131,11 @@ def epilogue_value(b: KernelBuilder, o: Operands, acc: Value, col: Value, idx: V
         o.preact[idx] = t.value
     with b.if_(f["GELU"]):
         t.value = gelu_value(b, t.value)
+    # GELU's backward, dpre = dh * gelu'(pre), with dh this product: where GELU sits in the forward, after the bias
+    # and before residual and beta (a backward product has none of them). `dy * gelu_grad(x)` as the elementwise
+    # gelu_backward writes it, so an f32 C is bit-identical to the product followed by that op.
+    with b.if_(f["GELU_GRAD"]):
+        t.value = t.value * gelu_grad(b, o.preact[idx])
     with b.if_(f["HAS_RESIDUAL"]):
         t.value = t.value + o.residual[idx]
     with b.if_(f["HAS_BETA"]):

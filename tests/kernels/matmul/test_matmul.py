@@ -1,10 +1,11 @@
 """Matmul beyond what its op spec derives (tests/kernels/test_opspecs.py runs every tiling forced, every layout and
 load width, forward and backward, at awkward shapes in every dtype, and spirv-val of every variant): the fused
-epilogues (bias, GELU with pre-activation, residual, alpha, beta accumulation), a 2-D operand shared by a batch
-and its summed gradient, variant selection (table and stored tuning winners), errors, gradients of a linear layer
-against PyTorch, and the limits kernels.
+epilogues (bias, GELU with pre-activation, GELU's derivative, residual, alpha, beta accumulation), a 2-D operand
+shared by a batch and its summed gradient, variant selection (table and stored tuning winners), errors, gradients of
+a linear layer against PyTorch, and the limits kernels.
 
-Each epilogue runs once per layout, alternating the register and the tiled kernel.
+Each epilogue runs once per layout, alternating the register and the tiled kernel; GELU's derivative (the MLP
+backward's product) also runs at every tiling, in f32 bit for bit the product followed by gelu_backward.
 
 Tolerance: |C - C_ref| <= 1e-5 * (|op(a)| @ |op(b)|) + 1e-6 elementwise, i.e. relative to the sum of the
 magnitudes of the products (float32 accumulation over K terms; K <= 129 here). Epilogue values add 1e-5
@@ -20,11 +21,14 @@ import pytest
 import torch
 
 import helios.runtime as rt
+from helios import ops
 from helios.ceilings import kernels as L
 from helios.kernels import matmul as mm
 from helios.kernels.contract import selection, tuning
+from helios.kernels.contract.dtypes import HALF_DTYPES, NUMPY, ROUNDING
+from helios.kernels.matmul import coopmat as mc
 from helios.kernels.matmul import select as sel
-from tests.conftest import needs_kernel
+from tests.conftest import dtype_params, needs_kernel
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +80,10 @@ EPILOGUES = [
     {"residual": True, "alpha": 0.5},
     {"beta": 1.0},
     {"bias": True, "gelu": True, "preact": True, "residual": True, "beta": -0.5, "alpha": 2.0},
+    {"gelu_grad": True},
+    {"bias": True, "gelu_grad": True, "residual": True, "beta": 0.5, "alpha": -1.5},
 ]
+ALL_TERMS = [e for e in EPILOGUES if len(e) > 4]  # every term with GELU, and every term with its derivative
 
 
 @pytest.mark.parametrize("layout,M,N,K", [("nt", 33, 65, 12), ("nn", 7, 36, 65), ("tn", 36, 33, 7)])
@@ -87,13 +94,22 @@ def test_epilogues(layout, M, N, K, epi, force):
 
 
 @pytest.mark.parametrize("layout,M,N,K", [("nt", 33, 36, 12), ("tn", 9, 30, 5)])
-def test_epilogues_of_row_stores(layout, M, N, K, force, device):
+@pytest.mark.parametrize("epi", ALL_TERMS, ids=lambda e: "+".join(e))
+def test_epilogues_of_row_stores(layout, M, N, K, epi, force, device):
     """reg32x8ak stores a row of its block's 8 columns as two vec4s where they are inside C (N % 4 == 0), else element
     by element (N = 36: the columns from 32; N = 30: every row): every epilogue term on both paths."""
     if not sel.runnable(device.info, "reg32x8ak"):
         pytest.skip("reg32x8ak needs device addresses, shaderInt64 and subgroups of 8 lanes, which this device lacks")
     force("matmul", "reg32x8ak")
-    _check_epilogue(layout, M, N, K, EPILOGUES[-1])
+    _check_epilogue(layout, M, N, K, epi)
+
+
+def _preact(rng, shape, dtype: str = "f32") -> np.ndarray:
+    """A pre-activation to take GELU's derivative at: both slopes (|x| up to ~9) and the clamped tails beyond 10."""
+    x = rng.standard_normal(shape) * 3.0
+    x.flat[::11] = 40.0
+    x.flat[5::11] = -40.0
+    return x.astype(np.float32).astype(NUMPY[dtype])
 
 
 def _check_epilogue(layout, M, N, K, epi):
@@ -102,22 +118,77 @@ def _check_epilogue(layout, M, N, K, epi):
     bias = rng.standard_normal(N).astype(np.float32) if epi.get("bias") else None
     residual = rng.standard_normal((M, N)).astype(np.float32) if epi.get("residual") else None
     old = rng.standard_normal((M, N)).astype(np.float32)
+    grad_at = _preact(rng, (M, N)) if epi.get("gelu_grad") else None
     beta, alpha = epi.get("beta", 0.0), epi.get("alpha", 1.0)
     f64 = lambda x: None if x is None else x.astype(np.float64)  # noqa: E731
     ref, pre_ref = mm.reference(f64(a), f64(b), layout[0] == "t", layout[1] == "t", bias=f64(bias),
                                 gelu=epi.get("gelu", False), residual=f64(residual), out=f64(old), beta=beta,
-                                alpha=alpha)
+                                alpha=alpha, gelu_grad=f64(grad_at))
     out = rt.from_numpy(old)
     preact = rt.empty((M, N)) if epi.get("preact") else None
     got = mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=layout[0] == "t", trans_b=layout[1] == "t",
                     bias=None if bias is None else rt.from_numpy(bias), gelu=epi.get("gelu", False),
                     residual=None if residual is None else rt.from_numpy(residual), out=out, beta=beta,
-                    alpha=alpha, preact_out=preact)
+                    alpha=alpha, preact_out=preact, gelu_grad=None if grad_at is None else rt.from_numpy(grad_at))
     assert got is out
     bound = abs(alpha) * _bound(a, b, layout) * 2.0  # GELU' <= 1.13; residual/beta terms are exact adds
     _check(got.numpy(), ref, bound, extra=1e-5)
     if preact is not None:
         _check(preact.numpy(), pre_ref, bound)
+
+
+# GELU's derivative at every f32 tiling (the cooperative-matrix ones are half-only: the next test), on the MLP
+# backward's product dH = dY @ W2 (nn): a row of 1, K = 7, K = 513 across every K slice with a tail (scalar loads),
+# and every contiguous dimension a multiple of 4 but of no block (vec4 loads).
+GELU_GRAD_SHAPES = [(1, 33, 7), (7, 65, 513), (33, 68, 36)]
+
+
+@pytest.mark.parametrize("tiling", [*sel.REG, *sel.ADDRESSED, *sel.TILED])
+def test_gelu_grad_is_the_product_then_gelu_backward(tiling, force, device):
+    """matmul(gelu_grad=pre) is the reference's product times gelu'(pre), and in f32 the very bits of the product
+    followed by the elementwise gelu_backward (the same builder math: the MLP backward's fusion changes no loss)."""
+    if not sel.runnable(device.info, tiling):
+        pytest.skip(f"{tiling} cannot run on this device (its subgroups, shaderInt64, device addresses or workgroup "
+                    "limits: helios.kernels.matmul.select.runnable)")
+    force("matmul", tiling)
+    for M, N, K in GELU_GRAD_SHAPES:
+        assert mm.variant_name("nn", M, N, K, 1).removesuffix("_scalar") == tiling
+        rng = np.random.default_rng(M + N + K)
+        a, b = _operands("nn", M, N, K, seed=K)
+        pre = _preact(rng, (M, N))
+        ta, tb, tpre = rt.from_numpy(a), rt.from_numpy(b), rt.from_numpy(pre)
+        got = mm.matmul(ta, tb, gelu_grad=tpre).numpy()
+        np.testing.assert_array_equal(got, ops.gelu_backward(tpre, mm.matmul(ta, tb)).numpy())
+        ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), gelu_grad=pre.astype(np.float64))
+        _check(got, ref, 2.0 * _bound(a, b, "nn"), extra=1e-5)
+
+
+@pytest.mark.parametrize("dtype", dtype_params(*HALF_DTYPES))
+@pytest.mark.parametrize("tiling", ["reg8x8", "tiled32", "cm64", "cm64_emulated", "cm128_emulated"])
+def test_gelu_grad_in_half_dtypes(dtype, tiling, force, device):
+    """bf16/fp16 a and b, the pre-activation in C's dtype (half, as a half model stores it, or f32 alternating):
+    C rounded once after the multiply, against float64 of the same half inputs (the unfused pair rounds twice, so
+    only the reference compares). The matrix-unit tilings native where the device has them, emulated here."""
+    info = device.info
+    if not (mc.runs(info, dtype, tiling) if tiling in mc.CHOICES else sel.runnable(info, tiling)):
+        pytest.skip(f"{tiling} cannot run for {dtype} on this device (helios.kernels.matmul.select.runnable, "
+                    "helios.kernels.lib.coopmat_support.runs)")
+    force("matmul", tiling)
+    c_dtype = "f32" if (HALF_DTYPES.index(dtype) + len(tiling)) % 2 else dtype
+    for M, N, K in [(1, 33, 7), (65, 7, 513), (36, 68, 12)]:
+        name = mm.variant_name("nn", M, N, K, 1, dtype=dtype, out=c_dtype)
+        assert name.startswith(dtype) and tiling in name and ("_out32_" in name) == (c_dtype == "f32")
+        rng = np.random.default_rng(M + K)
+        a = rng.standard_normal((M, K)).astype(np.float32).astype(NUMPY[dtype])
+        b = rng.standard_normal((K, N)).astype(np.float32).astype(NUMPY[dtype])
+        pre = _preact(rng, (M, N), c_dtype)
+        out = rt.empty((M, N), NUMPY["f32"]) if c_dtype == "f32" else None
+        got = mm.matmul(rt.from_numpy(a), rt.from_numpy(b), out=out, gelu_grad=rt.from_numpy(pre)).numpy()
+        assert got.dtype == NUMPY[c_dtype]
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        ref, _ = mm.reference(a64, b64, gelu_grad=pre.astype(np.float64))
+        rounding = ROUNDING[c_dtype] if c_dtype != "f32" else 0.0
+        _check(got.astype(np.float64), ref, 2.0 * mm.reference(np.abs(a64), np.abs(b64))[0], extra=1e-5 + rounding)
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
@@ -219,6 +290,14 @@ def test_errors():
         mm.matmul(a, rt.from_numpy(np.zeros((4, 2), np.float32)), beta=1.0)
     with pytest.raises(ValueError, match="bias"):
         mm.matmul(a, rt.from_numpy(np.zeros((4, 2), np.float32)), bias=rt.from_numpy(np.zeros(3, np.float32)))
+    b42, pre = rt.from_numpy(np.zeros((4, 2), np.float32)), rt.from_numpy(np.zeros((3, 2), np.float32))
+    exclusive = r"gelu_grad .* cannot be combined with gelu=True or preact_out"
+    with pytest.raises(ValueError, match=exclusive):
+        mm.matmul(a, b42, gelu=True, gelu_grad=pre)
+    with pytest.raises(ValueError, match=exclusive):
+        mm.matmul(a, b42, preact_out=rt.empty((3, 2)), gelu_grad=pre)
+    with pytest.raises(ValueError, match=r"gelu_grad has shape \(2, 2\)"):
+        mm.matmul(a, b42, gelu_grad=rt.from_numpy(np.zeros((2, 2), np.float32)))
 
 
 def test_linear_layer_gradients_against_torch():

@@ -204,7 +204,9 @@ def test_tiled_only_where_its_tiles_fit_shared_memory():
 def test_cpu_table_runs_rowwise_unrolled_where_it_fits():
     """On a CPU device the table runs rowwise_unrolled in f32 at head dims up to UNROLLED_MAX_D with shaderInt64,
     rowwise (rowwise_vec4 without int64) elsewhere; a GPU gets tiled."""
-    cpu, no64, gpu = _info(profile="cpu", int64=True), _info(profile="cpu", int64=False), _info(profile="gpu")
+    units = {"cooperative_matrix": (), "cooperative_matrix_emulated": False}  # half dtypes would take matrix units
+    cpu, no64 = _info(profile="cpu", int64=True, **units), _info(profile="cpu", int64=False, **units)
+    gpu = _info(profile="gpu")
     assert selection.choose("attention", (32,), info=cpu) == "rowwise_unrolled"
     assert selection.choose("attention", (A.UNROLLED_MAX_D,), info=cpu) == "rowwise_unrolled"
     assert selection.choose("attention", (A.UNROLLED_MAX_D + 4,), info=cpu) == "rowwise"

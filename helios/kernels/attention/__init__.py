@@ -9,8 +9,10 @@ each KV group (GQA), so every gradient element is written exactly once by one in
 
 Four variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only, K/V moved as 64-bit
 words), "rowwise_unrolled" (the same with its head-dim loops unrolled and 4 rows per lane: ~2x faster, the same
-sums; lavapipe's choice in f32 at head dims up to 64, rowwise elsewhere), "rowwise_vec4" (rowwise with vec4 loads, for devices without
-shaderInt64) and "tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs). The "attention" selection rule
+sums; lavapipe's choice in f32 at head dims up to 64, rowwise elsewhere), "rowwise_vec4" (rowwise with vec4
+loads, for devices without shaderInt64) and "tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs).
+The rowwise variants' dQ kernel computes Delta itself (`backward.fuses_delta`: two backward dispatches, not
+three). The "attention" selection rule
 (helios.kernels.contract.selection, shape = (head_dim,)) picks by device type and features; head dims over 128 (up to
 256, any multiple of 4), and devices whose shared memory or subgroups the tiles do not fit, run rowwise, even
 when "tiled" is forced.
@@ -36,6 +38,7 @@ from helios.kernels.attention.backward import (
     ATTENTION_BACKWARD_DKV,
     ATTENTION_BACKWARD_DQ,
     ATTENTION_BACKWARD_PRE,
+    fuses_delta,
 )
 from helios.kernels.attention.common import (
     KERNEL_VARIANTS,
@@ -233,11 +236,14 @@ def flash_attention_backward(qkv: Tensor, o: Tensor, lse: Tensor, do: Tensor, B:
     dq_kernel = ATTENTION_BACKWARD_DQ_COOPMAT if matrix else ATTENTION_BACKWARD_DQ
     dkv_kernel = ATTENTION_BACKWARD_DKV_COOPMAT if matrix else ATTENTION_BACKWARD_DKV
     delta = empty((B, H, T))
-    launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H},
-           grid=ATTENTION_BACKWARD_PRE.grid_for(shape, pre), spec={"D4": D // 4}, variant=pre)
+    fused = not matrix and fuses_delta(dq_kernel.variant(name))  # the dQ kernel computes Delta itself
+    if not fused:
+        launch(ATTENTION_BACKWARD_PRE, [o, do, delta], push={"T": T, "H": H},
+               grid=ATTENTION_BACKWARD_PRE.grid_for(shape, pre), spec={"D4": D // 4}, variant=pre)
     dqkv = empty((B, T, (H + 2 * Hkv) * D), qkv.dtype)
     bufs = [qkv, lse, do, delta, dqkv, counter_or_zero(counter)]
-    launch(dq_kernel, bufs, push=push, grid=dq_kernel.grid_for(shape, name), spec=spec, variant=name)
+    launch(dq_kernel, [*bufs, o] if fused else bufs, push=push, grid=dq_kernel.grid_for(shape, name), spec=spec,
+           variant=name)
     launch(dkv_kernel, bufs, push=push, grid=dkv_kernel.grid_for(shape, name), spec=spec, variant=name)
     return dqkv
 

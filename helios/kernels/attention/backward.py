@@ -52,9 +52,16 @@ def build_preprocess(b: KernelBuilder, v: Variant) -> None:
         delta[(bb * H + h) * T + i] = acc.value
 
 
-def _bwd_decl(b: KernelBuilder, v: Variant):
+def fuses_delta(v: Variant) -> bool:
+    """Whether the variant's dQ kernel computes Delta itself (and the preprocess kernel does not run): where one
+    lane holds a whole dO row (tpr 1, the rowwise variants), it takes dO . O in the preprocess kernel's order and
+    stores it for the dK/dV kernel, one dispatch fewer. Split rows ("tiled") keep the preprocess kernel."""
+    return v.tpr == 1
+
+
+def _bwd_decl(b: KernelBuilder, v: Variant, delta_mode: str = "r"):
     qkv, lse, do = input_buffer(b, v, 0), b.buffer(1, f32, "r"), input_buffer(b, v, 2)
-    delta, dqkv = b.buffer(3, f32, "r"), output_buffer(b, v, 4)
+    delta, dqkv = b.buffer(3, f32, delta_mode), output_buffer(b, v, 4)
     return qkv, lse, do, delta, dqkv
 
 
@@ -70,8 +77,10 @@ def _prob_and_dscore(b, v, d, s_part, dp_part, lse_i, delta_i, ok, drop_row, dro
 
 def build_dq(b: KernelBuilder, v: Variant) -> None:
     """dQ, query-parallel: RQ rows per invocation stream K/V.
-    Bindings: qkv, lse, do, delta (r), dqkv (w), 5 RNG counter."""
-    qkv, lse, do, delta, dqkv = _bwd_decl(b, v)
+    Bindings: qkv, lse, do, delta (r; w where the variant `fuses_delta`), dqkv (w), 5 RNG counter, 6 o (r, read
+    where it fuses Delta)."""
+    fused = fuses_delta(v)
+    qkv, lse, do, delta, dqkv = _bwd_decl(b, v, "w" if fused else "r")
     d = declare(b, counter_binding=5)
     rw = rows(b, v, d)
     T, RQ = d.T, v.rq
@@ -82,7 +91,15 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
     load_rows(b, v, d, do, [(tok0 + rc) * (d.H * d.D4) + rw.head * d.D4 for rc in rw.rows_c], rw.lane, dov)
     zero_regs(b, v, d, dq)
     row_ids = [(rw.batch * d.H + rw.head) * T + rc for rc in rw.rows_c]
-    lse_r, delta_r = [lse[i] for i in row_ids], [delta[i] for i in row_ids]
+    lse_r = [lse[i] for i in row_ids]
+    if fused:
+        delta_r = _own_delta(b, v, d, input_buffer(b, v, 6), [(tok0 + rc) * (d.H * d.D4) + rw.head * d.D4
+                                                              for rc in rw.rows_c], dov)
+        for r, row in enumerate(rw.rows):
+            with b.if_(row < T):
+                delta[row_ids[r]] = delta_r[r]
+    else:
+        delta_r = [delta[i] for i in row_ids]
     kbase = tok0 * S4 + (d.H + rw.head / d.group) * d.D4
     stream = Stream(b, v, d, qkv, [kbase, kbase + d.Hkv * d.D4], S4)
     drop_rows = [(rw.batch * d.H + rw.head) * T + row for row in rw.rows]
@@ -117,6 +134,16 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
                 c, ok = comp(b, v, d, rw.lane, t)
                 with b.if_(ok):
                     dqkv.vec4[base + c] = dq[r][t] * d.scale
+
+
+def _own_delta(b: KernelBuilder, v: Variant, d, o, bases: list, dov) -> list:
+    """Delta_r = dO_r . O_r of each of the lane's rows (whole rows: tpr 1), summed over c = 0..D4-1 from 0 as
+    build_preprocess sums them, so the value (and every gradient after it) is the preprocess kernel's bit for bit."""
+    acc = [b.var(f32, 0.0) for _ in bases]
+    with reg_loop(b, v, d) as t:
+        for r, base in enumerate(bases):
+            acc[r] += b.dot(o.vec4[base + t], dov[r][t])
+    return [a.value for a in acc]
 
 
 def _score_dots(b: KernelBuilder, v: Variant, d, stream, idx, lane, left, right):

@@ -224,3 +224,30 @@ def test_rowwise_unrolled_only_in_f32_up_to_its_head_dim_with_int64():
         assert selection.choose("attention", (A.UNROLLED_MAX_D + 4,), info=cpu) == "rowwise"
         assert selection.choose("attention", (64,), "bf16", info=cpu) == "rowwise"
         assert selection.choose("attention", (64,), info=no64) == "rowwise_vec4"
+
+
+def test_rowwise_dq_computes_delta_as_the_preprocess_kernel_would(variant):
+    """Where one lane holds a whole row (the rowwise variants), the dQ kernel takes Delta = dO . O itself and the
+    backward is two dispatches; its Delta is the preprocess kernel's bit for bit (so are the gradients). "tiled"
+    (split rows) keeps the preprocess kernel: three dispatches. Odd T, GQA, dropout and softcap at head dim 48."""
+    from helios.kernels.attention.backward import fuses_delta
+
+    B, T, H, Hkv, D, p, cap = 2, 33, 4, 2, 48, 0.25, 3.0
+    name = selection.choose("attention", (D,))
+    qkv, do = _inputs(B, T, H, Hkv, D, seed=3)
+    q, dy = rt.from_numpy(qkv), rt.from_numpy(do)
+    o, lse = A.flash_attention(q, B, T, H, Hkv, D, causal=False, softcap=cap, dropout_p=p, seed=4)
+    before = rt.counters()["dispatches"]
+    A.flash_attention_backward(q, o, lse, dy, B, T, H, Hkv, D, causal=False, softcap=cap, dropout_p=p, seed=4)
+    fused = fuses_delta(A.ATTENTION_BACKWARD_DQ.variant(name))
+    assert rt.counters()["dispatches"] - before == (2 if fused else 3), name
+    if not fused:
+        return
+    want, got = rt.empty((B, H, T)), rt.empty((B, H, T))
+    A.launch(A.ATTENTION_BACKWARD_PRE, [o, dy, want], push={"T": T, "H": H}, spec={"D4": D // 4}, variant="vec4",
+             grid=A.ATTENTION_BACKWARD_PRE.grid_for((B, T, H, Hkv), "vec4"))
+    spec = A._spec(name, D, False, cap, p)
+    bufs = [q, lse, dy, got, rt.empty((B, T, (H + 2 * Hkv) * D)), A.counter_or_zero(None), o]
+    A.launch(A.ATTENTION_BACKWARD_DQ, bufs, push=A._push(T, H, Hkv, D, cap, p, 4, 0), spec=spec, variant=name,
+             grid=A.ATTENTION_BACKWARD_DQ.grid_for((B, T, H, Hkv), name))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

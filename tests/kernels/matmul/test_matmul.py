@@ -275,7 +275,7 @@ def test_k_chunked_tn_is_bit_identical_to_nt(M, N, K, epi, device):
 
 def test_k_chunks_leave_the_pre_activation_binding_alone(device):
     """A tn product with GELU's derivative (or GELU) reads the pre-activation binding the chunks carry their sums in,
-    so it runs in one dispatch; the kernel's two uses of the binding are refused together."""
+    so it runs in one dispatch (test_errors: the kernel's two uses of the binding are refused together)."""
     M, N, K = 33, 65, 2 * KC + 7
     _chunked_or_skip(device, M, N, K)
     a, b = _operands("tn", M, N, K)
@@ -285,12 +285,6 @@ def test_k_chunks_leave_the_pre_activation_binding_alone(device):
     assert n == 1
     ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), True, gelu_grad=pre.astype(np.float64))
     _check(got.numpy(), ref, 2.0 * _bound(a, b, "tn"), extra=1e-5)
-    ta, tb = rt.from_numpy(a), rt.from_numpy(b)
-    for kw in ({"gelu": True}, {"preact_out": ta}, {"gelu_grad": ta}):
-        args = {"gelu": False, "preact_out": None, **kw}
-        with pytest.raises(ValueError, match="ACC_INIT"):
-            launch_params(ta, tb, M, N, K, None, args["gelu"], None, args["preact_out"], 0.0, 1.0,
-                          kw.get("gelu_grad"), acc_init=True)
 
 
 def _info(cpu: bool, subgroup: int = 8, addresses: bool = False, **changes):
@@ -377,6 +371,10 @@ def test_errors():
         mm.matmul(a, b42, preact_out=rt.empty((3, 2)), gelu_grad=pre)
     with pytest.raises(ValueError, match=r"gelu_grad has shape \(2, 2\)"):
         mm.matmul(a, b42, gelu_grad=rt.from_numpy(np.zeros((2, 2), np.float32)))
+    # a K chunk's partial sums (ACC_INIT) come through the pre-activation binding: not beside GELU or its derivative
+    for gelu, preact_out, gelu_grad in ((True, None, None), (False, pre, None), (False, None, pre)):
+        with pytest.raises(ValueError, match="ACC_INIT"):
+            launch_params(a, b42, 3, 2, 4, None, gelu, None, preact_out, 0.0, 1.0, gelu_grad, acc_init=True)
 
 
 def test_linear_layer_gradients_against_torch():

@@ -3,7 +3,8 @@
 
 One dispatch per product, whatever the transposes: the layout variants (nn, nt, tn, tt) address the
 operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn) and
-`dW = dY^T @ X` (tn, with beta=1 to accumulate into the gradient arena) never dispatch a transpose.
+`dW = dY^T @ X` (tn, with beta=1 to accumulate into the gradient arena) never dispatch a transpose. The exception
+to one dispatch: a 2-D tn product with a large K on a CPU device runs K in chunks (K_CHUNK), bits unchanged.
 Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entry per grid z.
 
 Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
@@ -194,7 +195,8 @@ def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, bias: Tensor | None = None,
            gelu: bool = False, residual: Tensor | None = None, out: Tensor | None = None, beta: float = 0.0,
            alpha: float = 1.0, preact_out: Tensor | None = None, gelu_grad: Tensor | None = None) -> Tensor:
-    """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch.
+    """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch
+    (a large-K tn product on a CPU device: one per K chunk, K_CHUNK).
 
     a is [M, K] ([K, M] with trans_a) or batched [Bt, ...]; b is [K, N] ([N, K] with trans_b), batched or
     a shared 2-D matrix. bias is [N]; residual, out, preact_out and gelu_grad hold C's element count. With gelu
@@ -265,7 +267,8 @@ def _chunks_k(layout: str, variant: Variant, batched: bool, K: int, cd: str, pre
 def _chunked_tn(a: Tensor, b: Tensor, c: Tensor, M: int, N: int, K: int, name: str, bias, residual, beta: float,
                 alpha: float) -> Tensor:
     """C of a tn product in K chunks (see K_CHUNK), partial sums ping-ponging between two scratch tensors so no
-    dispatch reads and writes one buffer."""
+    dispatch reads and writes one buffer. A chunk's views start at multiples of K_CHUNK rows, 1024 * M bytes in
+    half dtypes at least: a multiple of every device's storage offset alignment (Vulkan caps it at 256)."""
     kernel = KERNELS["tn"]
     starts = range(0, K, K_CHUNK)
     scratch = [empty((M, N), np.float32) for _ in range(min(2, len(starts) - 1))]

@@ -273,6 +273,24 @@ def test_k_chunked_tn_is_bit_identical_to_nt(M, N, K, epi, device):
     _check(got.numpy(), ref, abs(alpha) * _bound(a, b, "tn"), extra=1e-5)
 
 
+@pytest.mark.parametrize("dtype", dtype_params(*HALF_DTYPES))
+def test_k_chunked_tn_in_half_dtypes(dtype, device):
+    """dW of mixed precision (half a and b, f32 C accumulated with beta=1) chunks like f32, bit for bit nt's; a half C
+    would round the partial sums, so that product runs in one dispatch."""
+    M, N, K = 7, 33, 2 * KC + 7
+    chunks = _chunked_or_skip(device, M, N, K)
+    a, b = (x.astype(NUMPY[dtype]) for x in _operands("tn", M, N, K))
+    old = np.random.default_rng(0).standard_normal((M, N)).astype(np.float32)
+    at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+    got, n = _dispatches(lambda: mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=True, out=rt.from_numpy(old),
+                                           beta=1.0))
+    assert n == chunks
+    want = mm.matmul(rt.from_numpy(at), rt.from_numpy(bt), trans_b=True, out=rt.from_numpy(old), beta=1.0)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    half, n = _dispatches(lambda: mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=True))
+    assert n == 1 and half.dtype == a.dtype
+
+
 def test_k_chunks_leave_the_pre_activation_binding_alone(device):
     """A tn product with GELU's derivative (or GELU) reads the pre-activation binding the chunks carry their sums in,
     so it runs in one dispatch (test_errors: the kernel's two uses of the binding are refused together)."""

@@ -3,7 +3,8 @@
 
 One dispatch per product, whatever the transposes: the layout variants (nn, nt, tn, tt) address the
 operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn) and
-`dW = dY^T @ X` (tn, with beta=1 to accumulate into the gradient arena) never dispatch a transpose.
+`dW = dY^T @ X` (tn, with beta=1 to accumulate into the gradient arena) never dispatch a transpose. The exception
+to one dispatch: a 2-D tn product with a large K on a CPU device runs K in chunks (K_CHUNK), bits unchanged.
 Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entry per grid z.
 
 Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
@@ -194,7 +195,8 @@ def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, bias: Tensor | None = None,
            gelu: bool = False, residual: Tensor | None = None, out: Tensor | None = None, beta: float = 0.0,
            alpha: float = 1.0, preact_out: Tensor | None = None, gelu_grad: Tensor | None = None) -> Tensor:
-    """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch.
+    """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch
+    (a large-K tn product on a CPU device: one per K chunk, K_CHUNK).
 
     a is [M, K] ([K, M] with trans_a) or batched [Bt, ...]; b is [K, N] ([N, K] with trans_b), batched or
     a shared 2-D matrix. bias is [N]; residual, out, preact_out and gelu_grad hold C's element count. With gelu
@@ -222,8 +224,10 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
     kernel = KERNELS[layout]
     name = variant_name(layout, M, N, K, batch, dtype=io, out=cd)
-    push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha, gelu_grad)
     variant = kernel.variant(name)
+    if _chunks_k(layout, variant, batched, K, cd, gelu or preact_out is not None or gelu_grad is not None):
+        return _chunked_tn(a, b, c, M, N, K, name, bias, residual, beta, alpha)
+    push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha, gelu_grad)
     if variant.kind == "coopmat":  # its local size follows the device's subgroup sizes
         from helios.device import get_device
 
@@ -234,6 +238,53 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
                pre if pre is not None else c]
     launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, batch), name), spec=spec,
            variant=name)
+    return c
+
+
+# dW = dY^T @ X ("tn", K = tokens) on a CPU: a register tiling's workgroup walks all K rows of its A and B column
+# blocks, which outgrows the caches (0.42-0.46 of the FMA ceiling on lavapipe at K = 10240, against 1.0-1.15 for nt
+# and nn). So K runs in chunks of K_CHUNK rows, one dispatch each over row views of A and B: each continues the
+# previous chunk's partial sums (ACC_INIT) and stores them bare (RAW_STORE), the last applies the epilogue. Every
+# element still sums k = 0..K-1 in order from 0, so C is bit-identical to one dispatch's. Measured on lavapipe 25
+# (reg32x8ak, tools/matmul_ceiling.py --clock wall, ratio to the FMA ceiling), 384x1536x10240 / 384x384x10240:
+# unchunked 0.45 / 0.50, chunks of 256 0.76 / 0.80, 512 0.83 / 0.85, 1024 0.52 / 0.86. At K = 1024 chunks lose a
+# little (384x1536: 0.87 against 0.91), at 2048 they win where the operands outgrow the caches (384x1536: 0.82
+# against 0.54; 384x384: 0.85 against 0.89), hence chunks only above 2 * K_CHUNK.
+K_CHUNK = 512
+_K_CHUNKED_ABOVE = 2 * K_CHUNK
+
+
+def _chunks_k(layout: str, variant: Variant, batched: bool, K: int, cd: str, pre: bool) -> bool:
+    """Whether a product runs in K chunks: a 2-D tn product with a large K on a CPU device, in a register tiling,
+    with f32 partial sums (C's dtype) and the pre-activation binding free (no gelu, preact_out, gelu_grad)."""
+    if layout != "tn" or batched or K <= _K_CHUNKED_ABOVE or cd != "f32" or pre or variant.kind != "reg":
+        return False
+    from helios.device import get_device
+
+    return get_device().info.cpu_profile
+
+
+def _chunked_tn(a: Tensor, b: Tensor, c: Tensor, M: int, N: int, K: int, name: str, bias, residual, beta: float,
+                alpha: float) -> Tensor:
+    """C of a tn product in K chunks (see K_CHUNK), partial sums ping-ponging between two scratch tensors so no
+    dispatch reads and writes one buffer. A chunk's views start at multiples of K_CHUNK rows, 1024 * M bytes in
+    half dtypes at least: a multiple of every device's storage offset alignment (Vulkan caps it at 256)."""
+    kernel = KERNELS["tn"]
+    starts = range(0, K, K_CHUNK)
+    scratch = [empty((M, N), np.float32) for _ in range(min(2, len(starts) - 1))]
+    for i, k0 in enumerate(starts):
+        kc, last = min(K_CHUNK, K - k0), k0 + K_CHUNK >= K
+        ai, bi = a.view(k0 * M, (kc, M)), b.view(k0 * N, (kc, N))
+        dst = c if last else scratch[i % 2]
+        if last:
+            push, spec = launch_params(ai, bi, M, N, kc, bias, False, residual, None, beta, alpha, acc_init=True)
+        else:
+            push, spec = launch_params(ai, bi, M, N, kc, None, False, None, None, 0.0, 1.0, acc_init=i > 0,
+                                       raw_store=True)
+        prev = scratch[(i - 1) % 2] if i else dst
+        buffers = [ai, bi, dst, bias if bias is not None and last else ai,
+                   residual if residual is not None and last else ai, prev]
+        launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, 1), name), spec=spec, variant=name)
     return c
 
 

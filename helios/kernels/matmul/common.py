@@ -13,8 +13,9 @@ variant parameter because it decides where vec4 loads go:
 
 Bindings: 0 A (r), 1 B (r), 2 C (rw; read only when beta != 0), 3 bias [N] (r), 4 residual (r, C's
 layout), 5 pre-activation (rw, C's layout: written by the GELU forward's STORE_PREACT, read by GELU_GRAD, the
-backward's multiply by GELU's derivative; the two are exclusive). Unused bindings are bound to a tensor the
-kernel never touches (spec constants switch their code off).
+backward's multiply by GELU's derivative, or by a register tiling's ACC_INIT, the partial sums a K-chunked product
+continues from; the three are exclusive). Unused bindings are bound to a tensor the kernel never touches (spec
+constants switch their code off). RAW_STORE stores the bare accumulators (a K chunk's partial sums) with no epilogue.
 
 Dtypes: A and B are stored in the variant's io dtype (`dtype`: f32, bf16 or fp16); C and the epilogue
 tensors (bias, residual, pre-activation) in C's dtype, which is the io dtype unless the variant says
@@ -33,7 +34,8 @@ from helios.spirv import KernelBuilder, Value, Variant, boolean, f32, u32
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 PUSH_FIELDS = ("M", "N", "K", "lda", "ldb", "ldc", "sa", "sb", "sc", "alpha", "beta")
-EPILOGUE_SPECS = ("HAS_BIAS", "GELU", "STORE_PREACT", "HAS_RESIDUAL", "HAS_BETA", "GELU_GRAD")
+# Appended only: a spec constant's id is its index here.
+EPILOGUE_SPECS = ("HAS_BIAS", "GELU", "STORE_PREACT", "HAS_RESIDUAL", "HAS_BETA", "GELU_GRAD", "ACC_INIT", "RAW_STORE")
 
 
 @dataclass
@@ -84,14 +86,20 @@ def Vec4Loader(b: KernelBuilder, buf, wide: bool, dtype: str = "f32"):  # noqa: 
 
 
 def launch_params(a, b, M: int, N: int, K: int, bias, gelu: bool, residual, preact_out, beta: float,
-                  alpha: float, gelu_grad=None) -> tuple[dict, dict | None]:
+                  alpha: float, gelu_grad=None, acc_init: bool = False,
+                  raw_store: bool = False) -> tuple[dict, dict | None]:
     """(push constants, epilogue spec constants) of one matmul dispatch, whichever kernel family runs it
-    (`gelu_grad`: the pre-activation whose GELU derivative multiplies C, or None)."""
+    (`gelu_grad`: the pre-activation whose GELU derivative multiplies C, or None; `acc_init`, `raw_store`: a K
+    chunk's, register tilings only: start from the partial sums bound as the pre-activation, store bare sums)."""
+    if acc_init and (gelu or preact_out is not None or gelu_grad is not None):
+        raise ValueError("matmul: ACC_INIT reads its partial sums through the pre-activation binding, which gelu, "
+                         "preact_out and gelu_grad use too")
     push = {"M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
             "sa": M * K if a.ndim == 3 else 0, "sb": K * N if b.ndim == 3 else 0, "sc": M * N,
             "alpha": float(alpha), "beta": float(beta)}
     flags = {"HAS_BIAS": bias is not None, "GELU": bool(gelu), "STORE_PREACT": preact_out is not None,
-             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0, "GELU_GRAD": gelu_grad is not None}
+             "HAS_RESIDUAL": residual is not None, "HAS_BETA": beta != 0.0, "GELU_GRAD": gelu_grad is not None,
+             "ACC_INIT": acc_init, "RAW_STORE": raw_store}
     return push, ({k: True for k, on in flags.items() if on} or None)
 
 
@@ -124,23 +132,41 @@ def epilogue_value(b: KernelBuilder, o: Operands, acc: Value, col: Value, idx: V
     """epilogue's value for the element at column col and index idx of C-shaped tensors, without its store to C
     (the pre-activation is stored)."""
     f = o.flags
-    t = b.var(f32, acc * o.alpha)
-    with b.if_(f["HAS_BIAS"]):
-        t.value = t.value + o.bias[col]
-    with b.if_(f["STORE_PREACT"]):
-        o.preact[idx] = t.value
-    with b.if_(f["GELU"]):
-        t.value = gelu_value(b, t.value)
-    # GELU's backward, dpre = dh * gelu'(pre), with dh this product: where GELU sits in the forward, after the bias
-    # and before residual and beta (a backward product has none of them). `dy * gelu_grad(x)` as the elementwise
-    # gelu_backward writes it, so an f32 C is bit-identical to the product followed by that op.
-    with b.if_(f["GELU_GRAD"]):
-        t.value = t.value * gelu_grad(b, o.preact[idx])
-    with b.if_(f["HAS_RESIDUAL"]):
-        t.value = t.value + o.residual[idx]
-    with b.if_(f["HAS_BETA"]):
-        t.value = t.value + o.beta * o.c[idx]
+    t = b.var(f32, acc)
+    with b.if_(~f["RAW_STORE"]):  # a K chunk's partial sums are stored bare
+        t.value = acc * o.alpha
+        with b.if_(f["HAS_BIAS"]):
+            t.value = t.value + o.bias[col]
+        with b.if_(f["STORE_PREACT"]):
+            o.preact[idx] = t.value
+        with b.if_(f["GELU"]):
+            t.value = gelu_value(b, t.value)
+        # GELU's backward, dpre = dh * gelu'(pre), with dh this product: where GELU sits in the forward, after the
+        # bias and before residual and beta (a backward product has none of them). `dy * gelu_grad(x)` as the
+        # elementwise gelu_backward writes it, so an f32 C is bit-identical to the product followed by that op.
+        with b.if_(f["GELU_GRAD"]):
+            t.value = t.value * gelu_grad(b, o.preact[idx])
+        with b.if_(f["HAS_RESIDUAL"]):
+            t.value = t.value + o.residual[idx]
+        with b.if_(f["HAS_BETA"]):
+            t.value = t.value + o.beta * o.c[idx]
     return t.value
+
+
+def init_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: Value, cbase: Value) -> None:
+    """Under ACC_INIT, start acc[i][j] (element (m0 + i, n0 + j)) from the partial sums bound as the pre-activation
+    (C's layout; 0 outside C). A loop over a local array, like store_block, keeps the shader small."""
+    tm, tn = len(acc), len(acc[0])
+    with b.if_(o.flags["ACC_INIT"]):
+        vals = b.local_array(f32, tm * tn, "init")
+        with b.for_range(0, tm * tn) as e:
+            row, col = m0 + e / tn, n0 + e % tn
+            vals[e] = 0.0
+            with b.if_((row < o.M) & (col < o.N)):
+                vals[e] = o.preact[cbase + row * o.ldc + col]
+        for i, row_acc in enumerate(acc):
+            for j, value in enumerate(row_acc):
+                value.value = vals[i * tn + j]
 
 
 def store_block(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: Value, cbase: Value,
@@ -192,4 +218,5 @@ def store_rows(b: KernelBuilder, o: Operands, acc: list[list], m0: Value, n0: Va
 
 
 __all__ = ["LAYOUTS", "PUSH_FIELDS", "EPILOGUE_SPECS", "Operands", "declare", "contiguous", "a_index", "b_index",
-           "epilogue", "epilogue_value", "store_block", "store_rows", "launch_params", "c_dtype", "u32", "f32"]
+           "epilogue", "epilogue_value", "init_block", "store_block", "store_rows", "launch_params", "c_dtype", "u32",
+           "f32"]

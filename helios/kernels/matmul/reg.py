@@ -22,7 +22,16 @@ multiples of 4 (the op picks `vec=1` otherwise).
 from __future__ import annotations
 
 from helios.kernels.contract.dtypes import variant_dtype
-from helios.kernels.matmul.common import Operands, Vec4Loader, c_dtype, contiguous, declare, store_block, store_rows
+from helios.kernels.matmul.common import (
+    Operands,
+    Vec4Loader,
+    c_dtype,
+    contiguous,
+    declare,
+    init_block,
+    store_block,
+    store_rows,
+)
 from helios.spirv import KernelBuilder, Value, Variant, ceil_div, f32
 
 
@@ -117,6 +126,7 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     A = _Operand(b, o.a, z * o.sa, o.lda, m0, tm, o.M, a_dim == "k", vec, wide, wx if share else 1, dtype)
     B = _Operand(b, o.b, z * o.sb, o.ldb, n0, tn, o.N, b_dim == "k", vec, wide, dtype=dtype)
     acc = [[b.var(f32, 0.0) for _ in range(tn)] for _ in range(tm)]
+    init_block(b, o, acc, m0, n0, z * o.sc)  # a later K chunk of the op's continues the sums it is given
 
     def fma_block(av: list, bv: list) -> None:
         for i in range(tm):

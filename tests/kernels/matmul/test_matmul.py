@@ -28,6 +28,7 @@ from helios.kernels.contract import selection, tuning
 from helios.kernels.contract.dtypes import HALF_DTYPES, NUMPY, ROUNDING
 from helios.kernels.matmul import coopmat as mc
 from helios.kernels.matmul import select as sel
+from helios.kernels.matmul.common import launch_params
 from tests.conftest import dtype_params, needs_kernel
 
 
@@ -218,6 +219,92 @@ def test_a_shared_2d_operand_batched_and_its_gradient(layout, tiling, force):
         np.testing.assert_allclose(db.numpy(), want_db, rtol=0, atol=scale)
 
 
+# K-chunked tn products (mm.K_CHUNK): M and N of 1, 7, 33 and 65 (scalar loads, partial blocks, reg12x8a under 16 rows
+# and reg32x8ak above), 68 x 36 (vec4 loads and row stores); K of 2 and 3 chunks with a tail not a multiple of 4
+# (only the last chunk has one) and of 3 whole chunks.
+KC = mm.K_CHUNK
+CHUNKED = [(1, 7, 2 * KC + 7), (7, 33, 3 * KC + 2), (33, 65, 2 * KC + 7), (65, 1, 3 * KC), (68, 36, 2 * KC + 5)]
+
+
+def _chunked_or_skip(device, M: int, N: int, K: int) -> int:
+    """The chunks the op runs the tn product in, or a skip naming why this device runs it in one dispatch."""
+    if not device.info.cpu_profile:
+        pytest.skip("K chunks are for CPU drivers (DeviceInfo.cpu_profile), which this device is not")
+    if mm.KERNELS["tn"].variant(mm.variant_name("tn", M, N, K, 1)).kind != "reg":
+        pytest.skip("K chunks run in register tilings, which this device refuses (matmul.select.runnable: subgroups "
+                    "of 8 lanes and shaderInt64)")
+    return -(-K // KC)
+
+
+def _dispatches(fn):
+    """(fn's result, the dispatches it recorded)."""
+    before = rt.counters()["dispatches"]
+    out = fn()
+    return out, rt.counters()["dispatches"] - before
+
+
+@pytest.mark.parametrize("M,N,K", CHUNKED)
+@pytest.mark.parametrize("epi", [{}, {"beta": 1.0}, {"alpha": -0.5, "bias": True, "residual": True, "beta": 0.5}],
+                         ids=lambda e: "+".join(e) or "plain")
+def test_k_chunked_tn_is_bit_identical_to_nt(M, N, K, epi, device):
+    """A tn product in K chunks (partial sums carried between dispatches) has the very bits of the same product in nt
+    layout, which runs in one dispatch and sums each element's k's in the same order; and the reference's values."""
+    chunks = _chunked_or_skip(device, M, N, K)
+    rng = np.random.default_rng(M * N + K)
+    a, b = _operands("tn", M, N, K, seed=K)
+    old = rng.standard_normal((M, N)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32) if epi.get("bias") else None
+    residual = rng.standard_normal((M, N)).astype(np.float32) if epi.get("residual") else None
+    beta, alpha = epi.get("beta", 0.0), epi.get("alpha", 1.0)
+
+    def run(layout, x, y):
+        return mm.matmul(rt.from_numpy(x), rt.from_numpy(y), trans_a=layout == "tn", trans_b=layout == "nt",
+                         bias=None if bias is None else rt.from_numpy(bias), out=rt.from_numpy(old),
+                         residual=None if residual is None else rt.from_numpy(residual), beta=beta, alpha=alpha)
+
+    got, n = _dispatches(lambda: run("tn", a, b))
+    assert n == chunks
+    want, n_nt = _dispatches(lambda: run("nt", np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)))
+    assert n_nt == 1
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    f64 = lambda x: None if x is None else x.astype(np.float64)  # noqa: E731
+    ref, _ = mm.reference(f64(a), f64(b), True, False, bias=f64(bias), residual=f64(residual), out=f64(old),
+                          beta=beta, alpha=alpha)
+    _check(got.numpy(), ref, abs(alpha) * _bound(a, b, "tn"), extra=1e-5)
+
+
+@pytest.mark.parametrize("dtype", dtype_params(*HALF_DTYPES))
+def test_k_chunked_tn_in_half_dtypes(dtype, device):
+    """dW of mixed precision (half a and b, f32 C accumulated with beta=1) chunks like f32, bit for bit nt's; a half C
+    would round the partial sums, so that product runs in one dispatch."""
+    M, N, K = 7, 33, 2 * KC + 7
+    chunks = _chunked_or_skip(device, M, N, K)
+    a, b = (x.astype(NUMPY[dtype]) for x in _operands("tn", M, N, K))
+    old = np.random.default_rng(0).standard_normal((M, N)).astype(np.float32)
+    at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+    got, n = _dispatches(lambda: mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=True, out=rt.from_numpy(old),
+                                           beta=1.0))
+    assert n == chunks
+    want = mm.matmul(rt.from_numpy(at), rt.from_numpy(bt), trans_b=True, out=rt.from_numpy(old), beta=1.0)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    half, n = _dispatches(lambda: mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=True))
+    assert n == 1 and half.dtype == a.dtype
+
+
+def test_k_chunks_leave_the_pre_activation_binding_alone(device):
+    """A tn product with GELU's derivative (or GELU) reads the pre-activation binding the chunks carry their sums in,
+    so it runs in one dispatch (test_errors: the kernel's two uses of the binding are refused together)."""
+    M, N, K = 33, 65, 2 * KC + 7
+    _chunked_or_skip(device, M, N, K)
+    a, b = _operands("tn", M, N, K)
+    pre = _preact(np.random.default_rng(0), (M, N))
+    got, n = _dispatches(lambda: mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=True,
+                                           gelu_grad=rt.from_numpy(pre)))
+    assert n == 1
+    ref, _ = mm.reference(a.astype(np.float64), b.astype(np.float64), True, gelu_grad=pre.astype(np.float64))
+    _check(got.numpy(), ref, 2.0 * _bound(a, b, "tn"), extra=1e-5)
+
+
 def _info(cpu: bool, subgroup: int = 8, addresses: bool = False, **changes):
     """This device's DeviceInfo as a CPU or GPU device with the given subgroups and addresses (selection only)."""
     import dataclasses
@@ -302,6 +389,10 @@ def test_errors():
         mm.matmul(a, b42, preact_out=rt.empty((3, 2)), gelu_grad=pre)
     with pytest.raises(ValueError, match=r"gelu_grad has shape \(2, 2\)"):
         mm.matmul(a, b42, gelu_grad=rt.from_numpy(np.zeros((2, 2), np.float32)))
+    # a K chunk's partial sums (ACC_INIT) come through the pre-activation binding: not beside GELU or its derivative
+    for gelu, preact_out, gelu_grad in ((True, None, None), (False, pre, None), (False, None, pre)):
+        with pytest.raises(ValueError, match="ACC_INIT"):
+            launch_params(a, b42, 3, 2, 4, None, gelu, None, preact_out, 0.0, 1.0, gelu_grad, acc_init=True)
 
 
 def test_linear_layer_gradients_against_torch():

@@ -20,9 +20,20 @@ B, T = 1, 32
 
 
 def _step_counters(n_layer: int, steps: int = 3, replay: bool = False):
-    """Counters of the last of `steps` steps; recorded lazily unless `replay` (then it is a replayed step)."""
+    """Counters of the last of `steps` steps; recorded lazily unless `replay` (then it is a replayed step).
+    Counts, not speed: where the table runs rowwise_unrolled attention, plain rowwise runs instead (the same
+    kernels, so the same counts), compiled in a quarter of the time at this head dim (48: ~5 s, not ~19 s)."""
+    from helios.kernels.contract import selection
+
     cfg = load_config(ROOT / "configs" / "alpha-8l.toml")
     model_cfg = dataclasses.replace(cfg.model, n_layer=n_layer)
+    head_dim = model_cfg.n_embd // model_cfg.n_head
+    with selection.forcing("attention", "rowwise" if selection.choose("attention", (head_dim,)) == "rowwise_unrolled"
+                           else None):
+        return _counters(model_cfg, cfg, steps, replay)
+
+
+def _counters(model_cfg, cfg, steps: int, replay: bool):
     backend = HeliosBackend.create(model_cfg, cfg.optim, seed=0)
     backend.set_replay(replay)
     rng = np.random.default_rng(0)

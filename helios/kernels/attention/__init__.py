@@ -95,8 +95,7 @@ def _subgroup_unrolled_head_dims(shape: tuple) -> bool:
 
 # Tests force every variant the rule can return (the matrix-unit ones where the device runs them). CI runs again
 # at subgroup sizes 4 and 16: rowwise broadcasts (rowwise_unrolled's at head dim 4) and tiled shuffles in f32, and
-# the emulated matrix units'
-# lanes-per-tile split in fp16 (their kernels: the matrix-unit forward, dQ and dK/dV).
+# the emulated matrix units' lanes-per-tile split in fp16 (their kernels: the matrix-unit forward, dQ and dK/dV).
 @selection.rule("attention", check=_base_variant, forced=(*VARIANTS, *COOPMAT_VARIANTS),
                 forced_dtypes={"rowwise_unrolled": ("f32",)}, subgroup=(
     selection.Subgroup("rowwise", shapes=_subgroup_head_dims), selection.Subgroup("tiled", shapes=_subgroup_head_dims),

@@ -88,13 +88,12 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
     tok0 = rw.batch * T
     q, dov, dq = (row_regs(b, v, d, n) for n in ("q", "do", "dq"))
     load_rows(b, v, d, qkv, [(tok0 + rc) * S4 + rw.head * d.D4 for rc in rw.rows_c], rw.lane, q, mul=d.scale)
-    load_rows(b, v, d, do, [(tok0 + rc) * (d.H * d.D4) + rw.head * d.D4 for rc in rw.rows_c], rw.lane, dov)
+    load_rows(b, v, d, do, _head_rows(d, tok0, rw), rw.lane, dov)
     zero_regs(b, v, d, dq)
     row_ids = [(rw.batch * d.H + rw.head) * T + rc for rc in rw.rows_c]
     lse_r = [lse[i] for i in row_ids]
     if fused:
-        delta_r = _own_delta(b, v, d, input_buffer(b, v, 6), [(tok0 + rc) * (d.H * d.D4) + rw.head * d.D4
-                                                              for rc in rw.rows_c], dov)
+        delta_r = _own_delta(b, v, d, input_buffer(b, v, 6), _head_rows(d, tok0, rw), dov)
         for r, row in enumerate(rw.rows):
             with b.if_(row < T):
                 delta[row_ids[r]] = delta_r[r]
@@ -134,6 +133,11 @@ def build_dq(b: KernelBuilder, v: Variant) -> None:
                 c, ok = comp(b, v, d, rw.lane, t)
                 with b.if_(ok):
                     dqkv.vec4[base + c] = dq[r][t] * d.scale
+
+
+def _head_rows(d, tok0, rw) -> list:
+    """The vec4 index where each of the invocation's rows of its head starts in a [B, T, H * D] tensor (dO, O)."""
+    return [(tok0 + rc) * (d.H * d.D4) + rw.head * d.D4 for rc in rw.rows_c]
 
 
 def _own_delta(b: KernelBuilder, v: Variant, d, o, bases: list, dov) -> list:

@@ -15,7 +15,8 @@ def _rows(t):
 
 
 class Linear(Function):
-    """y = act(x @ W^T + b) (+ residual): one dispatch forward; dX, dW, db one dispatch each backward.
+    """y = act(x @ W^T + b) (+ residual): one dispatch forward; backward dX one, dW and db one (db taken in dW's
+    product where its kernel can: matmul's a_sums).
 
     Weight and bias gradients are accumulated straight into the parameters' gradient buffers
     (a beta=1 matmul epilogue), so gradient accumulation costs no extra dispatch.
@@ -45,17 +46,22 @@ class Linear(Function):
 
 def _param_grads(ctx, w_index: int, b_index: int | None, dy2, x2) -> tuple:
     """(dW, db) of y = x2 @ W^T + b for dy2, each None where not needed (b_index None: no bias). Each goes into its
-    parameter's gradient buffer where it has one (dW a beta=1 matmul epilogue, db an accumulating row sum), so
-    gradient accumulation costs no extra dispatch, and is then ACCUMULATED."""
+    parameter's gradient buffer where it has one (dW a beta=1 matmul epilogue, db an accumulating column sum), so
+    gradient accumulation costs no extra dispatch, and is then ACCUMULATED. With both, db (dy2's column sums) is
+    taken in dW's product (matmul's a_sums: one dispatch where the kernel can, the same bits as sum_rows)."""
     dw = db = None
+    need_b = b_index is not None and ctx.needs_input_grad[b_index]
+    b_sink = ctx.grad_sink(b_index) if need_b else None
+    if need_b:
+        db = b_sink if b_sink is not None else rt.empty((dy2.shape[1],))
     if ctx.needs_input_grad[w_index]:
         sink = ctx.grad_sink(w_index)
-        dw = ops.matmul(dy2, x2, trans_a=True, out=sink, beta=1.0 if sink is not None else 0.0)
+        dw = ops.matmul(dy2, x2, trans_a=True, out=sink, beta=1.0 if sink is not None else 0.0,
+                        a_sums=db, a_sums_accumulate=b_sink is not None)
         dw = ACCUMULATED if sink is not None else dw
-    if b_index is not None and ctx.needs_input_grad[b_index]:
-        sink = ctx.grad_sink(b_index)
-        db = param_grad(ctx, b_index, ops.sum_rows(dy2, out=sink, accumulate=sink is not None))
-    return dw, db
+    elif need_b:
+        ops.sum_rows(dy2, out=db, accumulate=b_sink is not None)
+    return dw, (param_grad(ctx, b_index, db) if need_b else None)
 
 
 class GeluMLP(Function):

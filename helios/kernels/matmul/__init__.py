@@ -194,7 +194,8 @@ def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | 
 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, bias: Tensor | None = None,
            gelu: bool = False, residual: Tensor | None = None, out: Tensor | None = None, beta: float = 0.0,
-           alpha: float = 1.0, preact_out: Tensor | None = None, gelu_grad: Tensor | None = None) -> Tensor:
+           alpha: float = 1.0, preact_out: Tensor | None = None, gelu_grad: Tensor | None = None,
+           a_sums: Tensor | None = None, a_sums_accumulate: bool = False) -> Tensor:
     """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch
     (a large-K tn product on a CPU device: one per K chunk, K_CHUNK).
 
@@ -205,6 +206,10 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     excludes gelu and preact_out. beta != 0 reads `out`. a and b share one dtype (float32, bfloat16 or
     float16); C is `out`'s dtype (that one or float32), else a's; the epilogue tensors are in C's dtype.
     Accumulation is float32.
+
+    a_sums (float32 [M], with trans_a and a 2-D a: a Linear's dW = dY^T @ X beside its bias gradient) receives the
+    column sums of a, as `sum_rows(a, out=a_sums, accumulate=a_sums_accumulate)` would, bit for bit: inside the
+    product's dispatch where its kernel sums in that order (_fuses_a_sums), else by that sum_rows.
     """
     batch, M, N, K = _dims(a, b, trans_a, trans_b)
     numel = batch * M * N
@@ -218,27 +223,66 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
         raise ValueError("matmul: gelu_grad (the backward's multiply by GELU's derivative) cannot be combined with "
                          "gelu=True or preact_out (the forward's GELU): both use the pre-activation binding")
     batched = a.ndim == 3 or b.ndim == 3
+    if a_sums is not None:
+        _check_a_sums(a, a_sums, trans_a, M)
     c = out if out is not None else empty((batch, M, N) if batched else (M, N), NUMPY[cd])
     if numel == 0:
+        if a_sums is not None:
+            _sum_a(a, a_sums, a_sums_accumulate)
         return c
     layout = ("t" if trans_a else "n") + ("t" if trans_b else "n")
     kernel = KERNELS[layout]
     name = variant_name(layout, M, N, K, batch, dtype=io, out=cd)
     variant = kernel.variant(name)
-    if _chunks_k(layout, variant, batched, K, cd, gelu or preact_out is not None or gelu_grad is not None):
+    chunked = _chunks_k(layout, variant, batched, K, cd, gelu or preact_out is not None or gelu_grad is not None)
+    fused_sums = a_sums is not None and not chunked and _fuses_a_sums(variant, M, K, io)
+    if a_sums is not None and not fused_sums:
+        _sum_a(a, a_sums, a_sums_accumulate)
+    if chunked:
         return _chunked_tn(a, b, c, M, N, K, name, bias, residual, beta, alpha)
     push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha, gelu_grad)
     if variant.kind == "coopmat":  # its local size follows the device's subgroup sizes
         from helios.device import get_device
 
         spec = {**(spec or {}), "THREADS": coopmat.threads(get_device().info, variant)}
+    if fused_sums:
+        spec = {**(spec or {}), "A_SUMS": True, **({"A_SUMS_ADD": True} if a_sums_accumulate else {})}
     # Unused bindings get a tensor the kernel never touches: a for the read-only ones, c for the output.
     pre = preact_out if preact_out is not None else gelu_grad
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
-               pre if pre is not None else c]
+               pre if pre is not None else c] + _a_sums_binding(variant, a_sums if fused_sums else c)
     launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, batch), name), spec=spec,
            variant=name)
     return c
+
+
+def _check_a_sums(a: Tensor, a_sums: Tensor, trans_a: bool, M: int) -> None:
+    if not trans_a or a.ndim != 2:
+        raise ValueError(f"matmul: a_sums (the column sums of a [K, M]) needs trans_a=True and a 2-D a, got a "
+                         f"{a.shape} with trans_a={trans_a}")
+    if FLOAT_DTYPES.get(a_sums.dtype) != "f32" or a_sums.numel != M:
+        raise ValueError(f"matmul: a_sums must be a float32 tensor of M = {M} elements (one sum per column of a, "
+                         f"like a bias gradient), got {a_sums.dtype} {a_sums.shape}")
+
+
+def _sum_a(a: Tensor, a_sums: Tensor, accumulate: bool) -> None:
+    from helios.kernels.rows.reduce import sum_rows
+
+    sum_rows(a, out=a_sums, accumulate=accumulate)
+
+
+def _fuses_a_sums(variant: Variant, M: int, K: int, io: str) -> bool:
+    """Whether the product's own kernel sums a's columns: a register tiling's tn kernel (reg._ASums) where
+    sum_rows would take one pass, whose order (k = 0, 1, ... per column, from 0) the kernel keeps."""
+    from helios.kernels.rows.reduce import sums_in_one_pass
+
+    return variant.kind == "reg" and variant.layout == "tn" and sums_in_one_pass(K, M, io)
+
+
+def _a_sums_binding(variant: Variant, tensor: Tensor) -> list[Tensor]:
+    """Binding 6, which only register tilings' tn kernels declare (the column sums of a: `tensor`, or a stand-in
+    the kernel does not touch)."""
+    return [tensor] if variant.kind == "reg" and variant.layout == "tn" else []
 
 
 # dW = dY^T @ X ("tn", K = tokens) on a CPU: a register tiling's workgroup walks all K rows of its A and B column
@@ -283,7 +327,7 @@ def _chunked_tn(a: Tensor, b: Tensor, c: Tensor, M: int, N: int, K: int, name: s
                                        raw_store=True)
         prev = scratch[(i - 1) % 2] if i else dst
         buffers = [ai, bi, dst, bias if bias is not None and last else ai,
-                   residual if residual is not None and last else ai, prev]
+                   residual if residual is not None and last else ai, prev, dst]  # 6: a_sums, unused
         launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, 1), name), spec=spec, variant=name)
     return c
 

@@ -32,7 +32,9 @@ from helios.kernels.matmul.common import (
     store_block,
     store_rows,
 )
-from helios.spirv import KernelBuilder, Value, Variant, ceil_div, f32
+from helios.spirv import KernelBuilder, Value, Variant, boolean, ceil_div, f32, vec
+
+F32X4 = vec(f32, 4)
 
 
 class _Operand:
@@ -52,19 +54,31 @@ class _Operand:
         quads = vec == 4 and not along_k  # units are vec4s of 4 rows along a contiguous M or N
         self.per_unit = 4 if quads else 1
         self.units = total = count // self.per_unit
+        self.lane = None
         if lanes == 1:
             units = list(range(total))
         else:
             # The lane id the broadcasts address: the workgroup is one subgroup (matmul_select.reg_ok), but
             # Vulkan does not promise that local id x is subgroup lane x, so loads are dealt by lane id.
-            lane = b.subgroup_local_id()
+            self.lane = lane = b.subgroup_local_id()
             units = [(lane + lanes * s) % total if s else lane % total for s in range(ceil_div(total, lanes))]
-        self.offsets = [self._unit_offset(base, ld, idx0, u, extent, quads) for u in units]
+        self.unit_rows, self.offsets = [], []  # per slot: the unit's first row (unclamped), its offset at k = 0
+        for u in units:
+            row = idx0 + u * self.per_unit if not isinstance(u, int) or u else idx0
+            self.unit_rows.append(row)
+            self.offsets.append(self._unit_offset(base, ld, row, extent, quads))
+        self.loaded: list[Value] = []  # this invocation's own loads at the last `at` or `tail` (before broadcasts)
 
-    def _unit_offset(self, base, ld, idx0, u, extent, quads: bool):
-        """Offset of unit u at k = 0 (u an int or a Value); rows are clamped into the matrix."""
+    def owns(self, slot: int) -> Value | None:
+        """Whether this invocation's load slot `slot` is its own unit (None: always), not a re-load of another
+        lane's: with sharing, a slot whose unit wrapped round (lane + lanes * slot >= units) repeats one."""
+        if self.lanes == 1:
+            return None
+        return self.lane + self.lanes * slot < self.units
+
+    def _unit_offset(self, base, ld, row, extent, quads: bool):
+        """Offset at k = 0 of the unit whose first row is `row`, clamped into the matrix."""
         b = self.b
-        row = idx0 + u * self.per_unit if not isinstance(u, int) or u else idx0
         if quads:  # groups past the end re-read the last full group (extent % 4 == 0)
             return base + b.min(row, extent - 4)
         row = b.min(row, extent - 1)
@@ -72,6 +86,7 @@ class _Operand:
 
     def _collect(self, loaded: list[Value]) -> list[Value]:
         """The block's units, in row order, from what each lane loaded (unit u: lane u % lanes, slot u // lanes)."""
+        self.loaded = loaded
         if self.lanes == 1:
             return loaded
         return [self.b.subgroup_broadcast(loaded[u // self.lanes], u % self.lanes) for u in range(self.units)]
@@ -127,6 +142,7 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     B = _Operand(b, o.b, z * o.sb, o.ldb, n0, tn, o.N, b_dim == "k", vec, wide, dtype=dtype)
     acc = [[b.var(f32, 0.0) for _ in range(tn)] for _ in range(tm)]
     init_block(b, o, acc, m0, n0, z * o.sc)  # a later K chunk of the op's continues the sums it is given
+    sums = _ASums(b, v, o, A) if v.layout == "tn" else None
 
     def fma_block(av: list, bv: list) -> None:
         for i in range(tm):
@@ -140,7 +156,11 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
         if v.get("k_inner", False):
             # Each accumulator takes its 4 k's in a row: a spilled accumulator is loaded and stored once per 4 FMAs
             # instead of per FMA. Same k order per element, so the same sums bit for bit.
-            av = [A.at(pa, kk, k + kk if kk else k) for kk in range(4)]
+            av = []
+            for kk in range(4):
+                av.append(A.at(pa, kk, k + kk if kk else k))
+                if sums:
+                    sums.add(A.loaded)
             bv = [B.at(pb, kk, k + kk if kk else k) for kk in range(4)]
             for i in range(tm):
                 for j in range(tn):
@@ -150,13 +170,59 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
                     acc[i][j].value = t
         else:
             with b.for_range(0, 4) as kk:
-                fma_block(A.at(pa, kk, k + kk), B.at(pb, kk, k + kk))
+                av = A.at(pa, kk, k + kk)
+                if sums:
+                    sums.add(A.loaded)
+                fma_block(av, B.at(pb, kk, k + kk))
     with b.for_range(k4_end * 4, o.K) as k:
-        fma_block(A.tail(k), B.tail(k))
+        av = A.tail(k)
+        if sums:
+            sums.add(A.loaded)
+        fma_block(av, B.tail(k))
+    if sums:
+        sums.store()
     if v.get("row_store", False) and c_dtype(v) == "f32":
         store_rows(b, o, acc, m0, n0, z * o.sc)
     else:
         store_block(b, o, acc, m0, n0, z * o.sc)
+
+
+class _ASums:
+    """A tn product's optional column sums of A ([K, M]): sums[m] (+)= sum over k of A(k, m), which is a Linear's
+    bias gradient beside its weight gradient dW = dY^T X, in the same dispatch (spec constant A_SUMS; A_SUMS_ADD
+    adds into binding 6, else stores). Each lane adds the A values it loads itself, before the broadcasts, so a
+    row of A is summed by one lane, k = 0, 1, ... in order from 0: the order of `reduce.sum_rows` in one pass, bit
+    for bit. Every workgroup sums (a branch per k would cost more than the adds); the first column of workgroups
+    stores. Unbatched products only (the op's rule)."""
+
+    def __init__(self, b: KernelBuilder, v: Variant, o: Operands, a: _Operand):
+        self.b, self.o, self.a = b, o, a
+        self.out = b.buffer(6, f32, "rw")
+        self.on, self.add_into = b.spec("A_SUMS", boolean, False), b.spec("A_SUMS_ADD", boolean, False)
+        self.regs = [b.var(F32X4 if a.per_unit == 4 else f32, 0.0) for _ in a.offsets]
+        self.first_column = b.workgroup_id(0).eq(0)
+        if a.lanes == 1:  # every invocation of the workgroup loads the whole block: the first one stores
+            self.first_column = self.first_column & b.local_id(0).eq(0)
+
+    def add(self, loaded: list[Value]) -> None:
+        with self.b.if_(self.on):
+            for reg, value in zip(self.regs, loaded, strict=True):
+                reg.value = reg.value + value
+
+    def store(self) -> None:
+        b, o, a = self.b, self.o, self.a
+        with b.if_(self.on & self.first_column):
+            for slot, (reg, row0) in enumerate(zip(self.regs, a.unit_rows, strict=True)):
+                owned = a.owns(slot)
+                for c in range(a.per_unit):
+                    row = row0 + c if c else row0
+                    keep = row < o.M if owned is None else owned & (row < o.M)
+                    with b.if_(keep):
+                        total = reg.value[c] if a.per_unit == 4 else reg.value
+                        with b.if_(self.add_into):
+                            self.out[row] = self.out[row] + total
+                        with b.else_():
+                            self.out[row] = total
 
 
 def reg_block(params: dict) -> tuple[int, int]:

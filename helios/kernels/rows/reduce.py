@@ -297,6 +297,12 @@ def _choose_sum_rows(info, shape: tuple, dtype: str, forced: SumRowsChoice | Non
     return SumRowsPlan(dtype_variant(("pair_" if pair else "") + width, dtype), one_pass)
 
 
+def sums_in_one_pass(rows: int, cols: int, dtype: str) -> bool:
+    """Whether `sum_rows` sums a [rows, cols] block of `dtype` in one pass: each column k = 0, 1, ... in order,
+    from 0 (the order a fused column sum elsewhere must keep to give the same bits)."""
+    return selection.choose("sum_rows", (rows, cols, True, False), dtype).one_pass
+
+
 def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs: Sequence[Tensor],
                   accumulate: bool) -> None:
     """outs[k][:cols] (+)= column sums of the [rows, cols] block of x at element offsets[k] (one or two

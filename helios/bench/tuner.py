@@ -35,6 +35,7 @@ trainer/backends/helios.py does), one micro-batch of its batch and block size in
 
 from __future__ import annotations
 
+import difflib
 import statistics
 import time
 from collections.abc import Callable, Collection
@@ -173,18 +174,42 @@ def differing_ms(table: list[list[tuple[str, str, float]]],
                  candidate: list[list[tuple[str, str, float]]]) -> tuple[float, float]:
     """(table ms, candidate ms): the medians over calls of the device ms of the dispatches where the two steps launch
     a different kernel or variant (the choice's own launches: the rest of the step is the same work, whose noise
-    would swamp a kernel's difference); the whole steps' summed device ms where the launches do not line up (a
-    choice that changes how many dispatches run) or do not differ."""
-    first_t, first_c = table[0], candidate[0]
-    idx = [i for i, (a, b) in enumerate(zip(first_t, first_c)) if a[:2] != b[:2]]
-    if len(first_t) != len(first_c) or not idx:
-        idx = None  # the whole steps
+    would swamp a kernel's difference); the whole steps' summed device ms where nothing differs by kernel or variant
+    (a choice that changes only a launch's sizes or specialization).
 
-    def ms(runs) -> float:
-        return statistics.median(sum(d[2] for d in run) if idx is None else sum(run[i][2] for i in idx)
-                                 for run in runs)
+    The two launch sequences are lined up as a diff, so a choice that changes how many dispatches run (a two-pass
+    sum, K chunks, a fused Delta) is timed by the launches it adds, drops or replaces, wherever they sit; launches
+    of the same kernels right beside those (a first pass that lines up with the one-pass launch it replaces, the
+    first of the K chunks) count on both sides too, since their sizes differ even where kernel and variant agree."""
+    first_t, first_c = [d[:2] for d in table[0]], [d[:2] for d in candidate[0]]
+    ops = difflib.SequenceMatcher(None, first_t, first_c, autojunk=False).get_opcodes()
+    marked_t, marked_c = set(), set()
+    for n, (op, t0, t1, c0, c1) in enumerate(ops):
+        if op == "equal":
+            continue
+        marked_t.update(range(t0, t1))
+        marked_c.update(range(c0, c1))
+        names = {k for k, _ in first_t[t0:t1] + first_c[c0:c1]}
+        if n and ops[n - 1][0] == "equal":  # the same kernels just before, lined up on both sides
+            _, e0, e1, f0, _ = ops[n - 1]
+            back = 0
+            while back < e1 - e0 and first_t[e1 - 1 - back][0] in names:
+                back += 1
+            marked_t.update(range(e1 - back, e1))
+            marked_c.update(range(f0 + (e1 - e0) - back, f0 + (e1 - e0)))
+        if n + 1 < len(ops) and ops[n + 1][0] == "equal":  # and just after
+            _, e0, e1, f0, _ = ops[n + 1]
+            ahead = 0
+            while ahead < e1 - e0 and first_t[e0 + ahead][0] in names:
+                ahead += 1
+            marked_t.update(range(e0, e0 + ahead))
+            marked_c.update(range(f0, f0 + ahead))
 
-    return ms(table), ms(candidate)
+    def ms(runs, marked) -> float:
+        whole = not (marked_t or marked_c)
+        return statistics.median(sum(d[2] for d in run) if whole else sum(run[i][2] for i in marked) for run in runs)
+
+    return ms(table, marked_t), ms(candidate, marked_c)
 
 
 def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, info=None,

@@ -153,6 +153,25 @@ def test_the_kernel_clock_compares_only_the_launches_a_choice_changes():
     assert differing_ms([run(0.0, "reg32x8ak", 1.0)], same) == (9.0, 27.0)
 
 
+def test_the_kernel_clock_lines_up_choices_that_change_the_dispatch_count():
+    """A plan with more or fewer dispatches (two-pass sums, K chunks, a fused Delta) is timed by the launches it
+    adds, drops or replaces, wherever they sit in the step, not by the noisy whole step."""
+    from helios.bench.tuner import differing_ms
+
+    def step(noise: float, middle: list):
+        return [("layernorm", "sg", 5.0 + noise), *middle, ("adamw", "vec4", 3.0 + noise),
+                *[(k, v, ms / 2) for k, v, ms in middle], ("embedding", "vec4", 2.0 + noise)]
+
+    one = [("sum_rows", "u64x2", 0.4)]
+    two = [("sum_rows", "u64x2", 0.1), ("sum_rows", "scalar", 0.1)]
+    table = [step(0.0, one), step(30.0, one), step(2.0, one)]
+    cand = [step(20.0, two), step(1.0, two), step(40.0, two)]
+    assert differing_ms(table, cand) == pytest.approx((0.6, 0.3))  # 0.4 + 0.2 against (0.1 + 0.1) * 1.5
+    chunks = [("matmul_tn", "reg32x8ak", 0.5)] * 3
+    assert differing_ms([step(0.0, [("matmul_tn", "reg32x8ak", 2.0)])], [step(9.0, chunks)]) == \
+        pytest.approx((3.0, 2.25))
+
+
 TINY = """[model]
 n_layer = 1
 n_head = 2

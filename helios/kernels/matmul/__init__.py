@@ -4,7 +4,8 @@
 One dispatch per product, whatever the transposes: the layout variants (nn, nt, tn, tt) address the
 operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn) and
 `dW = dY^T @ X` (tn, with beta=1 to accumulate into the gradient arena) never dispatch a transpose. The exception
-to one dispatch: a 2-D tn product with a large K on a CPU device runs K in chunks (K_CHUNK), bits unchanged.
+to one dispatch: a 2-D tn product with a large K on a CPU device runs K in chunks (the matmul_k_chunk family), bits
+unchanged.
 Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entry per grid z.
 
 Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
@@ -197,7 +198,7 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
            alpha: float = 1.0, preact_out: Tensor | None = None, gelu_grad: Tensor | None = None,
            a_sums: Tensor | None = None, a_sums_accumulate: bool = False) -> Tensor:
     """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch
-    (a large-K tn product on a CPU device: one per K chunk, K_CHUNK).
+    (a large-K tn product on a CPU device: one per K chunk, the matmul_k_chunk family).
 
     a is [M, K] ([K, M] with trans_a) or batched [Bt, ...]; b is [K, N] ([N, K] with trans_b), batched or
     a shared 2-D matrix. bias is [N]; residual, out, preact_out and gelu_grad hold C's element count. With gelu
@@ -234,12 +235,12 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     kernel = KERNELS[layout]
     name = variant_name(layout, M, N, K, batch, dtype=io, out=cd)
     variant = kernel.variant(name)
-    chunked = _chunks_k(layout, variant, batched, K, cd, gelu or preact_out is not None or gelu_grad is not None)
+    chunked = _chunks_k(layout, variant, batched, M, N, K, cd, gelu or preact_out is not None or gelu_grad is not None)
     fused_sums = a_sums is not None and not chunked and _fuses_a_sums(variant, M, K, io)
     if a_sums is not None and not fused_sums:
         _sum_a(a, a_sums, a_sums_accumulate)
     if chunked:
-        return _chunked_tn(a, b, c, M, N, K, name, bias, residual, beta, alpha)
+        return _chunked_tn(a, b, c, M, N, K, chunked, name, bias, residual, beta, alpha)
     push, spec = launch_params(a, b, M, N, K, bias, gelu, residual, preact_out, beta, alpha, gelu_grad)
     if variant.kind == "coopmat":  # its local size follows the device's subgroup sizes
         from helios.device import get_device
@@ -287,37 +288,49 @@ def _a_sums_binding(variant: Variant, tensor: Tensor) -> list[Tensor]:
 
 # dW = dY^T @ X ("tn", K = tokens) on a CPU: a register tiling's workgroup walks all K rows of its A and B column
 # blocks, which outgrows the caches (0.42-0.46 of the FMA ceiling on lavapipe at K = 10240, against 1.0-1.15 for nt
-# and nn). So K runs in chunks of K_CHUNK rows, one dispatch each over row views of A and B: each continues the
-# previous chunk's partial sums (ACC_INIT) and stores them bare (RAW_STORE), the last applies the epilogue. Every
-# element still sums k = 0..K-1 in order from 0, so C is bit-identical to one dispatch's. Measured on lavapipe 25
-# (reg32x8ak, tools/matmul_ceiling.py --clock wall, ratio to the FMA ceiling), 384x1536x10240 / 384x384x10240:
-# unchunked 0.45 / 0.50, chunks of 256 0.76 / 0.80, 512 0.83 / 0.85, 1024 0.52 / 0.86. At K = 1024 chunks lose a
-# little (384x1536: 0.87 against 0.91), at 2048 they win where the operands outgrow the caches (384x1536: 0.82
-# against 0.54; 384x384: 0.85 against 0.89), hence chunks only above 2 * K_CHUNK.
+# and nn). So K runs in chunks, one dispatch each over row views of A and B: each continues the previous chunk's
+# partial sums (ACC_INIT) and stores them bare (RAW_STORE), the last applies the epilogue. Every element still sums
+# k = 0..K-1 in order from 0, so C is bit-identical to one dispatch's whatever the chunk size, which makes the chunk
+# size a pure speed choice: the "matmul_k_chunk" family (0: one dispatch), tuned like any other. Its table, measured
+# on lavapipe 25 (reg32x8ak, tools/matmul_ceiling.py --clock wall, ratio to the FMA ceiling), 384x1536x10240 /
+# 384x384x10240: unchunked 0.45 / 0.50, chunks of 256 0.76 / 0.80, 512 0.83 / 0.85, 1024 0.52 / 0.86. At K = 1024
+# chunks lose a little (384x1536: 0.87 against 0.91), at 2048 they win where the operands outgrow the caches
+# (384x1536: 0.82 against 0.54; 384x384: 0.85 against 0.89), hence on CPU devices chunks of K_CHUNK above
+# 2 * K_CHUNK, and none on GPUs (a GPU's workgroups do not share one cache walk).
 K_CHUNK = 512
+K_CHUNKS = (0, 256, 512, 1024)  # rows per chunk; 0: one dispatch. Multiples of 128, so a half operand's row views
+#                                 start on 256-byte boundaries (see _chunked_tn)
 _K_CHUNKED_ABOVE = 2 * K_CHUNK
 
 
-def _chunks_k(layout: str, variant: Variant, batched: bool, K: int, cd: str, pre: bool) -> bool:
-    """Whether a product runs in K chunks: a 2-D tn product with a large K on a CPU device, in a register tiling,
-    with f32 partial sums (C's dtype) and the pre-activation binding free (no gelu, preact_out, gelu_grad)."""
-    if layout != "tn" or batched or K <= _K_CHUNKED_ABOVE or cd != "f32" or pre or variant.kind != "reg":
-        return False
-    from helios.device import get_device
+@selection.rule("matmul_k_chunk", choices=K_CHUNKS, forced=())  # test_matmul.py forces every choice, bits compared
+def _choose_k_chunk(info, shape: tuple, dtype: str, forced: int | None) -> int:
+    """shape = (M, N, K) of a 2-D tn product that can run in chunks (_chunks_k): the rows per chunk, 0 for one
+    dispatch (a chunk of K rows or more is one dispatch too). Table: K_CHUNK on CPU devices above _K_CHUNKED_ABOVE."""
+    _, _, K = shape
+    chunk = forced if forced is not None else (K_CHUNK if info.cpu_profile and K > _K_CHUNKED_ABOVE else 0)
+    return chunk if chunk < K else 0
 
-    return get_device().info.cpu_profile
+
+def _chunks_k(layout: str, variant: Variant, batched: bool, M: int, N: int, K: int, cd: str, pre: bool) -> int:
+    """The rows per K chunk a product runs in (0: one dispatch). Only a 2-D tn product in a register tiling, with
+    f32 partial sums (C's dtype) and the pre-activation binding free (no gelu, preact_out, gelu_grad), can; and only
+    past the smallest chunk does the "matmul_k_chunk" family decide (so a config's short products ask it nothing)."""
+    if layout != "tn" or batched or K <= K_CHUNKS[1] or cd != "f32" or pre or variant.kind != "reg":
+        return 0
+    return selection.choose("matmul_k_chunk", (M, N, K), "f32")
 
 
-def _chunked_tn(a: Tensor, b: Tensor, c: Tensor, M: int, N: int, K: int, name: str, bias, residual, beta: float,
-                alpha: float) -> Tensor:
-    """C of a tn product in K chunks (see K_CHUNK), partial sums ping-ponging between two scratch tensors so no
-    dispatch reads and writes one buffer. A chunk's views start at multiples of K_CHUNK rows, 1024 * M bytes in
-    half dtypes at least: a multiple of every device's storage offset alignment (Vulkan caps it at 256)."""
+def _chunked_tn(a: Tensor, b: Tensor, c: Tensor, M: int, N: int, K: int, chunk: int, name: str, bias, residual,
+                beta: float, alpha: float) -> Tensor:
+    """C of a tn product in K chunks of `chunk` rows, partial sums ping-ponging between two scratch tensors so no
+    dispatch reads and writes one buffer. A chunk's views start at multiples of `chunk` rows (of K_CHUNKS: 256 * M
+    bytes in half dtypes at least), a multiple of every device's storage offset alignment (Vulkan caps it at 256)."""
     kernel = KERNELS["tn"]
-    starts = range(0, K, K_CHUNK)
+    starts = range(0, K, chunk)
     scratch = [empty((M, N), np.float32) for _ in range(min(2, len(starts) - 1))]
     for i, k0 in enumerate(starts):
-        kc, last = min(K_CHUNK, K - k0), k0 + K_CHUNK >= K
+        kc, last = min(chunk, K - k0), k0 + chunk >= K
         ai, bi = a.view(k0 * M, (kc, M)), b.view(k0 * N, (kc, N))
         dst = c if last else scratch[i % 2]
         if last:

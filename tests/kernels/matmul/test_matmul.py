@@ -219,9 +219,9 @@ def test_a_shared_2d_operand_batched_and_its_gradient(layout, tiling, force):
         np.testing.assert_allclose(db.numpy(), want_db, rtol=0, atol=scale)
 
 
-# K-chunked tn products (mm.K_CHUNK): M and N of 1, 7, 33 and 65 (scalar loads, partial blocks, reg12x8a under 16 rows
-# and reg32x8ak above), 68 x 36 (vec4 loads and row stores); K of 2 and 3 chunks with a tail not a multiple of 4
-# (only the last chunk has one) and of 3 whole chunks.
+# K-chunked tn products (the matmul_k_chunk family's table: mm.K_CHUNK rows per chunk): M and N of 1, 7, 33 and 65
+# (scalar loads, partial blocks, reg12x8a under 16 rows and reg32x8ak above), 68 x 36 (vec4 loads and row stores); K
+# of 2 and 3 chunks with a tail not a multiple of 4 (only the last chunk has one) and of 3 whole chunks.
 KC = mm.K_CHUNK
 CHUNKED = [(1, 7, 2 * KC + 7), (7, 33, 3 * KC + 2), (33, 65, 2 * KC + 7), (65, 1, 3 * KC), (68, 36, 2 * KC + 5)]
 
@@ -289,6 +289,38 @@ def test_k_chunked_tn_in_half_dtypes(dtype, device):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
     half, n = _dispatches(lambda: mm.matmul(rt.from_numpy(a), rt.from_numpy(b), trans_a=True))
     assert n == 1 and half.dtype == a.dtype
+
+
+@pytest.mark.parametrize("chunk", mm.K_CHUNKS)
+def test_every_k_chunk_choice_is_bit_identical(chunk, force, device):
+    """The matmul_k_chunk family's choices (0: one dispatch) are pure speed choices for the tuner: each runs the
+    product in ceil(K / chunk) dispatches with nt's bits, at K with a tail and at K a multiple of every chunk."""
+    force("matmul_k_chunk", chunk)
+    for M, N, K in [(33, 65, 2 * KC + 7), (68, 36, 2048)]:
+        _chunked_or_skip(device, M, N, K)
+        a, b = _operands("tn", M, N, K, seed=chunk)
+        old = np.random.default_rng(1).standard_normal((M, N)).astype(np.float32)
+        ta, tb, told = rt.from_numpy(a), rt.from_numpy(b), rt.from_numpy(old)
+        got, n = _dispatches(lambda: mm.matmul(ta, tb, trans_a=True, out=told, beta=1.0))  # noqa: B023 (called here)
+        assert n == (-(-K // chunk) if chunk else 1)
+        want = mm.matmul(rt.from_numpy(np.ascontiguousarray(a.T)), rt.from_numpy(np.ascontiguousarray(b.T)),
+                         trans_b=True, out=rt.from_numpy(old), beta=1.0)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_k_chunk_rule():
+    """Table: K_CHUNK rows per chunk on CPU devices above 2 * K_CHUNK, one dispatch on GPUs and below; a forced
+    chunk of K rows or more is one dispatch."""
+    from types import SimpleNamespace
+
+    def chunk(cpu: bool, K: int, forced=None):
+        return selection.declared("matmul_k_chunk").rule(SimpleNamespace(cpu_profile=cpu), (64, 64, K), "f32", forced)
+
+    assert [chunk(True, K) for K in (1024, 1025, 10240)] == [0, mm.K_CHUNK, mm.K_CHUNK]
+    assert chunk(False, 10240) == 0
+    assert chunk(False, 10240, 256) == 256 and chunk(True, 256, 256) == 0 and chunk(True, 300, 1024) == 0
+    with pytest.raises(ValueError, match="unknown matmul_k_chunk choice 100"):
+        selection.force("matmul_k_chunk", 100)
 
 
 def test_k_chunks_leave_the_pre_activation_binding_alone(device):

@@ -31,7 +31,7 @@ def _bits(t) -> np.ndarray:
 def _fused(M: int, N: int, K: int, dtype: str) -> bool:
     """Whether the op takes the sums inside the product's one dispatch here (what the test expects to count)."""
     variant = mm.KERNELS["tn"].variant(mm.variant_name("tn", M, N, K, 1, dtype=dtype))
-    chunked = mm._chunks_k("tn", variant, False, K, dtype, False)
+    chunked = mm._chunks_k("tn", variant, False, M, N, K, dtype, False)
     return not chunked and mm._fuses_a_sums(variant, M, K, dtype)
 
 

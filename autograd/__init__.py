@@ -8,7 +8,7 @@
 
 from autograd import functional
 from autograd.engine import run_backward
-from autograd.function import ACCUMULATED, Context, Function
+from autograd.function import ACCUMULATED, Context, Folded, Function
 from autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from autograd.parameter import Parameter, ParameterArena
 from autograd.tensors import Tensor, tensor
@@ -35,6 +35,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):
 
 
 __all__ = [
-    "ACCUMULATED", "Context", "Function", "Parameter", "ParameterArena", "Tensor", "enable_grad", "functional",
-    "grad", "is_grad_enabled", "no_grad", "set_grad_enabled", "tensor",
+    "ACCUMULATED", "Context", "Folded", "Function", "Parameter", "ParameterArena", "Tensor", "enable_grad",
+    "functional", "grad", "is_grad_enabled", "no_grad", "set_grad_enabled", "tensor",
 ]

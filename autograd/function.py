@@ -27,6 +27,21 @@ class _Accumulated:
 ACCUMULATED = _Accumulated()
 
 
+class Folded:
+    """Returned by a backward for input `index` as Folded(raw) when raw already includes `ctx.pending_grad(index)`
+    (raw = its own gradient + the pending one): the engine then replaces the pending gradient with raw instead of
+    adding the two, which saves the add's dispatch. raw must be a fresh tensor the backward hands over: the engine
+    owns it from then on and may add later gradients into it in place."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return f"Folded({self.raw!r})"
+
+
 class Context:
     """What a Function's forward leaves for its backward."""
 
@@ -36,6 +51,7 @@ class Context:
         self._saved: list[tuple[Any, Any, int]] | None = []  # (raw tensor, Version or None, value at save)
         self._non_differentiable: set[int] = set()
         self._sinks: tuple = ()
+        self._pending: tuple = ()  # per input: the raw gradient pending for it (set by the engine during backward)
         self.released = False
 
     def save_for_backward(self, *tensors) -> None:
@@ -79,6 +95,13 @@ class Context:
         which saves a separate add per parameter gradient.
         """
         return self._sinks[index] if index < len(self._sinks) else None
+
+    def pending_grad(self, index: int):
+        """The raw gradient already waiting for input `index` (the sum of what ops processed earlier in this backward
+        sent it), or None: always None for leaves, for tensors `autograd.grad` captures, for a tensor given at more
+        than one input index, and where nothing is pending yet. A backward that adds it into its own gradient for
+        that input returns Folded(sum) there (see Folded), which saves the engine's add."""
+        return self._pending[index] if index < len(self._pending) else None
 
     def release(self) -> None:
         self._saved = None

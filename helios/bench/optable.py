@@ -35,7 +35,9 @@ def table() -> str:
         results = ", ".join(f"{o} (written into {s.inplace[o]})" if o in s.inplace else o for o in s.outputs)
         forward = f"{args}{scalars} → {results}"
         grad_scalars = "".join(f", {k}" for k in s.grad_kwargs({**sized, **s.scalars}))
-        sunk = f" (+= into sinks: {', '.join(s.sinks)})" if s.sinks else ""
+        notes = [f"+= into sinks: {', '.join(s.sinks)}"] * bool(s.sinks) + \
+            [f"d{a} + {kw} in one pass" for a, kw in s.folds.items()]
+        sunk = f" ({'; '.join(notes)})" if notes else ""
         back = f"`{s.name}_backward({', '.join((*s.saves, 'dy'))}{grad_scalars})` → {', '.join(s.grads)}{sunk}" \
             if s.backward else "-"
         rows.append(f"| `{s.name}` — {s.doc} | {forward} | {back} | {s.flops((1,))} | {s.bytes((1,))} | {s.family} | "

@@ -105,6 +105,12 @@ class Intrinsics:
         """a * b + c (fused where the device fuses)."""
         return self._float_fn("Fma", a, b, c)
 
+    def exact(self, x: Value) -> Value:
+        """x, with the operation that computed it kept apart (NoContraction): a compiler may not fuse it with the
+        next one (a multiply and an add into one fma), so x is rounded where it would be if it were stored."""
+        self.m.decorate(x.id, "NoContraction")
+        return x
+
     def floor(self, x) -> Value:
         return self._float_fn("Floor", x)
 

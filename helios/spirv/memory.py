@@ -76,6 +76,19 @@ def fp16_bits(b: KernelBuilder, v: Value) -> Value:
     return _per_component(b, v, lambda x: b.glsl("PackHalf2x16", b.vec2(x, 0.0), result=u32))
 
 
+def stored_value(b: KernelBuilder, v: Value, dtype: str) -> Value:
+    """The f32 value(s) a load gives back after v is stored as `dtype` (bf16 or fp16 rounded to nearest even the way
+    BufferView and helios.kernels.lib.wide store them; f32: v itself), to compute on as the unfused kernels would."""
+    if dtype == "f32":
+        return v
+    if dtype == "bf16":
+        return b.bitcast(bf16_bits(b, v) << 16, with_count(f32, v.type.count))
+    if dtype == "fp16":  # each step exact (NoContraction): Mesa's NIR folds an inexact round trip away
+        return _per_component(b, v, lambda x: b.exact(b.glsl(
+            "UnpackHalf2x16", b.exact(b.glsl("PackHalf2x16", b.vec2(x, 0.0), result=u32)), result=vec(f32, 2))).x)
+    raise SpirvError(f"stored_value: dtype must be f32, bf16 or fp16, not {dtype!r}")
+
+
 class BufferView(_Indexable):
     """A storage buffer seen as an array of `elem` (a scalar, or a vector of the buffer's scalar).
 

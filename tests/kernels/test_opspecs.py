@@ -1,9 +1,9 @@
 """Every op spec (helios.kernels.contract.spec) tested from its one declaration: forward and backward against the numpy
 reference at awkward shapes in every forced variant family choice and every dtype (one test per op, choice and
-dtype, every shape inside it, so each variant compiles once), gradients added into nonzero f32 sinks, the
-reference VJP against float64 finite differences, spirv-val validity of every variant, the derived autograd
-Function (sinks included), each spec's completeness, helios.ops, the bench entries and docs/OPS.md's table being
-current."""
+dtype, every shape inside it, so each variant compiles once), gradients added into nonzero f32 sinks, folded
+gradients (bit-identical to a separate add), the reference VJP against float64 finite differences, spirv-val
+validity of every variant, the derived autograd Function (sinks included), each spec's completeness, helios.ops, the
+bench entries and docs/OPS.md's table being current."""
 
 from __future__ import annotations
 
@@ -194,6 +194,7 @@ def _run_case(spec, dtype: str, sample, rng, what: str) -> None:
             _check(spec, name, dtype, g, w, what, sample)
         else:
             assert g is None, f"{what} {name}: a gradient for an argument that was None"
+    _check_folds(spec, dtype, [_device(a) for a in saved], _device(dy), kw, grads, rng, what)
     sunk = [g for g, given in zip(spec.grads, present, strict=True) if given and g in spec.sinks]
     if not sunk:
         return
@@ -205,6 +206,27 @@ def _run_case(spec, dtype: str, sample, rng, what: str) -> None:
         if name in sinks:
             assert g is sinks[name], f"{what} {name}: not returned in its sink"
             _check(spec, name, dtype, g, w + start[name], f"{what} (added into a sink)", sample)
+
+
+def _check_folds(spec, dtype: str, saved, dy, kw: dict, grads: tuple, rng, what: str) -> None:
+    """For each gradient the spec folds (a norm's dx): backward given another gradient of that arg (random, with a
+    -0.0 and the negated gradient among its values) returns exactly ops.add(that, gradient), bit for bit."""
+    from helios import ops
+
+    floats = [a for a in spec.args if a not in spec.indices]
+    for arg, keyword in spec.folds.items():
+        plain = grads[floats.index(arg)]
+        extra = rng.standard_normal(plain.shape).reshape(-1)
+        extra[0] = -0.0
+        extra[1::3] = -plain.numpy().astype(np.float32).reshape(-1)[1::3]  # sums of exactly 0
+        extra = rt.from_numpy(_stored(extra.reshape(plain.shape), spec.storage(f"d{arg}", dtype)))
+        got = as_tuple(spec.backward(*saved, dy, **kw, **{keyword: extra}))[floats.index(arg)]
+        want = ops.add(extra, plain).numpy()
+        assert got.dtype == want.dtype, f"{what} d{arg} folded: {got.dtype}, expected {want.dtype}"
+        bits = np.uint16 if want.itemsize == 2 else np.uint32
+        mismatch = np.flatnonzero(got.numpy().view(bits) != want.view(bits))
+        assert not mismatch.size, (f"{what} d{arg} + {keyword}: {mismatch.size} elements differ from a separate add, "
+                                   f"first at {mismatch[0]}")
 
 
 @pytest.mark.parametrize("spec,choice,dtype", _forced_cases(), ids=_id)

@@ -9,8 +9,9 @@ same, on float64 arrays. Integer inputs (`indices`: token ids, targets) are int3
 returns them int32, tests pass them unrounded (to the references too), and they take no gradient: backward returns
 none for them and `grads` does not list them. Scalar arguments (clamp's bounds, the norms' eps) are keyword
 arguments of all four. Tests run every op in every dtype its kernels offer, with tolerances in roundings of the
-dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place,
-which the derived test and autograd Function use. A pointwise op with its backward is one `pointwise(...)` call in
+dtype (`Tolerance`); gradients with sinks (a norm's dw, db) can be added into f32 parameter gradients in place, and
+gradients that fold (a norm's dx) can come back with another gradient added in, which the derived test and autograd
+Function use. A pointwise op with its backward is one `pointwise(...)` call in
 one kernel file; a row op (softmax, norms) is one `register(OpSpec(...))` next to its op functions (docs/OPS.md has
 both worked examples). An op without a backward kernel says so (backward=None, reference_backward=None: add, cast,
 the reductions, the column copies), is tested forward only and keeps its hand-written autograd Function
@@ -140,6 +141,10 @@ class OpSpec:
     #   values given as OutputDtypes name the dtype the outputs are stored in (cast's `dtype`)
     grad_scalars: tuple[str, ...] | None = None  # the scalars backward takes (None: all)
     sinks: tuple[str, ...] = ()          # gradients backward can add into f32 sinks (dw: `dw_out=`, accumulate=True)
+    folds: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # ^ float args -> the backward keyword that takes another gradient of that arg to add into its own (a norm's x ->
+    #   dx_add: dx + dx_add from the row kernel, bit-identical to adding them apart); autograd passes the gradient
+    #   already pending for the input there (Context.pending_grad) and so saves the engine's add
     optional: Mapping[str, str | None] = field(default_factory=dict, compare=False)
     # ^ args that may be None -> the backward keyword saying whether it was given (b -> has_bias; None for an op
     #   without a backward: adamw_step's decay_mask, clip_coef, norm); the tests run each shape again without each
@@ -172,6 +177,8 @@ class OpSpec:
             raise ValueError(f"op {self.name!r}: indices {sorted(stray)} are not among its args {self.args}")
         if stray := (set(self.inplace) - set(self.outputs)) | (set(self.inplace.values()) - set(self.args)):
             raise ValueError(f"op {self.name!r}: inplace names {sorted(stray)}, not among its outputs and args")
+        if stray := set(self.folds) - (set(self.args) - set(self.indices)):
+            raise ValueError(f"op {self.name!r}: folds names {sorted(stray)}, not among its float args")
         if self.inplace and self.backward is not None:
             raise ValueError(f"op {self.name!r}: an in-place op cannot have a backward (its input is overwritten)")
         if len(named := [k for k, v in self.scalars.items() if isinstance(v, OutputDtypes)]) > 1:
@@ -194,10 +201,11 @@ class OpSpec:
     def backward_kwargs(self) -> tuple[str, ...]:
         """Keyword arguments only backward takes, built by its caller on the host (the embedding scatter's sorted
         `plan`; a Sample's backward_kwargs() gives them): backward's keyword-only parameters other than the
-        scalars, the optional args' flags and `needs`. The autograd Function keeps them from apply for backward."""
+        scalars, the optional args' flags, the folds' keywords and `needs`. The autograd Function keeps them from
+        apply for backward."""
         if self.backward is None:
             return ()
-        given = {*self.scalars, *self.optional.values(), *(("needs",) if self.needs else ())}
+        given = {*self.scalars, *self.optional.values(), *self.folds.values(), *(("needs",) if self.needs else ())}
         return tuple(n for n, p in inspect.signature(self.backward).parameters.items()
                      if p.kind is p.KEYWORD_ONLY and n not in given)
 

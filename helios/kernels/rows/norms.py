@@ -10,7 +10,9 @@ invocation's columns of w (and b) in registers across all rows of the worker.
 Backward (two dispatches): the row kernel writes dx and, per worker, partial sums over its rows
 of dy * xhat (and dy, for the bias) into a scratch [workers, N]; `reduce.sum_rows_into` then adds them
 into dw and db in one dispatch, straight into a parameter-gradient arena with `accumulate=True`. The worker count is a
-push constant, so the partials never depend on the subgroup size the device picks.
+push constant, so the partials never depend on the subgroup size the device picks. Given `dx_add` (autograd passes
+the gradient already pending for x: the spec's `folds`), the row kernel writes dx + dx_add instead, bit-identical to
+a separate add and one dispatch fewer.
 
 Variants: `rows.row_variants` (layout x width x register tier); LayerNorm adds "*_nobias" forms. Each
 exists for bf16 and fp16 ("bf16_*", "fp16_*", the mixed-precision rule of helios.kernels.contract.dtypes): x, w, b,
@@ -36,7 +38,8 @@ from helios.kernels.lib.row_workers import (
 )
 from helios.kernels.rows.reduce import sum_rows_into
 from helios.runtime import Tensor, empty, launch
-from helios.spirv import Kernel, KernelBuilder, Value, Variant, f32, u32
+from helios.spirv import Kernel, KernelBuilder, Value, Variant, boolean, f32, u32
+from helios.spirv.memory import stored_value
 
 # Workers (partial rows of dw) of a backward pass: enough to fill the device, few enough that the
 # partials stay small next to the [M, N] activations. 64 is one sum_rows launch. The "norm_workers" rule
@@ -192,7 +195,9 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
     xhat = (x - mean) * rstd (RMSNorm: x * rstd), g = dy * w; dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
     (RMSNorm: no mean(g) term). Partial rows [0, workers) of `partial` hold sum dy * xhat, rows [workers,
     2 workers) sum dy. Cached variants sum them in registers and store once; streaming ones store on a
-    worker's first row (r == worker) and add on later rows.
+    worker's first row (r == worker) and add on later rows. Under the DX_ADD specialization constant dx is
+    stored as dx + dx_add (the last binding), with dx rounded to the storage dtype first: the sum an add
+    after the unfused kernel would store, bit for bit.
     """
     layer = v.norm == "layer"
     rl = layout_of(b, v)
@@ -201,13 +206,17 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
     k = 3 if layer else 2
     rstd_in, dy = b.buffer(k, f32, "r"), rl.buffer(k + 1, "r")
     dx, partial = rl.buffer(k + 2, "w"), rl.buffer(k + 3, "rw", "f32")  # parameter gradients stay f32
+    dx_add = rl.buffer(k + 4, "r")
     workers = b.push("workers", u32)
+    fold = b.spec("DX_ADD", boolean, False)
     xv, wv, dyv, dxv, pv = rl.view(x), rl.view(w), rl.view(dy), rl.view(dx), rl.view(partial)
+    addv = rl.view(dx_add)
     el = rl.elem
     worker = rl.worker
     dw_row, db_row = worker * rl.units, (workers + worker) * rl.units
     with b.if_(worker < workers):
         ws, xhats, dys = rl.registers(el), rl.registers(el), rl.registers(el)
+        dx_out = b.var(el)
         dws, dbs = rl.registers(el, 0.0), rl.registers(el, 0.0)
         _load_columns(rl, wv, ws)
         with rl.my_rows(workers) as r:
@@ -238,7 +247,11 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
                 else:
                     dyj, xhat = dys[k].value, xhats[k].value
                 inner = dyj * _column(wv, ws, k, j) - xhat * c_gx
-                dxv[base + j] = (inner - c_g if layer else inner) * rstd
+                # exact: rounded as stored, never fused with the add into an fma
+                dx_out.value = b.exact((inner - c_g if layer else inner) * rstd)
+                with b.if_(fold):
+                    dx_out.value = stored_value(b, dx_out.value, rl.dtype) + addv[base + j]
+                dxv[base + j] = dx_out.value
                 if k is not None:
                     dws[k].value = b.fma(dyj, xhat, dws[k].value)
                     if v.bias:
@@ -366,16 +379,20 @@ def _workers(rows: int) -> int:
 
 
 def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols: int, variant: str,
-              outs: list[tuple[Tensor, bool]]) -> Tensor:
-    """Launch the row kernel (dx + partials), then one column-sum per parameter gradient."""
+              outs: list[tuple[Tensor, bool]], dx_add: Tensor | None) -> Tensor:
+    """Launch the row kernel (dx, plus dx_add if given, and partials), then one column-sum per parameter
+    gradient."""
     if not (rows and cols):
         raise ValueError(f"norm backward of an empty tensor {x.shape}")
+    if dx_add is not None and tuple(dx_add.shape) != tuple(x.shape):
+        raise ValueError(f"norm backward: dx_add of shape {dx_add.shape} does not match x of shape {x.shape}")
     dx = empty(x.shape, x.dtype)
     workers = _workers(rows)
     partial = empty((len(outs) * workers, cols))
-    launch(kernel, buffers=[*tensors, dx, partial], variant=variant,
+    # Without dx_add its binding gets dy (same shape and dtype), which the disabled code never reads.
+    launch(kernel, buffers=[*tensors, dx, partial, tensors[-1] if dx_add is None else dx_add], variant=variant,
            push={"rows": rows, "cols": cols, "workers": workers},
-           grid=kernel.grid_for((rows, cols), variant))
+           grid=kernel.grid_for((rows, cols), variant), spec=None if dx_add is None else {"DX_ADD": True})
     accumulate = [acc for _, acc in outs]
     if len(set(accumulate)) == 1:  # dw and db in one pass
         sum_rows_into(partial, [k * workers * cols for k in range(len(outs))], workers, cols,
@@ -387,30 +404,33 @@ def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols:
 
 
 def layernorm_backward(x: Tensor, w: Tensor, mean: Tensor, rstd: Tensor, dy: Tensor, dw_out: Tensor | None = None,
-                       db_out: Tensor | None = None, accumulate: bool = False, *, has_bias: bool | None = None):
+                       db_out: Tensor | None = None, accumulate: bool = False, *, has_bias: bool | None = None,
+                       dx_add: Tensor | None = None):
     """(dx, dw, db) of LayerNorm; with out= tensors and accumulate=True the gradients are added into them.
-    x, w, dy and dx share one dtype (f32, bf16 or fp16); mean, rstd, dw and db are f32.
+    x, w, dy and dx share one dtype (f32, bf16 or fp16); mean, rstd, dw and db are f32. With dx_add (x's shape
+    and dtype) dx comes back as dx + dx_add, in the same dispatch, bit-identical to ops.add(dx_add, dx).
 
     db is None only with has_bias=False: db_out=None cannot tell a bias-free layer from a bias whose
     gradient has no sink, so by default db is computed (one extra column sum).
     """
-    dtype, rows, cols = _check("layernorm_backward", {"x": x, "w": w, "dy": dy}, {"mean": mean, "rstd": rstd})
+    dtype, rows, cols = _check("layernorm_backward", {"x": x, "w": w, "dy": dy, "dx_add": dx_add},
+                               {"mean": mean, "rstd": rstd})
     bias = has_bias is not False
     outs = [_param_out(dw_out, cols, accumulate)]
     if bias:
         outs.append(_param_out(db_out, cols, accumulate))
     variant = _variant(rows, cols, dtype, bias)
-    dx = _backward(LAYERNORM_BACKWARD, [x, w, mean, rstd, dy], x, rows, cols, variant, outs)
+    dx = _backward(LAYERNORM_BACKWARD, [x, w, mean, rstd, dy], x, rows, cols, variant, outs, dx_add)
     return dx, outs[0][0], (outs[1][0] if bias else None)
 
 
 def rmsnorm_backward(x: Tensor, w: Tensor, rstd: Tensor, dy: Tensor, dw_out: Tensor | None = None,
-                     accumulate: bool = False) -> tuple[Tensor, Tensor]:
+                     accumulate: bool = False, *, dx_add: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """(dx, dw) of RMSNorm; with dw_out and accumulate=True dw is added into dw_out. x, w, dy and dx share
-    one dtype; rstd and dw are f32."""
-    dtype, rows, cols = _check("rmsnorm_backward", {"x": x, "w": w, "dy": dy}, {"rstd": rstd})
+    one dtype; rstd and dw are f32. With dx_add, dx comes back as dx + dx_add (see layernorm_backward)."""
+    dtype, rows, cols = _check("rmsnorm_backward", {"x": x, "w": w, "dy": dy, "dx_add": dx_add}, {"rstd": rstd})
     outs = [_param_out(dw_out, cols, accumulate)]
-    dx = _backward(RMSNORM_BACKWARD, [x, w, rstd, dy], x, rows, cols, _variant(rows, cols, dtype), outs)
+    dx = _backward(RMSNORM_BACKWARD, [x, w, rstd, dy], x, rows, cols, _variant(rows, cols, dtype), outs, dx_add)
     return dx, outs[0][0]
 
 
@@ -449,9 +469,11 @@ def _torch_norm(name: str, x, *params, eps: float):
 register(OpSpec("layernorm", "LayerNorm over the last axis (biased variance, as torch); b may be None.", __name__,
                 (LAYERNORM, LAYERNORM_BACKWARD), layernorm, layernorm_backward, reference_layernorm,
                 reference_layernorm_backward, _inputs, args=("x", "w", "b"), outputs=("y", "mean", "rstd"),
-                saves=("x", "w", "mean", "rstd"), sinks=("dw", "db"), optional={"b": "has_bias"},
+                saves=("x", "w", "mean", "rstd"), sinks=("dw", "db"), folds={"x": "dx_add"},
+                optional={"b": "has_bias"},
                 torch_op=lambda x, w, b, eps: _torch_norm("layer_norm", x, w, b, eps=eps), **_ROW_OP))
 register(OpSpec("rmsnorm", "RMSNorm over the last axis.", __name__, (RMSNORM, RMSNORM_BACKWARD), rmsnorm,
                 rmsnorm_backward, reference_rmsnorm, reference_rmsnorm_backward, _rms_inputs,
                 args=("x", "w"), outputs=("y", "rstd"), saves=("x", "w", "rstd"), sinks=("dw",),
+                folds={"x": "dx_add"},
                 torch_op=lambda x, w, eps: _torch_norm("rms_norm", x, w, eps=eps), **_ROW_OP))

@@ -356,22 +356,29 @@ def check_trainer_settings(example: Example, env: dict, argv: list[str], scratch
 
 
 def serve(command: str, ready: str, cwd: Path) -> tuple[int, str, str]:
+    """Run a serving example until it prints `ready`, then stop it as a user's Ctrl-C would. Two examples that serve
+    on the same default port may run at once on two test workers: one refused its port ("cannot listen on") starts
+    again once the other has let go of it, within the same minute."""
     env = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    seen = ""
-    try:
-        deadline = time.monotonic() + 60
-        while ready not in seen and proc.poll() is None and time.monotonic() < deadline:
-            seen += proc.stdout.readline()
-        time.sleep(0.5)  # a user's Ctrl-C comes after the line, not between its print and the serve loop
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert ready in seen, f"{command}: never printed {ready!r}: {seen[-1000:]}"
+    deadline = time.monotonic() + 60
+    while True:
+        proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        seen = ""
+        try:
+            while ready not in seen and proc.poll() is None and time.monotonic() < deadline:
+                seen += proc.stdout.readline()
+            time.sleep(0.5)  # a user's Ctrl-C comes after the line, not between its print and the serve loop
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if ready in seen or "cannot listen on" not in err or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    assert ready in seen, f"{command}: never printed {ready!r}: {seen[-1000:]} {err[-1000:]}"
     return proc.returncode, seen + out, err
 
 

@@ -11,9 +11,10 @@ Derived from the selection contract, with no knob per family (helios.kernels.con
    sitting: the difference is that family's at that shape. Two clocks:
    - the kernel clock, where the caller can make the step record lazily (`lazy`) and the device has
      timestamps: `repeats` lazily recorded steps under helios.runtime.profiling(), and the median device ms of
-     just the dispatches where the candidate's step launches another kernel or variant than the table's
-     (`differing_ms`). The rest of the step is the same work, and its noise (a whole step varies by tens of
-     percent on a shared CPU) would swamp a kernel's difference of a few percent of the step;
+     just the dispatches where the candidate's step launches something else than the table's (another kernel,
+     variant, specialization or grid; more or fewer dispatches: `differing_ms` lines the steps up). The rest of
+     the step is the same work, and its noise (a whole step varies by tens of percent on a shared CPU) would
+     swamp a kernel's difference of a few percent of the step;
    - else the step as it trains: captured and replayed (`reset` drops the capture, two warm-up steps record
      and capture it), median wall-clock ms of `repeats` replayed steps (helios.bench.harness.device_sample).
    A candidate whose launch fails (the device contract refuses it) is never stored.
@@ -154,9 +155,10 @@ def confirmed(table: tuple[float, float], best: tuple[float, float], margin: flo
 
 
 def kernel_runs(step: Callable[[], Any], reset: Callable[[], None], repeats: int,
-                warmup: int = 2) -> list[list[tuple[str, str, float]]]:
+                warmup: int = 2) -> list[list[tuple]]:
     """`repeats` profiled calls of a lazily recorded `step` after `reset` and `warmup` calls: each call's
-    (kernel, variant, device ms) per dispatch, in launch order (helios.runtime.profiling's timestamp pairs)."""
+    (kernel, variant, device ms, launch) per dispatch, in launch order (helios.runtime.profiling's timestamp pairs;
+    `launch` tells two launches of one kernel and variant apart: the pipeline and the grid)."""
     from helios.runtime.profiling import profiling
 
     reset()
@@ -166,22 +168,22 @@ def kernel_runs(step: Callable[[], Any], reset: Callable[[], None], repeats: int
     for _ in range(repeats):
         with profiling() as prof:
             step()
-        runs.append(prof.dispatches)
+        runs.append([(*d, launch) for d, launch in zip(prof.dispatches, prof.launches, strict=True)])
     return runs
 
 
-def differing_ms(table: list[list[tuple[str, str, float]]],
-                 candidate: list[list[tuple[str, str, float]]]) -> tuple[float, float]:
+def differing_ms(table: list[list[tuple]], candidate: list[list[tuple]]) -> tuple[float, float]:
     """(table ms, candidate ms): the medians over calls of the device ms of the dispatches where the two steps launch
-    a different kernel or variant (the choice's own launches: the rest of the step is the same work, whose noise
-    would swamp a kernel's difference); the whole steps' summed device ms where nothing differs by kernel or variant
-    (a choice that changes only a launch's sizes or specialization).
+    something else (the choice's own launches: the rest of the step is the same work, whose noise would swamp a
+    kernel's difference). A dispatch is (kernel, variant, ms[, launch]): where `launch` is given (kernel_runs: the
+    pipeline and the grid), a launch of the same kernel and variant with another specialization or grid differs
+    too; the whole steps' summed device ms where nothing differs (a choice that changes only push constants).
 
     The two launch sequences are lined up as a diff, so a choice that changes how many dispatches run (a two-pass
     sum, K chunks, a fused Delta) is timed by the launches it adds, drops or replaces, wherever they sit; launches
     of the same kernels right beside those (a first pass that lines up with the one-pass launch it replaces, the
     first of the K chunks) count on both sides too, since their sizes differ even where kernel and variant agree."""
-    first_t, first_c = [d[:2] for d in table[0]], [d[:2] for d in candidate[0]]
+    first_t, first_c = [d[:2] + d[3:] for d in table[0]], [d[:2] + d[3:] for d in candidate[0]]
     ops = difflib.SequenceMatcher(None, first_t, first_c, autojunk=False).get_opcodes()
     marked_t, marked_c = set(), set()
     for n, (op, t0, t1, c0, c1) in enumerate(ops):
@@ -189,7 +191,7 @@ def differing_ms(table: list[list[tuple[str, str, float]]],
             continue
         marked_t.update(range(t0, t1))
         marked_c.update(range(c0, c1))
-        names = {k for k, _ in first_t[t0:t1] + first_c[c0:c1]}
+        names = {d[0] for d in first_t[t0:t1] + first_c[c0:c1]}
         if n and ops[n - 1][0] == "equal":  # the same kernels just before, lined up on both sides
             _, e0, e1, f0, _ = ops[n - 1]
             back = 0

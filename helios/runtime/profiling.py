@@ -24,9 +24,12 @@ PAIRS = 2048  # timestamp pairs per query pool; a drain (a sync) when it fills
 
 @dataclass
 class Profile:
-    """What a `profiling()` block saw: one (kernel, variant, ms) per dispatch, in launch order."""
+    """What a `profiling()` block saw: one (kernel, variant, ms) per dispatch, in launch order; and beside it, per
+    dispatch, which launch it was (the pipeline, so its specialization, and the grid): two launches of one kernel
+    and variant with other sizes differ there (the tuner's kernel clock lines steps up by it)."""
 
     dispatches: list[tuple[str, str, float]] = field(default_factory=list)
+    launches: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 class Profiler:
@@ -39,6 +42,7 @@ class Profiler:
         self.vk, self.dev = dev.vk, dev
         self.pool = runtime.create_query_pool(2 * PAIRS)
         self.names: list[tuple[str, str]] = []  # (kernel, variant) of each pair recorded since the last drain
+        self.launches: list[tuple[int, int, int, int]] = []  # (pipeline id, grid) of each of them
         self.data = dev.ffi.new(f"uint64_t[{2 * PAIRS}]")
         runtime.recorder.reset_queries(self.pool, 0, 2 * PAIRS)
 
@@ -53,6 +57,7 @@ class Profiler:
         i = 2 * len(self.names)
         kernel, _, variant = pipe.name.partition(":")  # the pipeline's name: "kernel:variant"
         self.names.append((kernel, variant))
+        self.launches.append((id(pipe), gx, gy, gz))
         rec.write_timestamp(self.pool, i)
         rec.dispatch(pipe, buffers, push, gx, gy, gz)
         rec.write_timestamp(self.pool, i + 1)
@@ -64,7 +69,9 @@ class Profiler:
         if self.names:
             ms = pair_ms(self.runtime, self.pool, len(self.names), self.data)
             self.profile.dispatches.extend((k, v, t) for (k, v), t in zip(self.names, ms, strict=True))
+            self.profile.launches.extend(self.launches)
             self.names.clear()
+            self.launches.clear()
             rec.reset_queries(self.pool, 0, 2 * PAIRS)
 
     def close(self) -> None:

@@ -172,6 +172,33 @@ def test_the_kernel_clock_lines_up_choices_that_change_the_dispatch_count():
         pytest.approx((3.0, 2.25))
 
 
+def test_the_kernel_clock_tells_launches_of_one_variant_apart():
+    """kernel_runs' fourth field (pipeline and grid): a plan that changes only a launch's grid (grad_norm's
+    workgroup count) is timed by that launch, not by the noisy whole step; the same launch everywhere falls back to
+    the whole steps."""
+    from helios.bench.tuner import differing_ms
+
+    def step(noise: float, groups: int, ms: float):
+        return [("layernorm", "sg", 5.0 + noise, (1, 4, 1, 1)),
+                ("grad_norm_partial", "vec4_lanes", ms, (2, groups, 1, 1)),
+                ("adamw", "vec4", 3.0 + noise, (3, 9, 1, 1))]
+
+    assert differing_ms([step(0.0, 16, 0.4), step(30.0, 16, 0.5)], [step(20.0, 3, 0.2), step(1.0, 3, 0.3)]) == \
+        pytest.approx((0.45, 0.25))
+    assert differing_ms([step(0.0, 16, 0.4)], [step(9.0, 16, 0.4)]) == pytest.approx((8.4, 26.4))
+
+
+def test_a_question_about_another_family_is_not_recorded():
+    """matmul asks the sum_rows rule whether it would sum in one pass (a_sums) without launching it: the tuner's
+    recording must not list sum_rows at that shape."""
+    from helios.kernels.rows.reduce import sums_in_one_pass
+
+    with selection.recording() as calls:
+        sums_in_one_pass(256, 128, "f32")
+        selection.choose("sum_rows", (64, 128, True, True))
+    assert list(calls) == [("sum_rows", (64, 128, True, True), "f32")]
+
+
 TINY = """[model]
 n_layer = 1
 n_head = 2

@@ -138,16 +138,18 @@ _TRYING: dict[tuple, Any] = {}  # (family, shape, dtype) -> the choice trying() 
 TABLE = "table"  # a stored winner saying the rule's own table measured fastest
 
 
-def choose(family: str, shape: tuple, dtype: str = "f32", info=None):
+def choose(family: str, shape: tuple, dtype: str = "f32", info=None, record: bool = True):
     """The variant (or plan) `family` runs for `shape` in `dtype` on this device (or on `info`'s): the forced
-    choice, else a stored tuning winner for exactly this (device, family, shape, dtype), else the rule's table."""
+    choice, else a stored tuning winner for exactly this (device, family, shape, dtype), else the rule's table.
+    `record=False`: a question another op asks about what `family` would run, with no launch of the family behind
+    it (`recording()` leaves it out, so the tuner does not time a family at a shape the step never launches)."""
     if info is None:
         from helios.device import get_device
 
         info = get_device().info
     shape = tuple(shape)
     f = _family(family)
-    if _RECORDING:
+    if _RECORDING and record:
         calls = _RECORDING[-1]
         calls[family, shape, dtype] = calls.get((family, shape, dtype), 0) + 1
     forced = _FORCED.get(family)

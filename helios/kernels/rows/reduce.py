@@ -300,7 +300,7 @@ def _choose_sum_rows(info, shape: tuple, dtype: str, forced: SumRowsChoice | Non
 def sums_in_one_pass(rows: int, cols: int, dtype: str) -> bool:
     """Whether `sum_rows` sums a [rows, cols] block of `dtype` in one pass: each column k = 0, 1, ... in order,
     from 0 (the order a fused column sum elsewhere must keep to give the same bits)."""
-    return selection.choose("sum_rows", (rows, cols, True, False), dtype).one_pass
+    return selection.choose("sum_rows", (rows, cols, True, False), dtype, record=False).one_pass
 
 
 def sum_rows_into(x: Tensor, offsets: Sequence[int], rows: int, cols: int, outs: Sequence[Tensor],

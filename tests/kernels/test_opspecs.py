@@ -194,7 +194,8 @@ def _run_case(spec, dtype: str, sample, rng, what: str) -> None:
             _check(spec, name, dtype, g, w, what, sample)
         else:
             assert g is None, f"{what} {name}: a gradient for an argument that was None"
-    _check_folds(spec, dtype, [_device(a) for a in saved], _device(dy), kw, grads, rng, what)
+    if dtype == "f32":  # half dtypes: tests/kernels/rows/test_norm_fold.py, at one choice per storage width
+        _check_folds(spec, dtype, [_device(a) for a in saved], _device(dy), kw, grads, rng, what)
     sunk = [g for g, given in zip(spec.grads, present, strict=True) if given and g in spec.sinks]
     if not sunk:
         return
@@ -210,7 +211,8 @@ def _run_case(spec, dtype: str, sample, rng, what: str) -> None:
 
 def _check_folds(spec, dtype: str, saved, dy, kw: dict, grads: tuple, rng, what: str) -> None:
     """For each gradient the spec folds (a norm's dx): backward given another gradient of that arg (random, with a
-    -0.0 and the negated gradient among its values) returns exactly ops.add(that, gradient), bit for bit."""
+    -0.0 and the negated gradient among its values) returns exactly ops.add(that, gradient), bit for bit (f32 at
+    every forced choice; the half dtypes are test_norm_fold's)."""
     from helios import ops
 
     floats = [a for a in spec.args if a not in spec.indices]

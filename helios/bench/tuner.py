@@ -194,16 +194,12 @@ def differing_ms(table: list[list[tuple]], candidate: list[list[tuple]]) -> tupl
         names = {d[0] for d in first_t[t0:t1] + first_c[c0:c1]}
         if n and ops[n - 1][0] == "equal":  # the same kernels just before, lined up on both sides
             _, e0, e1, f0, _ = ops[n - 1]
-            back = 0
-            while back < e1 - e0 and first_t[e1 - 1 - back][0] in names:
-                back += 1
+            back = _run_of(first_t, range(e1 - 1, e0 - 1, -1), names)
             marked_t.update(range(e1 - back, e1))
             marked_c.update(range(f0 + (e1 - e0) - back, f0 + (e1 - e0)))
         if n + 1 < len(ops) and ops[n + 1][0] == "equal":  # and just after
             _, e0, e1, f0, _ = ops[n + 1]
-            ahead = 0
-            while ahead < e1 - e0 and first_t[e0 + ahead][0] in names:
-                ahead += 1
+            ahead = _run_of(first_t, range(e0, e1), names)
             marked_t.update(range(e0, e0 + ahead))
             marked_c.update(range(f0, f0 + ahead))
 
@@ -212,6 +208,11 @@ def differing_ms(table: list[list[tuple]], candidate: list[list[tuple]]) -> tupl
         return statistics.median(sum(d[2] for d in run) if whole else sum(run[i][2] for i in marked) for run in runs)
 
     return ms(table, marked_t), ms(candidate, marked_c)
+
+
+def _run_of(launches: list, positions: range, names: set) -> int:
+    """How many of `positions`, taken in order, launch one of the kernels `names` before the first that does not."""
+    return next((i for i, p in enumerate(positions) if launches[p][0] not in names), len(positions))
 
 
 def tune(step: Callable[[], Any], reset: Callable[[], None] = lambda: None, *, info=None,

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from helios.spirv.grammar import Op
-from helios.spirv.memory import LocalArray, bf16_bits
+from helios.spirv.memory import LocalArray, stored_value
 from helios.spirv.types import ScalarType, SpirvError, f16, f32, i32, u16, u32
 from helios.spirv.values import Value
 
@@ -58,14 +58,10 @@ def round_to(b: KernelBuilder, x: Value, elem: ScalarType) -> Value:
     if elem == f32:
         return x
     if elem.name == "bf16":
-        return b.bitcast(bf16_bits(b, x) << 16, f32)
+        return stored_value(b, x, "bf16")
     # f16 and the fp16 storage type: the IEEE half. NoContraction (exact) keeps a compiler from folding the round
     # trip away as an "inexact" identity (Mesa's NIR does, and lavapipe then skips the rounding).
-    half = b.cast(x, f16)
-    back = b.cast(half, f32)
-    for v in (half, back):
-        b.m.decorate(v.id, "NoContraction")
-    return back
+    return b.exact(b.cast(b.exact(b.cast(x, f16)), f32))
 
 
 def _u32(b: KernelBuilder, x) -> Value:

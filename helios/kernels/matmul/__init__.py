@@ -43,7 +43,7 @@ from helios.kernels.contract.tolerance import Tolerance
 from helios.kernels.matmul import coopmat
 from helios.kernels.matmul import select as matmul_select  # noqa: F401 (its import registers the matmul rule)
 from helios.kernels.matmul.common import LAYOUTS, launch_params
-from helios.kernels.matmul.reg import REG_TILINGS, build_reg, reg_grid
+from helios.kernels.matmul.reg import REG_TILINGS, build_reg, reg_grid, takes_a_sums
 from helios.kernels.matmul.tiled import TILED_TILINGS, build_tiled, tiled_grid
 from helios.kernels.pointwise.activations import reference_gelu, reference_gelu_grad
 from helios.runtime import Tensor, empty, launch
@@ -277,13 +277,13 @@ def _fuses_a_sums(variant: Variant, M: int, K: int, io: str) -> bool:
     sum_rows would take one pass, whose order (k = 0, 1, ... per column, from 0) the kernel keeps."""
     from helios.kernels.rows.reduce import sums_in_one_pass
 
-    return variant.kind == "reg" and variant.layout == "tn" and sums_in_one_pass(K, M, io)
+    return takes_a_sums(variant) and sums_in_one_pass(K, M, io)
 
 
 def _a_sums_binding(variant: Variant, tensor: Tensor) -> list[Tensor]:
     """Binding 6, which only register tilings' tn kernels declare (the column sums of a: `tensor`, or a stand-in
     the kernel does not touch)."""
-    return [tensor] if variant.kind == "reg" and variant.layout == "tn" else []
+    return [tensor] if takes_a_sums(variant) else []
 
 
 # dW = dY^T @ X ("tn", K = tokens) on a CPU: a register tiling's workgroup walks all K rows of its A and B column

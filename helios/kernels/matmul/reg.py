@@ -142,7 +142,7 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
     B = _Operand(b, o.b, z * o.sb, o.ldb, n0, tn, o.N, b_dim == "k", vec, wide, dtype=dtype)
     acc = [[b.var(f32, 0.0) for _ in range(tn)] for _ in range(tm)]
     init_block(b, o, acc, m0, n0, z * o.sc)  # a later K chunk of the op's continues the sums it is given
-    sums = _ASums(b, v, o, A) if v.layout == "tn" else None
+    sums = _ASums(b, v, o, A) if takes_a_sums(v) else None
 
     def fma_block(av: list, bv: list) -> None:
         for i in range(tm):
@@ -185,6 +185,11 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
         store_rows(b, o, acc, m0, n0, z * o.sc)
     else:
         store_block(b, o, acc, m0, n0, z * o.sc)
+
+
+def takes_a_sums(v: Variant) -> bool:
+    """Whether a matmul variant declares binding 6 and can sum A's columns (_ASums): register tilings' tn kernels."""
+    return v.kind == "reg" and v.layout == "tn"
 
 
 class _ASums:

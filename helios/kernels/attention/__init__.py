@@ -8,8 +8,9 @@ query-parallel kernel for dQ, and a key-parallel kernel for dK/dV that also sums
 each KV group (GQA), so every gradient element is written exactly once by one invocation.
 
 Four variants of each kernel (attention_common.VARIANTS): "rowwise" (registers only, K/V moved as 64-bit
-words), "rowwise_unrolled" (the same with its head-dim loops unrolled and 4 rows per lane: ~2x faster, the same
-sums; lavapipe's choice in f32 at head dims up to 64, rowwise elsewhere), "rowwise_vec4" (rowwise with vec4
+words), "rowwise_unrolled" (the same with its head-dim loops unrolled, 4 rows per lane and its buffers
+read and written through device addresses: ~2x faster, the same sums; lavapipe's choice in f32 at head dims up to
+64 where the device enables device addresses, rowwise elsewhere), "rowwise_vec4" (rowwise with vec4
 loads, for devices without shaderInt64) and "tiled" (shared-memory K/V or Q/dO tiles, 4 lanes per row; GPUs).
 The rowwise variants' dQ kernel computes Delta itself (`backward.fuses_delta`: two backward dispatches, not
 three). The "attention" selection rule
@@ -139,8 +140,9 @@ def cpu_rowwise(info, head_dim: int, dtype: str) -> str:
 
 def unrolled_fits(info, head_dim: int, dtype: str = "f32") -> bool:
     """Whether "rowwise_unrolled" runs: f32 (a half dtype would only add conversions, slower on CPU drivers, and
-    tests), head dims up to UNROLLED_MAX_D (its JIT time grows with them), 64-bit loads (shaderInt64)."""
-    return dtype == "f32" and head_dim <= UNROLLED_MAX_D and bool(info.int64)
+    tests), head dims up to UNROLLED_MAX_D (its JIT time grows with them), 64-bit loads (shaderInt64) and device
+    addresses (DeviceInfo.buffer_device_address: its buffers are read and written through them)."""
+    return dtype == "f32" and head_dim <= UNROLLED_MAX_D and bool(info.int64) and bool(info.buffer_device_address)
 
 
 def tiled_fits(info, head_dim: int, dtype: str = "f32") -> bool:

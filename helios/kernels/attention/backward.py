@@ -12,6 +12,7 @@ from __future__ import annotations
 from helios.kernels.attention.common import (
     KERNEL_VARIANTS,
     Stream,
+    addressed,
     comp,
     declare,
     input_buffer,
@@ -60,8 +61,8 @@ def fuses_delta(v: Variant) -> bool:
 
 
 def _bwd_decl(b: KernelBuilder, v: Variant, delta_mode: str = "r"):
-    qkv, lse, do = input_buffer(b, v, 0), b.buffer(1, f32, "r"), input_buffer(b, v, 2)
-    delta, dqkv = b.buffer(3, f32, delta_mode), output_buffer(b, v, 4)
+    qkv, lse, do = input_buffer(b, v, 0), b.buffer(1, f32, "r", addressed(v)), input_buffer(b, v, 2)
+    delta, dqkv = b.buffer(3, f32, delta_mode, addressed(v)), output_buffer(b, v, 4)
     return qkv, lse, do, delta, dqkv
 
 

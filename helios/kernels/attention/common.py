@@ -51,8 +51,12 @@ VARIANTS = {
     # 3.1 ms, at 4 rows 2.6 ms, at 2 rows 3.0 ms). Its JIT time grows with the head dim (cold, optimised, all
     # four kernels at D48: ~20 s single-threaded, against rowwise's ~5 s), so the rule runs it up to
     # UNROLLED_MAX_D and in f32 only; rowwise elsewhere.
+    # It reads and writes every buffer through device addresses ("addressed": the rule runs it only where the
+    # device enables them, DeviceInfo.buffer_device_address): llvmpipe turns a lane's own load into a gather
+    # instead of a bounds-checked loop over the lanes (GALLIVM_DEBUG=asm: ~1,000 instructions of such loops per
+    # key block of the forward at head dim 32). fwd+bwd B2 H4 T128 D32 1.13 -> 1.07-1.10 ms; the same values.
     "rowwise_unrolled": {"tiled": False, "tpr": 1, "rq": 4, "wg": 8, "kb": 8, "kb_bwd": 8, "bc": 0, "unroll": True,
-                         "bcast": True, "wide": True},
+                         "bcast": True, "wide": True, "addressed": True},
     # GPUs: 4 lanes per row (head dim split, dots summed with subgroup shuffles), 2 rows per lane,
     # 64 rows per workgroup, BC-row tiles of the streamed operand in shared memory, unrolled loops.
     "tiled": {"tiled": True, "tpr": 4, "rq": 2, "wg": 128, "kb": 2, "kb_bwd": 2, "bc": 32, "unroll": True},
@@ -65,20 +69,27 @@ class _WideBuffer:
     Mesa 22's lavapipe loads buffer data one component per invocation in a scalar loop, so this halves
     the cost of every load."""
 
-    def __init__(self, b: KernelBuilder, binding: int, dtype: str = "f32") -> None:
-        buf = b.buffer(binding, u64, "r")
+    def __init__(self, b: KernelBuilder, binding: int, dtype: str = "f32", addressed: bool = False) -> None:
+        buf = b.buffer(binding, u64, "r", addressed)
         self.vec4 = WideView(b, buf, dtype)
 
 
 def input_buffer(b: KernelBuilder, v: Variant, binding: int):
     """A read-only buffer of the variant's dtype read as vec4<f32>s (as u64 words on "wide" variants)."""
     dtype = variant_dtype(v.params)
-    return _WideBuffer(b, binding, dtype) if v.get("wide") else b.buffer(binding, storage(dtype), "r")
+    if v.get("wide"):
+        return _WideBuffer(b, binding, dtype, addressed(v))
+    return b.buffer(binding, storage(dtype), "r", addressed(v))
 
 
 def output_buffer(b: KernelBuilder, v: Variant, binding: int):
     """A write-only buffer of the variant's dtype (o, dqkv): vec4<f32> stores, rounded once when half."""
-    return b.buffer(binding, storage(variant_dtype(v.params)), "w")
+    return b.buffer(binding, storage(variant_dtype(v.params)), "w", addressed(v))
+
+
+def addressed(v: Variant) -> bool:
+    """Whether the variant reads and writes its buffers through device addresses (its f32 ones too)."""
+    return bool(v.get("addressed"))
 
 
 def rows_per_group(v: Variant | dict | str) -> int:

@@ -36,7 +36,8 @@ def row_bounds(b: KernelBuilder, v: Variant, d, rw):
 def build_forward(b: KernelBuilder, v: Variant) -> None:
     """Bindings: 0 qkv [B, T, (H + 2Hkv) D] (r), 1 o [B, T, H D] (w), 2 lse [B, H, T] (w), 3 RNG counter.
     qkv and o have the variant's dtype; lse is f32."""
-    qkv, o, lse = common.input_buffer(b, v, 0), common.output_buffer(b, v, 1), b.buffer(2, f32, "w")
+    qkv, o = common.input_buffer(b, v, 0), common.output_buffer(b, v, 1)
+    lse = b.buffer(2, f32, "w", common.addressed(v))
     d = common.declare(b, counter_binding=3)
     rw = common.rows(b, v, d)
     T, RQ = d.T, v.rq

@@ -9,6 +9,8 @@ compile no pipelines of their own.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -181,13 +183,16 @@ def test_tiled_needs_subgroups_as_wide_as_its_lanes_per_row():
 
 def test_rowwise_reads_64_bit_words_only_where_the_device_has_int64():
     """Without shaderInt64 (SwiftShader, many mobile GPUs) the CPU rule takes rowwise_vec4, whose module declares
-    no Int64; with it, "rowwise", as on lavapipe past rowwise_unrolled's head dims."""
+    no Int64; with it, "rowwise", as on lavapipe past rowwise_unrolled's head dims. Only rowwise_unrolled's modules
+    address their buffers (PhysicalStorageBufferAddresses)."""
     with selection.forcing("attention", None):
         assert selection.choose("attention", (128,), info=_info(profile="cpu", int64=True)) == "rowwise"
         assert selection.choose("attention", (128,), info=_info(profile="cpu", int64=False)) == "rowwise_vec4"
     assert "Int64" in A.ATTENTION_FORWARD.module("rowwise").capabilities
     for kernel in (A.ATTENTION_FORWARD, A.ATTENTION_BACKWARD_DQ, A.ATTENTION_BACKWARD_DKV):
         assert "Int64" not in kernel.module("rowwise_vec4").capabilities
+        assert "PhysicalStorageBufferAddresses" in kernel.module("rowwise_unrolled").capabilities
+        assert "PhysicalStorageBufferAddresses" not in kernel.module("rowwise").capabilities
 
 
 def test_tiled_only_where_its_tiles_fit_shared_memory():
@@ -202,11 +207,14 @@ def test_tiled_only_where_its_tiles_fit_shared_memory():
 
 
 def test_cpu_table_runs_rowwise_unrolled_where_it_fits():
-    """On a CPU device the table runs rowwise_unrolled in f32 at head dims up to UNROLLED_MAX_D with shaderInt64,
-    rowwise (rowwise_vec4 without int64) elsewhere; a GPU gets tiled."""
+    """On a CPU device the table runs rowwise_unrolled in f32 at head dims up to UNROLLED_MAX_D with shaderInt64 and
+    device addresses, rowwise (rowwise_vec4 without int64) elsewhere; a GPU gets tiled."""
     units = {"cooperative_matrix": (), "cooperative_matrix_emulated": False}  # half dtypes would take matrix units
-    cpu, no64 = _info(profile="cpu", int64=True, **units), _info(profile="cpu", int64=False, **units)
+    cpu = _info(profile="cpu", int64=True, buffer_device_address=True, **units)
+    no64 = _info(profile="cpu", int64=False, buffer_device_address=False, **units)
+    unaddressed = _info(profile="cpu", int64=True, buffer_device_address=False, **units)
     gpu = _info(profile="gpu")
+    assert selection.choose("attention", (32,), info=unaddressed) == "rowwise"
     assert selection.choose("attention", (32,), info=cpu) == "rowwise_unrolled"
     assert selection.choose("attention", (A.UNROLLED_MAX_D,), info=cpu) == "rowwise_unrolled"
     assert selection.choose("attention", (A.UNROLLED_MAX_D + 4,), info=cpu) == "rowwise"
@@ -216,10 +224,14 @@ def test_cpu_table_runs_rowwise_unrolled_where_it_fits():
 
 
 def test_rowwise_unrolled_only_in_f32_up_to_its_head_dim_with_int64():
-    """The tuner's lavapipe candidate runs f32 at head dims up to UNROLLED_MAX_D on a device with shaderInt64;
-    forced anywhere else, rowwise (rowwise_vec4 without int64) runs instead."""
-    cpu, no64 = _info(profile="cpu", int64=True), _info(profile="cpu", int64=False)
+    """The tuner's lavapipe candidate runs f32 at head dims up to UNROLLED_MAX_D on a device with shaderInt64 and
+    device addresses (its buffers are read and written through them, so its modules declare
+    PhysicalStorageBufferAddresses); forced anywhere else, rowwise (rowwise_vec4 without int64) runs instead."""
+    cpu = _info(profile="cpu", int64=True, buffer_device_address=True)
+    no64 = _info(profile="cpu", int64=False, buffer_device_address=False)
     with selection.forcing("attention", "rowwise_unrolled"):
+        unaddressed = dataclasses.replace(cpu, buffer_device_address=False)
+        assert selection.choose("attention", (64,), info=unaddressed) == "rowwise"
         assert selection.choose("attention", (A.UNROLLED_MAX_D,), info=cpu) == "rowwise_unrolled"
         assert selection.choose("attention", (A.UNROLLED_MAX_D + 4,), info=cpu) == "rowwise"
         assert selection.choose("attention", (64,), "bf16", info=cpu) == "rowwise"

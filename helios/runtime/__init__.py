@@ -14,6 +14,7 @@ from helios.runtime.context import (
     get_runtime,
     launch,
     max_tensor_bytes,
+    per_runtime,
     reset_counters,
     set_runtime,
     sync,
@@ -25,6 +26,7 @@ from helios.runtime.timing import Timing, time_ms, timed
 
 __all__ = [
     "Profile", "Readback", "Runtime", "Tensor", "Timing", "configure", "copy", "counters", "empty", "fill", "flush",
-    "from_numpy", "full", "get_runtime", "launch", "max_tensor_bytes", "profiling", "reset_counters", "set_runtime",
+    "from_numpy", "full", "get_runtime", "launch", "max_tensor_bytes", "per_runtime", "profiling", "reset_counters",
+    "set_runtime",
     "sync", "time_ms", "timed", "zeros",
 ]

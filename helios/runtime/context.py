@@ -375,6 +375,17 @@ def get_runtime() -> Runtime:
     return _runtime
 
 
+def per_runtime(cache: dict, key, make):
+    """cache's entry for (the current runtime, key), made by make() on first use: a device tensor a kernel module
+    keeps for the runtime's life (a constant, a table, a counter). The entry keeps its runtime, so that a later
+    runtime that reuses the id() gets its own."""
+    runtime = get_runtime()
+    found = cache.get((id(runtime), key))
+    if found is None or found[0] is not runtime:
+        found = cache[(id(runtime), key)] = (runtime, make())
+    return found[1]
+
+
 def set_runtime(runtime: Runtime | None) -> Runtime | None:
     """Make `runtime` current (tests); returns the previous one, which stays usable."""
     global _runtime

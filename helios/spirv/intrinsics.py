@@ -231,6 +231,24 @@ class Intrinsics:
         wg = self.m.constant(u32, g.Scope.Workgroup)
         self._emit(Op.ControlBarrier, wg, wg, self.m.constant(u32, sem))
 
+    def subgroup_barrier(self: KernelBuilder) -> None:
+        """Subgroup execution barrier that also orders storage buffers: every lane's earlier buffer accesses
+        happen before any lane's later ones (e.g. one lane's atomic that publishes the subgroup's writes)."""
+        sem = g.MemorySemantics.AcquireRelease | g.MemorySemantics.UniformMemory
+        if "VulkanMemoryModel" in self.m.capabilities:
+            sem |= g.MemorySemantics.MakeAvailable | g.MemorySemantics.MakeVisible
+        sg = self.m.constant(u32, g.Scope.Subgroup)
+        self._emit(Op.ControlBarrier, sg, sg, self.m.constant(u32, sem))
+
+    def device_memory_barrier(self: KernelBuilder) -> None:
+        """Orders this invocation's storage-buffer accesses at device scope (no execution barrier): before an atomic
+        that tells other workgroups its writes are done (release), and after the atomic that says theirs are
+        (acquire)."""
+        sem = g.MemorySemantics.AcquireRelease | g.MemorySemantics.UniformMemory
+        if "VulkanMemoryModel" in self.m.capabilities:
+            sem |= g.MemorySemantics.MakeAvailable | g.MemorySemantics.MakeVisible
+        self._emit(Op.MemoryBarrier, self.m.constant(u32, g.Scope.Device), self.m.constant(u32, sem))
+
     # -- subgroups -------------------------------------------------------------------------------
     def _subgroup_scope(self: KernelBuilder) -> int:
         return self.m.constant(u32, g.Scope.Subgroup)

@@ -39,19 +39,15 @@ _MUL, _ADD = 1664525, 1013904223  # the LCG step that opens pcg4d (Numerical Rec
 _INV_2_24 = 1.0 / (1 << 24)
 
 
-_ZERO_COUNTERS: dict[int, tuple[object, Tensor]] = {}
+_ZERO_COUNTERS: dict[tuple, tuple[object, Tensor]] = {}
 
 
 def zero_counter() -> Tensor:
     """A shared one-word u32 counter holding 0 (per runtime): what a dropout kernel binds when the offset
     push constant already holds the whole offset."""
-    from helios.runtime import get_runtime, zeros
+    from helios.runtime import per_runtime, zeros
 
-    runtime = get_runtime()
-    found = _ZERO_COUNTERS.get(id(runtime))
-    if found is None or found[0] is not runtime:
-        found = _ZERO_COUNTERS[id(runtime)] = (runtime, zeros((1,), np.uint32))
-    return found[1]
+    return per_runtime(_ZERO_COUNTERS, None, lambda: zeros((1,), np.uint32))
 
 
 def counter_or_zero(counter: Tensor | None) -> Tensor:

@@ -135,6 +135,26 @@ class RowLayout:
         b.barrier()  # the next reduction may overwrite the array
         return total
 
+    def last_worker(self, counter, workers: Value) -> Value:
+        """Whether this worker is the last of `workers` to get here, the same in each of its lanes, counting on
+        the u32 counter[0] (`worker_counter()`: zero before the launch, and the last worker puts the zero back).
+        Every worker's storage-buffer writes before this call are visible to the last one after it. "sg" workers
+        only (the count needs no workgroup barrier), in the worker's uniform control flow. Orders memory at device
+        scope without declaring buffers Coherent, which a CPU device does not need: rules use it there only."""
+        b = self.b
+        if self.layout != "sg":
+            raise ValueError("last_worker counts subgroup workers (layout 'sg')")
+        b.device_memory_barrier()  # release: this lane's writes, then every lane's before lane 0 counts
+        b.subgroup_barrier()
+        arrived = b.var(u32, 0)
+        with b.if_(self.lane.eq(0)):
+            arrived.value = b.atomic_add(counter, 0, 1)
+        last = b.subgroup_broadcast(arrived.value, 0).eq(workers - 1)
+        with b.if_(last & self.lane.eq(0)):  # every other worker has counted: the next launch starts from zero
+            counter[0] = 0
+        b.device_memory_barrier()  # acquire: the other workers' writes, before this worker reads them
+        return last
+
     def is_leader(self) -> Value:
         """True in one invocation of the worker (it writes per-row results)."""
         return self.lane.eq(0)
@@ -175,6 +195,17 @@ class RowLayout:
     def registers(self, elem, init=None) -> list:
         """One function variable per cache slot (an empty list when streaming)."""
         return [self.b.var(elem, init) for _ in range(self.cache)]
+
+
+_WORKER_COUNTERS: dict[tuple, tuple[object, object]] = {}
+
+
+def worker_counter():
+    """The runtime's one-word u32 counter for `RowLayout.last_worker`, zero between launches: the launches that
+    count share it, one after another (each binds it read-write, so the runtime orders them)."""
+    from helios.runtime import per_runtime, zeros
+
+    return per_runtime(_WORKER_COUNTERS, None, lambda: zeros((1,), np.uint32))
 
 
 # -- variants and their choice ------------------------------------------------------------------------

@@ -232,19 +232,14 @@ def _grid(items: int, group: int) -> tuple[int, int, int]:
     return gx, ceil_div(groups, gx), 1
 
 
-_CONSTANTS: dict[tuple[int, float], tuple[object, object]] = {}
+_CONSTANTS: dict[tuple, tuple[object, object]] = {}
 
 
 def _constant(value: float):
     """A cached device tensor of 4 copies of value (the default clip coefficient, norm and mask stand-in)."""
     rt = _rt()
-    runtime = rt.get_runtime()
-    key = (id(runtime), value)
-    found = _CONSTANTS.get(key)
-    if found is None or found[0] is not runtime:
-        # a recorded fill, not an upload: it may first be asked for inside a capture scope (no uploads there)
-        found = _CONSTANTS[key] = (runtime, rt.full((4,), value))
-    return found[1]
+    # a recorded fill, not an upload: it may first be asked for inside a capture scope (no uploads there)
+    return rt.per_runtime(_CONSTANTS, value, lambda: rt.full((4,), value))
 
 
 def _partial_groups(n: int, vec: int, lanes: bool) -> int:

@@ -145,7 +145,7 @@ def _choose(info, shape: tuple, dtype: str, forced: str | None) -> str:
     return dtype_variant(width + ("_inplace" if inplace else ""), dtype)
 
 
-_TABLES: dict[tuple[int, int, int, float], tuple[object, object]] = {}
+_TABLES: dict[tuple, tuple[object, object]] = {}
 
 
 def device_rope_table(seq: int, head_dim: int, base: float):
@@ -153,13 +153,10 @@ def device_rope_table(seq: int, head_dim: int, base: float):
     captures a step (helios.runtime.capture) makes it before the scope: an upload inside one is refused."""
     import helios.runtime as rt
 
-    runtime = rt.get_runtime()
-    key = (id(runtime), seq, head_dim, float(base))
-    found = _TABLES.get(key)
-    if found is None or found[0] is not runtime:  # the runtime is kept so that its id() cannot be reused
-        table = np.ascontiguousarray(rope_table(seq, head_dim, base), dtype=np.float32)
-        found = _TABLES[key] = (runtime, rt.from_numpy(table))
-    return found[1]
+    def make():
+        return rt.from_numpy(np.ascontiguousarray(rope_table(seq, head_dim, base), dtype=np.float32))
+
+    return rt.per_runtime(_TABLES, (seq, head_dim, float(base)), make)
 
 
 def rope(qkv, n_head: int, n_kv_head: int, head_dim: int, base: float, backward: bool = False, out=None):

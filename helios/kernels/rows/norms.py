@@ -7,12 +7,13 @@ combination across invocations: exact to rounding even where |mean| >> std, unli
 sum-of-squares). LayerNorm saves mean and rstd per row, RMSNorm rstd. Cached variants also hold this
 invocation's columns of w (and b) in registers across all rows of the worker.
 
-Backward (two dispatches): the row kernel writes dx and, per worker, partial sums over its rows
+Backward (one or two dispatches): the row kernel writes dx and, per worker, partial sums over its rows
 of dy * xhat (and dy, for the bias) into a scratch [workers, N]; `reduce.sum_rows_into` then adds them
-into dw and db in one dispatch, straight into a parameter-gradient arena with `accumulate=True`. The worker count is a
-push constant, so the partials never depend on the subgroup size the device picks. Given `dx_add` (autograd passes
-the gradient already pending for x: the spec's `folds`), the row kernel writes dx + dx_add instead, bit-identical to
-a separate add and one dispatch fewer.
+into dw and db in one dispatch, straight into a parameter-gradient arena with `accumulate=True`. On CPU devices the
+row kernel's last worker to finish does that sum itself, in sum_rows' order (the "norm_sums" family). The worker
+count is a push constant, so the partials never depend on the subgroup size the device picks. Given `dx_add`
+(autograd passes the gradient already pending for x: the spec's `folds`), the row kernel writes dx + dx_add
+instead, bit-identical to a separate add and one dispatch fewer.
 
 Variants: `rows.row_variants` (layout x width x register tier); LayerNorm adds "*_nobias" forms. Each
 exists for bf16 and fp16 ("bf16_*", "fp16_*", the mixed-precision rule of helios.kernels.contract.dtypes): x, w, b,
@@ -36,7 +37,7 @@ from helios.kernels.lib.row_workers import (
     rows_of,
     worker_grid,
 )
-from helios.kernels.rows.reduce import sum_rows_into
+from helios.kernels.rows.reduce import sum_rows_into, sums_in_one_pass
 from helios.runtime import Tensor, empty, launch
 from helios.spirv import Kernel, KernelBuilder, Value, Variant, boolean, f32, u32
 from helios.spirv.memory import stored_value
@@ -196,8 +197,10 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
     (RMSNorm: no mean(g) term). Partial rows [0, workers) of `partial` hold sum dy * xhat, rows [workers,
     2 workers) sum dy. Cached variants sum them in registers and store once; streaming ones store on a
     worker's first row (r == worker) and add on later rows. Under the DX_ADD specialization constant dx is
-    stored as dx + dx_add (the last binding), with dx rounded to the storage dtype first: the sum an add
-    after the unfused kernel would store, bit for bit.
+    stored as dx + dx_add (the binding after `partial`), with dx rounded to the storage dtype first: the sum an add
+    after the unfused kernel would store, bit for bit. Under SUMS the last worker to finish (a u32 counter, the
+    last binding, zero at launch and put back) sums the partial rows into dw and db (the two bindings before it;
+    `accumulate` adds), as sum_rows would have in a dispatch of its own.
     """
     layer = v.norm == "layer"
     rl = layout_of(b, v)
@@ -207,8 +210,10 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
     rstd_in, dy = b.buffer(k, f32, "r"), rl.buffer(k + 1, "r")
     dx, partial = rl.buffer(k + 2, "w"), rl.buffer(k + 3, "rw", "f32")  # parameter gradients stay f32
     dx_add = rl.buffer(k + 4, "r")
-    workers = b.push("workers", u32)
-    fold = b.spec("DX_ADD", boolean, False)
+    dw_out, db_out = rl.buffer(k + 5, "rw", "f32"), rl.buffer(k + 6, "rw", "f32")
+    counter = b.buffer(k + 7, u32, "rw")
+    workers, accumulate = b.push("workers", u32), b.push("accumulate", u32)
+    fold, sums_here = b.spec("DX_ADD", boolean, False), b.spec("SUMS", boolean, False)
     xv, wv, dyv, dxv, pv = rl.view(x), rl.view(w), rl.view(dy), rl.view(dx), rl.view(partial)
     addv = rl.view(dx_add)
     el = rl.elem
@@ -270,6 +275,26 @@ def build_norm_backward(b: KernelBuilder, v: Variant) -> None:
 
         if rl.cache:
             rl.each(store_partials)
+        if v.layout == "sg":  # the only layout whose backward the op asks for SUMS (_sums_in_kernel)
+            with b.if_(sums_here), b.if_(rl.last_worker(counter, workers)):
+                _sum_partials(rl, pv, [rl.view(dw_out)] + ([rl.view(db_out)] if v.bias else []), workers, accumulate)
+
+
+def _sum_partials(rl: RowLayout, pv, outs: list, workers: Value, accumulate: Value) -> None:
+    """outs[k][j] (+)= the sum over r < workers of partial row k * workers + r, column unit j, from 0 with r in order:
+    `reduce.sum_rows_into`'s one pass, bit for bit (the "norm_sums" family's "last_worker")."""
+    b = rl.b
+    with b.for_range(rl.lane, rl.units, step=rl.width) as j:
+        accs = [b.var(rl.elem, 0.0) for _ in outs]
+        with b.for_range(0, workers) as r:
+            for k, acc in enumerate(accs):
+                acc.value = acc.value + pv[(k * workers + r) * rl.units + j]
+        with b.if_(accumulate.ne(0)):
+            for dst, acc in zip(outs, accs, strict=True):
+                dst[j] = dst[j] + acc.value
+        with b.else_():
+            for dst, acc in zip(outs, accs, strict=True):
+                dst[j] = acc.value
 
 
 def _bias_variants(**params) -> dict[str, dict]:
@@ -378,6 +403,33 @@ def _workers(rows: int) -> int:
     return selection.choose("norm_workers", (rows,))
 
 
+# How a norm backward sums its workers' partial dw and db: in a sum_rows dispatch of its own ("separate"), or in
+# the row kernel's dispatch, by the last worker to finish ("last_worker": a u32 counter; one dispatch fewer per
+# norm, ~40 us each on lavapipe). Each column sums its partial rows from 0 in order either way, so the bits are the
+# same at both choices (tests/kernels/rows/test_norm_sums.py forces each).
+NORM_SUMS = ("separate", "last_worker")
+
+
+@selection.rule("norm_sums", choices=NORM_SUMS, forced=())
+def _choose_sums(info, shape: tuple, dtype: str, forced: str | None) -> str:
+    """shape = (workers, cols): "last_worker" on CPU devices, whose memory is coherent: the worker counts order its
+    writes at device scope without declaring the partials Coherent, which a GPU's caches would need; "separate"
+    elsewhere, even when "last_worker" is forced. The op sums in the row kernel only where its layout gives a
+    subgroup per worker and sum_rows would take one pass (`_sums_in_kernel`)."""
+    if not info.cpu_profile:
+        return "separate"
+    return forced or "last_worker"
+
+
+def _sums_in_kernel(kernel: Kernel, variant: str, workers: int, cols: int, outs: list[tuple[Tensor, bool]]) -> bool:
+    """Whether the row kernel's last worker sums the partials (the "norm_sums" family's "last_worker"): subgroup
+    workers ("sg" layouts), one pass of sum_rows' order (`reduce.sums_in_one_pass`), one `accumulate` for every
+    output."""
+    return (kernel.variant(variant).layout == "sg" and len({acc for _, acc in outs}) == 1
+            and sums_in_one_pass(workers, cols, "f32")
+            and selection.choose("norm_sums", (workers, cols), "f32") == "last_worker")
+
+
 def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols: int, variant: str,
               outs: list[tuple[Tensor, bool]], dx_add: Tensor | None) -> Tensor:
     """Launch the row kernel (dx, plus dx_add if given, and partials), then one column-sum per parameter
@@ -389,10 +441,17 @@ def _backward(kernel: Kernel, tensors: list[Tensor], x: Tensor, rows: int, cols:
     dx = empty(x.shape, x.dtype)
     workers = _workers(rows)
     partial = empty((len(outs) * workers, cols))
-    # Without dx_add its binding gets dy (same shape and dtype), which the disabled code never reads.
-    launch(kernel, buffers=[*tensors, dx, partial, tensors[-1] if dx_add is None else dx_add], variant=variant,
-           push={"rows": rows, "cols": cols, "workers": workers},
-           grid=kernel.grid_for((rows, cols), variant), spec=None if dx_add is None else {"DX_ADD": True})
+    here = _sums_in_kernel(kernel, variant, workers, cols, outs)
+    spec = {**({"DX_ADD": True} if dx_add is not None else {}), **({"SUMS": True} if here else {})}
+    # Bindings the disabled code never reads get another tensor: dy for dx_add, partial for dw, db and the counter
+    # (and dw for db where there is no bias).
+    dw, db = (outs[0][0], outs[-1][0]) if here else (partial, partial)
+    launch(kernel, buffers=[*tensors, dx, partial, tensors[-1] if dx_add is None else dx_add, dw, db,
+                            rowlib.worker_counter() if here else partial], variant=variant,
+           push={"rows": rows, "cols": cols, "workers": workers, "accumulate": int(here and outs[0][1])},
+           grid=kernel.grid_for((rows, cols), variant), spec=spec or None)
+    if here:
+        return dx
     accumulate = [acc for _, acc in outs]
     if len(set(accumulate)) == 1:  # dw and db in one pass
         sum_rows_into(partial, [k * workers * cols for k in range(len(outs))], workers, cols,

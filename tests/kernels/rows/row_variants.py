@@ -32,3 +32,28 @@ def layout_fixture(layouts: list[tuple]):
         return request.param
 
     return layout
+
+
+# Half dtypes of a norm backward test at one choice per storage width (scalar, vec4, u64x2; streaming and a register
+# tier): what differs between half and f32 there is the storage, which only the width selects; f32 at every forced
+# choice.
+_NORM_HALF_CHOICES = {("sg", "scalar", 0), ("sg", "vec4", 0), ("sg", "u64x2", 4)}
+
+
+def norm_backward_cases(layouts: tuple[str, ...] = ("sg", "wg")) -> list:
+    """pytest params (choice, dtype) of the rows rule's forced choices of `layouts` for the norm backwards' tests,
+    marked to run again at subgroup sizes 4 and 16 where the rule's subgroup cases (f32) name them."""
+    from helios.kernels.contract import selection
+
+    rule = selection.declared("rows")
+    subgroup = {s.choice for s in rule.subgroup if not s.ops}
+    cases = []
+    for choice in rule.forced:
+        if choice.layout not in layouts:
+            continue
+        for dtype in ("f32", "bf16", "fp16") if tuple(choice) in _NORM_HALF_CHOICES else ("f32",):
+            marks = [pytest.mark.needs(dtype=dtype)] if dtype != "f32" else []
+            if dtype == "f32" and choice in subgroup:
+                marks.append(pytest.mark.subgroup("layernorm_backward", "rmsnorm_backward"))
+            cases.append(pytest.param(choice, dtype, marks=marks, id=f"{layout_id(choice)}-{dtype}"))
+    return cases

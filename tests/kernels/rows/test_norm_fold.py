@@ -14,33 +14,12 @@ import pytest
 
 import helios.runtime as rt
 from helios import ops
-from helios.kernels.contract import selection
 from helios.kernels.contract.dtypes import NUMPY
 from helios.kernels.rows import norms as N
-from tests.kernels.rows.row_variants import force_variant, layout_id
+from tests.kernels.rows.row_variants import force_variant, norm_backward_cases
 
 F = rt.from_numpy
 SHAPES = [(r, c) for r in (1, 7, 33, 513) for c in (7, 33, 128, 516)]
-_RULE = selection.declared("rows")
-# The rows rule's subgroup cases (f32) run again at subgroup sizes 4 and 16 in CI (`-m subgroup`).
-_SUBGROUP = {s.choice for s in _RULE.subgroup if not s.ops}
-
-
-# Half dtypes at one choice per storage width (scalar, vec4, u64x2; streaming and a register tier): the rounding
-# before the add is the dx store's own code, which only the width selects; f32 at every forced choice. The op spec
-# tests (test_opspecs' folded check) add every forced choice in f32 at the spec's shapes.
-_HALF_CHOICES = {("sg", "scalar", 0), ("sg", "vec4", 0), ("sg", "u64x2", 4)}
-
-
-def _cases() -> list:
-    cases = []
-    for choice in _RULE.forced:
-        for dtype in ("f32", "bf16", "fp16") if tuple(choice) in _HALF_CHOICES else ("f32",):
-            marks = [pytest.mark.needs(dtype=dtype)] if dtype != "f32" else []
-            if dtype == "f32" and choice in _SUBGROUP:
-                marks.append(pytest.mark.subgroup("layernorm_backward", "rmsnorm_backward"))
-            cases.append(pytest.param(choice, dtype, marks=marks, id=f"{layout_id(choice)}-{dtype}"))
-    return cases
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -76,7 +55,7 @@ def _same(got, unfused, dx_add, what: str) -> None:
         f"{got.reshape(-1)[bad[0]]!r} vs {want.reshape(-1)[bad[0]]!r}"
 
 
-@pytest.mark.parametrize("choice,dtype", _cases())
+@pytest.mark.parametrize("choice,dtype", norm_backward_cases())
 def test_folded_add_is_bit_identical(choice, dtype, force):
     force_variant(force, *choice, runs=(N.LAYERNORM_BACKWARD, N.RMSNORM_BACKWARD))
     rng = np.random.default_rng(11)

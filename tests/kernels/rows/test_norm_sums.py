@@ -18,26 +18,10 @@ from helios.kernels.contract import selection
 from helios.kernels.contract.dtypes import NUMPY
 from helios.kernels.lib.row_workers import worker_counter
 from helios.kernels.rows import norms as N
-from tests.kernels.rows.row_variants import force_variant, layout_id
+from tests.kernels.rows.row_variants import force_variant, norm_backward_cases
 
 F = rt.from_numpy
 SHAPES = [(r, c) for r in (1, 7, 33, 513) for c in (7, 33, 128, 516)]
-_RULE = selection.declared("rows")
-_SUBGROUP = {s.choice for s in _RULE.subgroup if not s.ops}
-_HALF_CHOICES = {("sg", "scalar", 0), ("sg", "vec4", 0), ("sg", "u64x2", 4)}  # as test_norm_fold: the width
-
-
-def _cases() -> list:
-    cases = []
-    for choice in _RULE.forced:
-        if choice.layout != "sg":  # a workgroup per worker ("wg") always sums separately
-            continue
-        for dtype in ("f32", "bf16", "fp16") if tuple(choice) in _HALF_CHOICES else ("f32",):
-            marks = [pytest.mark.needs(dtype=dtype)] if dtype != "f32" else []
-            if dtype == "f32" and choice in _SUBGROUP:
-                marks.append(pytest.mark.subgroup("layernorm_backward", "rmsnorm_backward"))
-            cases.append(pytest.param(choice, dtype, marks=marks, id=f"{layout_id(choice)}-{dtype}"))
-    return cases
 
 
 def _data(rng, rows: int, cols: int, dtype: str):
@@ -65,7 +49,7 @@ def _backwards(x, w, b, dy, sinks: np.ndarray | None) -> tuple[list[np.ndarray],
     return got, rt.counters()["dispatches"] - before
 
 
-@pytest.mark.parametrize("choice,dtype", _cases())
+@pytest.mark.parametrize("choice,dtype", norm_backward_cases(layouts=("sg",)))  # "wg" always sums separately
 def test_sums_in_the_row_kernel_are_bit_identical(choice, dtype, force):
     from helios.device import get_device
 

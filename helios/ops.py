@@ -19,6 +19,7 @@ from helios.kernels.decode.head import decode_head
 from helios.kernels.indexing.embedding import embedding, embedding_backward
 from helios.kernels.indexing.layout import concat, copy_columns, slice_columns
 from helios.kernels.matmul import matmul, matmul_backward
+from helios.kernels.matmul.pair import matmul_pair
 from helios.kernels.optim.adamw import adamw_step, grad_norm
 from helios.kernels.optim.loss_scale import loss_scale_update
 from helios.kernels.pointwise.activations import (
@@ -57,7 +58,7 @@ __all__ = [
     "cross_entropy", "cross_entropy_backward", "decode_block", "decode_head", "div", "dropout", "dropout_backward",
     "embedding", "embedding_backward", "exp", "exp_backward", "flash_attention", "flash_attention_backward", "gelu",
     "gelu_backward", "grad_norm", "layernorm", "layernorm_backward", "log", "log_backward", "loss_scale_update",
-    "masked_fill", "matmul", "matmul_backward", "max", "maximum", "maximum_backward", "mean", "minimum",
+    "masked_fill", "matmul", "matmul_backward", "matmul_pair", "max", "maximum", "maximum_backward", "mean", "minimum",
     "minimum_backward", "mul", "neg", "relu", "relu_backward", "residual_dropout_add", "residual_dropout_add_backward",
     "rmsnorm", "rmsnorm_backward", "rope", "rope_backward", "scale", "scale_by", "silu", "silu_backward",
     "slice_columns", "softcap", "softcap_backward", "softmax", "softmax_backward", "sqrt", "sqrt_backward", "sub",

@@ -16,7 +16,8 @@ def _rows(t):
 
 class Linear(Function):
     """y = act(x @ W^T + b) (+ residual): one dispatch forward; backward dX one, dW and db one (db taken in dW's
-    product where its kernel can: matmul's a_sums).
+    product where its kernel can: matmul's a_sums), and dX's and dW's products one dispatch together where they pair
+    (ops.matmul_pair: CPU devices).
 
     Weight and bias gradients are accumulated straight into the parameters' gradient buffers
     (a beta=1 matmul epilogue), so gradient accumulation costs no extra dispatch.
@@ -39,36 +40,45 @@ class Linear(Function):
         dres = dy if ctx.needs_input_grad[3] else None
         if ctx.gelu:
             dy2 = ops.gelu_backward(preact, dy2)
-        dx = ops.matmul(dy2, w).reshape(*ctx.x_shape) if ctx.needs_input_grad[0] else None
-        dw, db = _param_grads(ctx, 1, 2 if ctx.has_bias else None, dy2, x2)
-        return dx, dw, db, dres, None
+        dx_args = {"a": dy2, "b": w} if ctx.needs_input_grad[0] else None
+        dx, dw, db = _param_grads(ctx, 1, 2 if ctx.has_bias else None, dy2, x2, beside=dx_args)
+        return dx.reshape(*ctx.x_shape) if dx is not None else None, dw, db, dres, None
 
 
-def _param_grads(ctx, w_index: int, b_index: int | None, dy2, x2) -> tuple:
-    """(dW, db) of y = x2 @ W^T + b for dy2, each None where not needed (b_index None: no bias). Each goes into its
-    parameter's gradient buffer where it has one (dW a beta=1 matmul epilogue, db an accumulating column sum), so
-    gradient accumulation costs no extra dispatch, and is then ACCUMULATED. With both, db (dy2's column sums) is
-    taken in dW's product (matmul's a_sums: one dispatch where the kernel can, the same bits as sum_rows)."""
-    dw = db = None
+def _param_grads(ctx, w_index: int, b_index: int | None, dy2, x2, beside: dict | None = None) -> tuple:
+    """(product, dW, db) of y = x2 @ W^T + b for dy2, each None where not needed (b_index None: no bias). Each goes
+    into its parameter's gradient buffer where it has one (dW a beta=1 matmul epilogue, db an accumulating column
+    sum), so gradient accumulation costs no extra dispatch, and is then ACCUMULATED. With both, db (dy2's column sums)
+    is taken in dW's product (matmul's a_sums: one dispatch where the kernel can, the same bits as sum_rows).
+    `beside`: another product's matmul arguments (the layer's input gradient), run in dW's dispatch where the two
+    pair (ops.matmul_pair); its result comes first (None without `beside`)."""
+    dw = db = product = None
     need_b = b_index is not None and ctx.needs_input_grad[b_index]
     b_sink = ctx.grad_sink(b_index) if need_b else None
     if need_b:
         db = b_sink if b_sink is not None else rt.empty((dy2.shape[1],))
     if ctx.needs_input_grad[w_index]:
         sink = ctx.grad_sink(w_index)
-        dw = ops.matmul(dy2, x2, trans_a=True, out=sink, beta=1.0 if sink is not None else 0.0,
-                        a_sums=db, a_sums_accumulate=b_sink is not None)
+        args = {"a": dy2, "b": x2, "trans_a": True, "out": sink, "beta": 1.0 if sink is not None else 0.0,
+                "a_sums": db, "a_sums_accumulate": b_sink is not None}
+        if beside is not None:
+            product, dw = ops.matmul_pair(beside, args)
+        else:
+            dw = ops.matmul(**args)
         dw = ACCUMULATED if sink is not None else dw
     elif need_b:
         ops.sum_rows(dy2, out=db, accumulate=b_sink is not None)
-    return dw, (param_grad(ctx, b_index, db) if need_b else None)
+    if beside is not None and product is None:
+        product = ops.matmul(**beside)
+    return product, dw, (param_grad(ctx, b_index, db) if need_b else None)
 
 
 class GeluMLP(Function):
     """y = gelu(x @ W1^T + b1) @ W2^T + b2 (+ residual), GPT-2's MLP: forward as two Linears (GELU and the stored
     pre-activation fused into the first, the residual into the second); backward one dispatch fewer, since GELU's
     derivative is taken inside the product that makes its input gradient: dpre = (dy @ W2) * gelu'(pre), matmul's
-    gelu_grad epilogue (in f32 the same bits as the product then gelu_backward, which Linear twice runs)."""
+    gelu_grad epilogue (in f32 the same bits as the product then gelu_backward, which Linear twice runs). As in
+    Linear, each input-gradient product shares its dispatch with the weight gradient's where they pair."""
 
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2, residual=None):
@@ -86,13 +96,15 @@ class GeluMLP(Function):
         needs = ctx.needs_input_grad  # x, w1, b1, w2, b2, residual
         dy2 = _rows(dy)
         dres = dy if needs[5] else None
-        dpre = dx = dw1 = db1 = None
-        if needs[0] or needs[1] or (ctx.has_bias[0] and needs[2]):  # c_fc's gradients all start from dpre
-            dpre = ops.matmul(dy2, w2, gelu_grad=preact)
-        dw2, db2 = _param_grads(ctx, 3, 4 if ctx.has_bias[1] else None, dy2, h)
+        dx = dw1 = db1 = None
+        # c_fc's gradients all start from dpre
+        dpre_args = {"a": dy2, "b": w2, "gelu_grad": preact} if needs[0] or needs[1] or (ctx.has_bias[0] and needs[2]) \
+            else None
+        dpre, dw2, db2 = _param_grads(ctx, 3, 4 if ctx.has_bias[1] else None, dy2, h, beside=dpre_args)
         if dpre is not None:
-            dx = ops.matmul(dpre, w1).reshape(*ctx.x_shape) if needs[0] else None
-            dw1, db1 = _param_grads(ctx, 1, 2 if ctx.has_bias[0] else None, dpre, x2)
+            dx, dw1, db1 = _param_grads(ctx, 1, 2 if ctx.has_bias[0] else None, dpre, x2,
+                                        beside={"a": dpre, "b": w1} if needs[0] else None)
+            dx = dx.reshape(*ctx.x_shape) if dx is not None else None
         return dx, dw1, db1, dw2, db2, dres
 
 

@@ -5,7 +5,8 @@ One dispatch per product, whatever the transposes: the layout variants (nn, nt, 
 operands in place, so a linear layer's forward `x @ W^T` (nt), `dX = dY @ W` (nn) and
 `dW = dY^T @ X` (tn, with beta=1 to accumulate into the gradient arena) never dispatch a transpose. The exception
 to one dispatch: a 2-D tn product with a large K on a CPU device runs K in chunks (the matmul_k_chunk family), bits
-unchanged.
+unchanged. The other way round, matmul/pair.py's matmul_pair runs two independent products (a Linear's dX and dW) in
+one dispatch on CPU devices (the matmul_pair family), bits unchanged too.
 Batched: a leading batch dimension on a (and b, or b shared 2-D), one batch entry per grid z.
 
 Kernels `matmul_<layout>` each have tilings x load widths as named variants: register-blocked
@@ -196,7 +197,7 @@ def variant_name(layout: str, M: int, N: int, K: int, batch: int, tiling: str | 
 def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, bias: Tensor | None = None,
            gelu: bool = False, residual: Tensor | None = None, out: Tensor | None = None, beta: float = 0.0,
            alpha: float = 1.0, preact_out: Tensor | None = None, gelu_grad: Tensor | None = None,
-           a_sums: Tensor | None = None, a_sums_accumulate: bool = False) -> Tensor:
+           a_sums: Tensor | None = None, a_sums_accumulate: bool = False, defer: list | None = None) -> Tensor:
     """C = alpha * op(a) @ op(b) [+ bias] [gelu | * gelu'(gelu_grad)] [+ residual] + beta * C, in one dispatch
     (a large-K tn product on a CPU device: one per K chunk, the matmul_k_chunk family).
 
@@ -211,6 +212,9 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     a_sums (float32 [M], with trans_a and a 2-D a: a Linear's dW = dY^T @ X beside its bias gradient) receives the
     column sums of a, as `sum_rows(a, out=a_sums, accumulate=a_sums_accumulate)` would, bit for bit: inside the
     product's dispatch where its kernel sums in that order (_fuses_a_sums), else by that sum_rows.
+
+    defer (matmul/pair.py's matmul_pair): a list that receives the product's launch (kernel, variant, buffers, push,
+    spec, grid) instead of recording it, where the product is one launch; anything else it needs is recorded now.
     """
     batch, M, N, K = _dims(a, b, trans_a, trans_b)
     numel = batch * M * N
@@ -252,8 +256,11 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     pre = preact_out if preact_out is not None else gelu_grad
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
                pre if pre is not None else c] + _a_sums_binding(variant, a_sums if fused_sums else c)
-    launch(kernel, buffers=buffers, push=push, grid=kernel.grid_for((M, N, batch), name), spec=spec,
-           variant=name)
+    grid = kernel.grid_for((M, N, batch), name)
+    if defer is not None:
+        defer.append({"kernel": kernel, "variant": name, "buffers": buffers, "push": push, "spec": spec, "grid": grid})
+    else:
+        launch(kernel, buffers=buffers, push=push, grid=grid, spec=spec, variant=name)
     return c
 
 

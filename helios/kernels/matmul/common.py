@@ -67,15 +67,34 @@ def c_dtype(v: Variant) -> str:
     return "f32" if v.get("out") == "f32" else variant_dtype(v.params)
 
 
-def declare(b: KernelBuilder, v: Variant) -> Operands:
+@dataclass(frozen=True)
+class Slot:
+    """Where a product sits in its kernel: alone (SOLO), or one of two in a dispatch (matmul/pair.py). Its bindings
+    start at `binding`, its push-constant and specialization-constant names carry `prefix`, and `groups` are its
+    workgroup ids (x, y, z) as Values (None: the builtins; a pair's products split one grid between them)."""
+
+    binding: int = 0
+    prefix: str = ""
+    groups: tuple | None = None
+
+    def workgroup_id(self, b: KernelBuilder, dim: int) -> Value:
+        return b.workgroup_id(dim) if self.groups is None else self.groups[dim]
+
+
+SOLO = Slot()
+
+
+def declare(b: KernelBuilder, v: Variant, slot: Slot = SOLO) -> Operands:
     """Declare bindings, push constants (see PUSH_FIELDS) and epilogue spec constants, in that order."""
     io, out = storage(variant_dtype(v.params)), storage(c_dtype(v))
     addressed = v.get("addressed", False)  # A and B read through device addresses (gathers on lavapipe)
     c_addressed = v.get("c_addressed", False)  # C too (its stores scatters)
-    bufs = [b.buffer(0, io, "r", addressed), b.buffer(1, io, "r", addressed), b.buffer(2, out, "rw", c_addressed),
-            b.buffer(3, out, "r"), b.buffer(4, out, "r"), b.buffer(5, out, "rw")]
-    push = {name: b.push(name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
-    flags = {name: b.spec(name, boolean, False) for name in EPILOGUE_SPECS}
+    first, pre = slot.binding, slot.prefix
+    bufs = [b.buffer(first, io, "r", addressed), b.buffer(first + 1, io, "r", addressed),
+            b.buffer(first + 2, out, "rw", c_addressed), b.buffer(first + 3, out, "r"), b.buffer(first + 4, out, "r"),
+            b.buffer(first + 5, out, "rw")]
+    push = {name: b.push(pre + name, f32 if name in ("alpha", "beta") else u32) for name in PUSH_FIELDS}
+    flags = {name: b.spec(pre + name, boolean, False) for name in EPILOGUE_SPECS}
     return Operands(*bufs, **push, flags=flags)
 
 

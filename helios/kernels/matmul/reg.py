@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from helios.kernels.contract.dtypes import variant_dtype
 from helios.kernels.matmul.common import (
+    SOLO,
     Operands,
+    Slot,
     Vec4Loader,
     c_dtype,
     contiguous,
@@ -121,28 +123,29 @@ class _Operand:
         return self.at(None, None, k)
 
 
-def build_reg(b: KernelBuilder, v: Variant) -> None:
+def build_reg(b: KernelBuilder, v: Variant, slot: Slot = SOLO) -> None:
     """Register-blocked matmul: invocation (x, y) of group (gx, gy, z) owns rows m0.., columns n0.. of batch z.
 
     With sharing the workgroup is one row of wx lanes that own the same tm rows (and different columns).
     A two-dimensional arrangement of the lanes (sharing B as well, picking each lane's values with
     selects) was measured 1.4-1.6x slower on lavapipe: the broadcasts and selects cost more than the
-    loads they save.
+    loads they save. `slot`: where the product sits in its kernel (a pair's builder sets the local size).
     """
     tm, tn, wx, wy, vec = v.tm, v.tn, v.wx, v.wy, v.vec
     share, wide = v.get("share", False), v.get("wide", False)
-    b.local_size(wx, wy)
-    o: Operands = declare(b, v)
+    if slot.groups is None:
+        b.local_size(wx, wy)
+    o: Operands = declare(b, v, slot)
     a_dim, b_dim = contiguous(v.layout)
     dtype = variant_dtype(v.params)
-    z = b.workgroup_id(2)
-    n0 = (b.workgroup_id(0) * wx + b.local_id(0)) * tn
-    m0 = (b.workgroup_id(1) * wy + b.local_id(1)) * tm
+    z = slot.workgroup_id(b, 2)
+    n0 = (slot.workgroup_id(b, 0) * wx + b.local_id(0)) * tn
+    m0 = (slot.workgroup_id(b, 1) * wy + b.local_id(1)) * tm
     A = _Operand(b, o.a, z * o.sa, o.lda, m0, tm, o.M, a_dim == "k", vec, wide, wx if share else 1, dtype)
     B = _Operand(b, o.b, z * o.sb, o.ldb, n0, tn, o.N, b_dim == "k", vec, wide, dtype=dtype)
     acc = [[b.var(f32, 0.0) for _ in range(tn)] for _ in range(tm)]
     init_block(b, o, acc, m0, n0, z * o.sc)  # a later K chunk of the op's continues the sums it is given
-    sums = _ASums(b, v, o, A) if takes_a_sums(v) else None
+    sums = _ASums(b, v, o, A, slot) if takes_a_sums(v) else None
 
     def fma_block(av: list, bv: list) -> None:
         for i in range(tm):
@@ -187,6 +190,14 @@ def build_reg(b: KernelBuilder, v: Variant) -> None:
         store_block(b, o, acc, m0, n0, z * o.sc)
 
 
+A_SUMS_BINDING = 6  # after common.declare's six
+
+
+def bindings(v: Variant) -> int:
+    """How many bindings a register tiling's kernel declares: common.declare's six, and the column sums of A."""
+    return A_SUMS_BINDING + takes_a_sums(v)
+
+
 def takes_a_sums(v: Variant) -> bool:
     """Whether a matmul variant declares binding 6 and can sum A's columns (_ASums): register tilings' tn kernels."""
     return v.kind == "reg" and v.layout == "tn"
@@ -200,12 +211,13 @@ class _ASums:
     for bit. Every workgroup sums (a branch per k would cost more than the adds); the first column of workgroups
     stores. Unbatched products only (the op's rule)."""
 
-    def __init__(self, b: KernelBuilder, v: Variant, o: Operands, a: _Operand):
+    def __init__(self, b: KernelBuilder, v: Variant, o: Operands, a: _Operand, slot: Slot = SOLO):
         self.b, self.o, self.a = b, o, a
-        self.out = b.buffer(6, f32, "rw")
-        self.on, self.add_into = b.spec("A_SUMS", boolean, False), b.spec("A_SUMS_ADD", boolean, False)
+        self.out = b.buffer(slot.binding + A_SUMS_BINDING, f32, "rw")
+        self.on = b.spec(slot.prefix + "A_SUMS", boolean, False)
+        self.add_into = b.spec(slot.prefix + "A_SUMS_ADD", boolean, False)
         self.regs = [b.var(F32X4 if a.per_unit == 4 else f32, 0.0) for _ in a.offsets]
-        self.first_column = b.workgroup_id(0).eq(0)
+        self.first_column = slot.workgroup_id(b, 0).eq(0)
         if a.lanes == 1:  # every invocation of the workgroup loads the whole block: the first one stores
             self.first_column = self.first_column & b.local_id(0).eq(0)
 

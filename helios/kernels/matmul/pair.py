@@ -3,13 +3,13 @@
 On lavapipe every dispatch costs ~40 us of thread-pool handshake whatever its work (docs/BENCHMARKS.md, "where a
 lavapipe dispatch's ~40 us go"), and a small model's backward is mostly such pairs. `matmul_pair` runs the two
 products as one `matmul_pair` kernel where both are plain launches of one f32 register tiling: both products'
-workgroups along one grid row, interleaved in proportion (build_pair); each workgroup runs its product's own code
+workgroups along one grid row, in alternating slices (build_pair); each workgroup runs its product's own code
 (reg.build_reg at a `common.Slot`), so every element is the bits its own dispatch would give. Elsewhere, and where the
 "matmul_pair" family says "separate", the two products launch one after the other as `matmul` would.
 
 Bindings: the first product's (matmul/common.py's six), then the second's from binding 6 (seven for a tn product:
 its column sums of A). Push constants and specialization constants: the first's names, the second's prefixed
-SECOND ("B_"), and the first product's workgroup count and both products' grid widths (PAIR_PUSH).
+SECOND ("B_"), and the first product's workgroup count, both products' together and their grid widths (PAIR_PUSH).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def build_pair(b: KernelBuilder, v: Variant) -> None:
 
 
 def pair_grid(shape: tuple[int, ...], variant: Variant) -> tuple[int, int, int]:
-    """shape = (workgroups of the first product, of the second): one row of both, interleaved (build_pair)."""
+    """shape = (workgroups of the first product, of the second): one row of both, in slices (build_pair)."""
     first, second = shape
     return (first + second, 1, 1)
 

@@ -213,8 +213,8 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     column sums of a, as `sum_rows(a, out=a_sums, accumulate=a_sums_accumulate)` would, bit for bit: inside the
     product's dispatch where its kernel sums in that order (_fuses_a_sums), else by that sum_rows.
 
-    defer (matmul/pair.py's matmul_pair): a list that receives the product's launch (kernel, variant, buffers, push,
-    spec, grid) instead of recording it, where the product is one launch; anything else it needs is recorded now.
+    defer (matmul/pair.py's matmul_pair): a list that receives the product's launch, (kernel, launch()'s keyword
+    arguments), instead of recording it, where the product is one launch; anything else it needs is recorded now.
     """
     batch, M, N, K = _dims(a, b, trans_a, trans_b)
     numel = batch * M * N
@@ -256,11 +256,12 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False, b
     pre = preact_out if preact_out is not None else gelu_grad
     buffers = [a, b, c, bias if bias is not None else a, residual if residual is not None else a,
                pre if pre is not None else c] + _a_sums_binding(variant, a_sums if fused_sums else c)
-    grid = kernel.grid_for((M, N, batch), name)
+    args = {"buffers": buffers, "push": push, "grid": kernel.grid_for((M, N, batch), name), "spec": spec,
+            "variant": name}
     if defer is not None:
-        defer.append({"kernel": kernel, "variant": name, "buffers": buffers, "push": push, "spec": spec, "grid": grid})
+        defer.append((kernel, args))
     else:
-        launch(kernel, buffers=buffers, push=push, grid=grid, spec=spec, variant=name)
+        launch(kernel, **args)
     return c
 
 

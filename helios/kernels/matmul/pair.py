@@ -101,14 +101,15 @@ def contract_fits(name: str, info) -> bool:
     return contract.fits(MATMUL_PAIR.module(name), info)
 
 
-def _pairable(first: dict, second: dict) -> str | None:
-    """The pair variant of two deferred launches, or None: a plain f32 vec4 launch of one register tiling each, in a
-    layout pair the kernel has, unbatched."""
-    layouts = (first["kernel"].name.removeprefix("matmul_"), second["kernel"].name.removeprefix("matmul_"))
-    tiling = first["variant"]
-    if layouts not in LAYOUT_PAIRS or second["variant"] != tiling or tiling not in REG_TILINGS:
+def _pairable(first: tuple, second: tuple) -> str | None:
+    """The pair variant of two deferred launches ((kernel, launch()'s keyword arguments) each), or None: a plain f32
+    vec4 launch of one register tiling each, in a layout pair the kernel has, unbatched."""
+    (k1, one), (k2, two) = first, second
+    layouts = (k1.name.removeprefix("matmul_"), k2.name.removeprefix("matmul_"))
+    tiling = one["variant"]
+    if layouts not in LAYOUT_PAIRS or two["variant"] != tiling or tiling not in REG_TILINGS:
         return None
-    (gx, gy, gz), (gx2, gy2, gz2) = first["grid"], second["grid"]
+    (gx, gy, gz), (gx2, gy2, gz2) = one["grid"], two["grid"]
     if gz != 1 or gz2 != 1 or gx * gy + gx2 * gy2 > min(MAX_TOTAL, get_runtime().max_groups[0]):
         return None
     return variant_name(*layouts, tiling)
@@ -118,16 +119,15 @@ def matmul_pair(first: Mapping, second: Mapping) -> tuple[Tensor, Tensor]:
     """(matmul(**first), matmul(**second)) for two independent products (neither reads what the other writes): in
     one dispatch where the "matmul_pair" family pairs them (see the module doc), else as two, in that order. Every
     element has the bits its own matmul would give."""
-    deferred: list[dict] = []
+    deferred: list[tuple] = []
     c1 = matmul(**first, defer=deferred)
     c2 = matmul(**second, defer=deferred)
     name = _pairable(*deferred) if len(deferred) == 2 else None
     if name is None or selection.choose("matmul_pair", (name,), "f32") != "paired":
-        for d in deferred:
-            launch(d["kernel"], buffers=d["buffers"], push=d["push"], grid=d["grid"], spec=d["spec"],
-                   variant=d["variant"])
+        for kernel, args in deferred:
+            launch(kernel, **args)
         return c1, c2
-    one, two = deferred
+    (_, one), (_, two) = deferred
     gx, gy, _ = one["grid"]
     gx2, gy2, _ = two["grid"]
     push = {**one["push"], **{SECOND + k: val for k, val in two["push"].items()},
